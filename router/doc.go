@@ -1,0 +1,87 @@
+// Package router decides where the m2md daemon sends each DATA message
+// (docs/protocol.md §4) and remembers what it needs to send the replies
+// back. It is the routing core only: it never touches the network, never
+// parses bytes and never blocks on I/O, so the daemon can call it on the hot
+// path of every message from any number of goroutines.
+//
+// # Sessions
+//
+// The daemon registers every accepted session with its agent id, the models
+// it serves and an opaque value of its own (the type parameter S, usually the
+// daemon's *session), and keeps the returned *Session handle to pass back on
+// every call. A second registration of the same agent id replaces the first:
+// Register unlinks and removes the old session and returns it, so the daemon
+// can send it CLOSE REPLACED, together with the orphans of its deliveries.
+//
+// # Requests
+//
+// RouteRequest takes a request (DATA without REPLY) and picks its provider:
+//
+//   - Peer non-empty: the session registered under that agent id, or
+//     ErrUnknownAgent. A session may address itself: the request is
+//     delivered back to it like to any other provider, which is harmless and
+//     useful for tests and loopback agents.
+//   - Peer empty: any session serving the model named in the frame's routing
+//     header, the one with the fewest outstanding deliveries. Ties are broken
+//     round robin: the scan starts just after the previous pick and keeps the
+//     first minimum, so equally loaded providers take turns. The
+//     requester itself is never chosen by model (an agent that serves a model
+//     and asks "anyone serving it" wants someone else, and choosing itself
+//     could loop), so if it is the only provider the answer is ErrNoRoute.
+//     The scan reads every provider's counter, so its cost grows with the
+//     number of providers per model (a few ns each).
+//   - A frame without a routing header (TokenNative, or an M2M frame of a
+//     schema other than 01 and 04) and no peer: ErrBadFrame.
+//
+// On success the router has recorded the delivery under a fresh delivery id,
+// non-zero and unique among the provider's outstanding deliveries, which the
+// daemon writes as the request_id of the DATA it sends to the provider (with
+// the requester's agent id as peer). Delivery ids carry a per-slot
+// generation, so a late reply to a finished delivery is recognised as
+// unknown even after its slot has been reused.
+//
+// # Replies
+//
+// RouteReply maps a provider's reply (REPLY flag, request_id = delivery id)
+// back to the requester session, its original request id and the channel
+// the request arrived on. A reply without END (a stream chunk) leaves the
+// mapping in place; the END reply removes it. The router never buffers or
+// reorders: the daemon forwards replies in the order it reads them.
+//
+// # Failures
+//
+// Every failure is a Reason, which is an error (use errors.Is with the Err
+// constants or errors.As to a Reason) and whose Code is the wire error code:
+//
+//   - Errors from RouteRequest are answered: the daemon sends the requester
+//     an error reply (REPLY|END, same request id) with reason.Code(), except
+//     ErrSessionClosed (the sender was removed; its DATA is discarded).
+//   - Errors from RouteReply and Abort are never answered (a reply cannot be
+//     replied to): the message is dropped. ErrRequesterGone means the
+//     requester left, ErrUnknownRequest that no delivery has that id.
+//   - Remove (and Register, when it replaces a session) returns the orphans:
+//     the requests the removed session was serving. The daemon sends each
+//     requester an agent_gone error reply. The requests the removed session
+//     had made itself are forgotten; their late replies end as
+//     ErrRequesterGone.
+//
+// A requester reusing a request id that is still outstanding gets
+// ErrDuplicateRequest (code duplicate_request); the original request is
+// untouched and still receives its replies. A requester with
+// Config.MaxRequests outstanding requests gets ErrTooManyRequests (code
+// too_many_requests); a provider with Config.MaxDeliveries outstanding
+// deliveries is not chosen by model, and a request addressed to it gets
+// ErrProviderBusy (code provider_busy), as does a model whose providers are
+// all saturated. These caps keep every table bounded.
+//
+// # Cost and locking
+//
+// The registry (agents and models) is behind one RWMutex that only
+// registration and removal write. Each session has one mutex for the
+// requests it made and one for the deliveries it serves; no two of these are
+// ever held by one call except the registry read lock with one provider lock,
+// always in that order. Outstanding counts are atomics, so choosing a
+// provider takes no session lock. Routing a request and its END reply
+// allocates nothing in steady state; failure counters are atomics exposed
+// through Stats for /metrics.
+package router

@@ -1,0 +1,259 @@
+package router
+
+import (
+	"math/bits"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Router routes DATA messages between registered sessions. S is the daemon's
+// own session type, handed back through Session.Value. All methods are safe
+// for concurrent use.
+type Router[S any] struct {
+	cfg   Config
+	shift uint // delivery ids keep slot index+1 in their low shift bits
+
+	mu     sync.RWMutex
+	agents map[string]*Session[S]
+	models map[string]*modelRoute[S]
+
+	failures [numReasons]atomic.Uint64
+}
+
+// New returns an empty router.
+func New[S any](cfg Config) *Router[S] {
+	cfg = cfg.effective()
+	return &Router[S]{
+		cfg:    cfg,
+		shift:  uint(bits.Len(uint(cfg.MaxDeliveries))),
+		agents: make(map[string]*Session[S]),
+		models: make(map[string]*modelRoute[S]),
+	}
+}
+
+// Request is what the router needs from a request (DATA without REPLY).
+type Request struct {
+	// ID is the request_id the requester chose (non-zero).
+	ID uint64
+	// Channel is the channel the request arrived on; its replies go back
+	// there.
+	Channel uint64
+	// Peer is the addressed agent id; empty routes by Model.
+	Peer []byte
+	// Model is the model from the frame's routing header. Only read when
+	// Peer is empty and HasRoutingHeader is set.
+	Model []byte
+	// HasRoutingHeader is set for M2M v1 frames of schema 01 (Request) or
+	// 04 (EmbeddingRequest), the only frames that name a model; TokenNative
+	// and other schemas travel only when addressed.
+	HasRoutingHeader bool
+}
+
+// Delivery is where a request goes: the daemon sends it to Provider with
+// request_id = ID and peer = the requester's agent id.
+type Delivery[S any] struct {
+	Provider *Session[S]
+	ID       uint64
+}
+
+// Reply is where a provider's reply goes: to Requester on Channel, with
+// request_id = RequestID and peer = the provider's agent id.
+type Reply[S any] struct {
+	Requester *Session[S]
+	RequestID uint64
+	Channel   uint64
+	// Start is when the request was routed; with End it gives the latency.
+	Start time.Time
+	// End repeats the END flag the reply was routed with: this was the
+	// request's last reply and its mapping is gone.
+	End bool
+}
+
+// Orphan is a request whose provider left before its final reply: the
+// daemon sends Requester an agent_gone error reply with RequestID on
+// Channel. The request id is already free for reuse.
+type Orphan[S any] struct {
+	Requester *Session[S]
+	RequestID uint64
+	Channel   uint64
+}
+
+// Register adds a session under agentID, serving models (may be empty: a
+// pure requester), carrying the daemon's value. If another session held
+// agentID, it is removed as by Remove and returned as replaced, with the
+// orphans of its deliveries; the daemon sends it CLOSE REPLACED and each
+// orphan's requester an agent_gone error.
+func (r *Router[S]) Register(agentID string, models []string, value S) (sess, replaced *Session[S], orphans []Orphan[S], err error) {
+	if err := validAgentID(agentID); err != nil {
+		return nil, nil, nil, err
+	}
+	models, err = cleanModels(models)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	sess = &Session[S]{
+		value:    value,
+		agentID:  agentID,
+		models:   models,
+		requests: make(map[uint64]struct{}),
+	}
+
+	r.mu.Lock()
+	if old := r.agents[agentID]; old != nil {
+		r.unlinkLocked(old)
+		replaced = old
+	}
+	r.agents[agentID] = sess
+	for _, m := range models {
+		route := r.models[m]
+		if route == nil {
+			route = &modelRoute[S]{}
+			r.models[m] = route
+		}
+		route.providers = append(route.providers, sess)
+	}
+	r.mu.Unlock()
+
+	if replaced != nil {
+		orphans = r.close(replaced)
+	}
+	return sess, replaced, orphans, nil
+}
+
+// Remove unregisters s: nothing can be routed to it any more, its
+// outstanding deliveries are returned as orphans (send each requester
+// agent_gone), and the requests it made are forgotten (their replies will be
+// dropped as ErrRequesterGone). Removing a session twice, or one that was
+// replaced, returns nil.
+func (r *Router[S]) Remove(s *Session[S]) []Orphan[S] {
+	r.mu.Lock()
+	if r.agents[s.agentID] == s {
+		r.unlinkLocked(s)
+	}
+	r.mu.Unlock()
+	return r.close(s)
+}
+
+// unlinkLocked makes s unreachable by agent id and by model.
+func (r *Router[S]) unlinkLocked(s *Session[S]) {
+	delete(r.agents, s.agentID)
+	for _, m := range s.models {
+		if route := r.models[m]; route != nil && route.remove(s) {
+			delete(r.models, m)
+		}
+	}
+}
+
+// close marks an unlinked session removed and collects its orphans.
+func (r *Router[S]) close(s *Session[S]) []Orphan[S] {
+	if s.closed.Swap(true) {
+		return nil
+	}
+	s.closeRequester()
+	open := s.closeProvider()
+	var orphans []Orphan[S]
+	for _, sl := range open {
+		// A requester that left too has nobody to tell; its request ids
+		// are gone with it.
+		if sl.requester.closed.Load() {
+			continue
+		}
+		sl.requester.release(sl.requestID)
+		orphans = append(orphans, Orphan[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel})
+	}
+	r.failures[ErrAgentGone].Add(uint64(len(orphans)))
+	return orphans
+}
+
+// RouteRequest chooses the provider of a request from requester and records
+// the delivery. On error, the daemon answers the requester with an error
+// reply of code reason.Code() (see the package doc), except for
+// ErrSessionClosed.
+func (r *Router[S]) RouteRequest(requester *Session[S], req Request) (Delivery[S], error) {
+	d, err := r.routeRequest(requester, &req)
+	if err != nil {
+		r.count(err)
+	}
+	return d, err
+}
+
+func (r *Router[S]) routeRequest(requester *Session[S], req *Request) (Delivery[S], error) {
+	if req.ID == 0 || len(req.Peer) == 0 && !req.HasRoutingHeader {
+		return Delivery[S]{}, ErrBadFrame
+	}
+	if err := requester.reserve(req.ID, r.cfg.MaxRequests); err != nil {
+		return Delivery[S]{}, err
+	}
+	start := time.Now()
+
+	// The read lock is held until the delivery is recorded: Remove unlinks
+	// a session under the write lock before closing it, so a provider found
+	// here cannot be closed under us and its orphans will include this
+	// delivery.
+	r.mu.RLock()
+	var provider *Session[S]
+	var err error
+	if len(req.Peer) > 0 {
+		if provider = r.agents[string(req.Peer)]; provider == nil {
+			err = ErrUnknownAgent
+		}
+	} else if route := r.models[string(req.Model)]; route == nil {
+		err = ErrNoRoute
+	} else {
+		provider, err = route.pick(requester, r.cfg.MaxDeliveries)
+	}
+	var id uint64
+	if err == nil {
+		id, err = provider.deliver(requester, req.ID, req.Channel, start, r.cfg.MaxDeliveries, r.shift)
+	}
+	r.mu.RUnlock()
+
+	if err != nil {
+		requester.release(req.ID)
+		return Delivery[S]{}, err
+	}
+	return Delivery[S]{Provider: provider, ID: id}, nil
+}
+
+// RouteReply maps a reply from provider, whose request_id is deliveryID,
+// back to its requester. end is the reply's END flag: the mapping is removed
+// with it. On error the reply is dropped (and counted), never answered.
+func (r *Router[S]) RouteReply(provider *Session[S], deliveryID uint64, end bool) (Reply[S], error) {
+	rep, err := provider.lookup(deliveryID, end, r.shift)
+	if err != nil {
+		r.count(err)
+		return Reply[S]{}, err
+	}
+	if end {
+		rep.Requester.release(rep.RequestID)
+	}
+	if rep.Requester.closed.Load() {
+		r.count(ErrRequesterGone)
+		return Reply[S]{}, ErrRequesterGone
+	}
+	return rep, nil
+}
+
+// Abort removes a delivery the daemon could not hand to its provider (the
+// provider's send queue was full, or sending failed), as if its END had
+// arrived, and returns where to send the requester the error. Errors are
+// those of RouteReply and mean there is nobody to tell: the requester left,
+// or the provider was removed and the request is already among its orphans.
+func (r *Router[S]) Abort(provider *Session[S], deliveryID uint64) (Reply[S], error) {
+	return r.RouteReply(provider, deliveryID, true)
+}
+
+// Lookup returns the agent's registered session, if any.
+func (r *Router[S]) Lookup(agentID string) (*Session[S], bool) {
+	r.mu.RLock()
+	s, ok := r.agents[agentID]
+	r.mu.RUnlock()
+	return s, ok
+}
+
+func (r *Router[S]) count(err error) {
+	if reason, ok := err.(Reason); ok && reason < numReasons {
+		r.failures[reason].Add(1)
+	}
+}
