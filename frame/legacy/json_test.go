@@ -1,0 +1,74 @@
+package legacy
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+
+	"github.com/m2md/m2md/frame"
+)
+
+// The float writer against an independent formulation of ryu's layout
+// (strconv's fixed format inside the plain range), over random doubles of
+// every magnitude.
+func TestAppendFloatLayout(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := 0; i < 200_000; i++ {
+		f := math.Float64frombits(rng.Uint64())
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			continue
+		}
+		if i%4 == 0 { // also plenty of values near the plain/exponent borders
+			f = float64(rng.IntN(2_000_000)-1_000_000) * math.Pow(10, float64(rng.IntN(44)-22))
+		}
+		got := string(appendFloat(nil, f))
+		want := modelNumber(strconv.FormatFloat(f, 'e', -1, 64))
+		if got != want {
+			t.Fatalf("appendFloat(%v) = %s, want %s", f, got, want)
+		}
+		back, err := strconv.ParseFloat(got, 64)
+		if err != nil || back != f {
+			t.Fatalf("appendFloat(%v) = %s does not round-trip", f, got)
+		}
+	}
+}
+
+// serde's best-effort float parsing is correctly rounded whenever the
+// significand and the power of ten are both exact; check the port there.
+func TestParseFloatMatchesStrconvWhenExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var p parser
+	lim := frame.Limits{}.Effective()
+	for i := 0; i < 100_000; i++ {
+		sig := rng.Uint64N(1 << 53)
+		exp := rng.IntN(45) - 22
+		lit := strconv.FormatUint(sig, 10) + "e" + strconv.Itoa(exp)
+		if rng.IntN(2) == 0 {
+			lit = "-" + lit
+		}
+		n, err := p.parseDocument([]byte(lit), lim)
+		if err != nil {
+			t.Fatalf("%s: %v", lit, err)
+		}
+		want, _ := strconv.ParseFloat(lit, 64)
+		if n.kind != kindFloat || n.float() != want {
+			t.Fatalf("%s parsed to %v, want %v", lit, n.float(), want)
+		}
+	}
+}
+
+func TestAppendQuotedEscapes(t *testing.T) {
+	var in []byte
+	for c := 0; c < 0x80; c++ {
+		in = append(in, byte(c))
+	}
+	in = append(in, "é\u2028\u2029"...)
+	want := `"\u0000\u0001\u0002\u0003\u0004\u0005\u0006\u0007\b\t\n\u000b\f\r\u000e\u000f` +
+		`\u0010\u0011\u0012\u0013\u0014\u0015\u0016\u0017\u0018\u0019\u001a\u001b\u001c\u001d\u001e\u001f` +
+		` !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_` + "`" +
+		"abcdefghijklmnopqrstuvwxyz{|}~\x7fé\u2028\u2029\""
+	if got := string(appendQuoted(nil, in)); got != want {
+		t.Errorf("appendQuoted:\n got %s\nwant %s", got, want)
+	}
+}
