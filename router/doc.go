@@ -10,8 +10,18 @@
 // it serves and an opaque value of its own (the type parameter S, usually the
 // daemon's *session), and keeps the returned *Session handle to pass back on
 // every call. A second registration of the same agent id replaces the first:
-// Register unlinks and removes the old session and returns it, so the daemon
-// can send it CLOSE REPLACED, together with the orphans of its deliveries.
+// Register unlinks the old session (nothing more is routed to it and its own
+// requests are refused) and returns it, so the daemon can send it CLOSE
+// REPLACED.
+//
+// When a session ends, replaced or not, the daemon calls Remove from the
+// goroutine that routed the session's messages, after the last one: Remove
+// returns the orphans, the requests the session was serving, and the daemon
+// sends each requester agent_gone. Doing it there, rather than at the moment
+// of replacement, guarantees that no reply routed from the session reaches a
+// requester after its agent_gone (by which time the requester may have
+// reused the request id). The requests the removed session had made are
+// forgotten; their late replies end as ErrRequesterGone.
 //
 // # Requests
 //
@@ -50,20 +60,20 @@
 //
 // # Failures
 //
-// Every failure is a Reason, which is an error (use errors.Is with the Err
+// Every routing failure is a Reason, which is an error (use errors.Is with the Err
 // constants or errors.As to a Reason) and whose Code is the wire error code:
 //
 //   - Errors from RouteRequest are answered: the daemon sends the requester
 //     an error reply (REPLY|END, same request id) with reason.Code(), except
-//     ErrSessionClosed (the sender was removed; its DATA is discarded).
+//     ErrSessionClosed (the sender was replaced or removed; its DATA is
+//     discarded).
 //   - Errors from RouteReply and Abort are never answered (a reply cannot be
 //     replied to): the message is dropped. ErrRequesterGone means the
 //     requester left, ErrUnknownRequest that no delivery has that id.
-//   - Remove (and Register, when it replaces a session) returns the orphans:
-//     the requests the removed session was serving. The daemon sends each
-//     requester an agent_gone error reply. The requests the removed session
-//     had made itself are forgotten; their late replies end as
-//     ErrRequesterGone.
+//   - Remove returns the orphans as described above (code agent_gone). A
+//     delivery the daemon could not hand to its provider is undone with
+//     Abort, which says where to send the requester the daemon's own error
+//     (e.g. queue_full).
 //
 // A requester reusing a request id that is still outstanding gets
 // ErrDuplicateRequest (code duplicate_request); the original request is
@@ -81,7 +91,8 @@
 // requests it made and one for the deliveries it serves; no two of these are
 // ever held by one call except the registry read lock with one provider lock,
 // always in that order. Outstanding counts are atomics, so choosing a
-// provider takes no session lock. Routing a request and its END reply
-// allocates nothing in steady state; failure counters are atomics exposed
-// through Stats for /metrics.
+// provider takes no session lock. Routing a request and its END reply costs
+// a few hundred nanoseconds and allocates nothing in steady state (see the
+// benchmarks); failure counters are atomics exposed through Stats and
+// Failures for /metrics.
 package router

@@ -24,7 +24,8 @@ type refSession struct {
 	s          *Session[string]
 	agent      string
 	models     []string
-	closed     bool
+	unlinked   bool // replaced or removed
+	closed     bool // removed
 	requests   map[uint64]bool
 	deliveries map[uint64]refDelivery
 	ended      []uint64 // delivery ids that got their END: never handed out again
@@ -46,7 +47,7 @@ var (
 )
 
 func TestPropertyAgainstReference(t *testing.T) {
-	seeds := 300
+	seeds := 120
 	if testing.Short() {
 		seeds = 50
 	}
@@ -94,7 +95,7 @@ func (m *refModel) register() {
 			models = append(models, mod)
 		}
 	}
-	s, replaced, orphans, err := m.r.Register(agent, models, agent)
+	s, replaced, err := m.r.Register(agent, models, agent)
 	if err != nil {
 		m.t.Fatalf("Register: %v", err)
 	}
@@ -103,7 +104,10 @@ func (m *refModel) register() {
 		m.t.Fatalf("Register(%s) replaced %v, want %v", agent, replaced, old)
 	}
 	if old != nil {
-		m.checkOrphans(old, orphans)
+		old.unlinked = true
+		if !old.s.Replaced() || old.s.Closed() {
+			m.t.Fatal("replaced session's state is wrong")
+		}
 	}
 	rs := &refSession{s: s, agent: agent, models: models, requests: map[uint64]bool{}, deliveries: map[uint64]refDelivery{}}
 	m.all = append(m.all, rs)
@@ -118,7 +122,10 @@ func (m *refModel) remove(rs *refSession) {
 		}
 		return
 	}
-	delete(m.byAgent, rs.agent)
+	if m.byAgent[rs.agent] == rs {
+		delete(m.byAgent, rs.agent)
+	}
+	rs.unlinked = true
 	m.checkOrphans(rs, orphans)
 }
 
@@ -162,7 +169,7 @@ func (m *refModel) request() {
 	switch {
 	case req.ID == 0 || len(req.Peer) == 0 && !req.HasRoutingHeader:
 		wantErr = ErrBadFrame
-	case from.closed:
+	case from.unlinked:
 		wantErr = ErrSessionClosed
 	case len(from.requests) >= m.cfg.MaxRequests:
 		wantErr = ErrTooManyRequests
@@ -290,10 +297,13 @@ func (m *refModel) reply() {
 }
 
 func (m *refModel) checkCounts(where string) {
-	pending := 0
+	pending, retiring := 0, 0
 	for _, rs := range m.all {
 		if rs.closed {
 			continue
+		}
+		if rs.unlinked {
+			retiring++
 		}
 		pending += len(rs.deliveries)
 		if rs.s.Outstanding() != len(rs.deliveries) || rs.s.Requests() != len(rs.requests) {
@@ -302,8 +312,8 @@ func (m *refModel) checkCounts(where string) {
 		}
 	}
 	st := m.r.Stats()
-	if st.Pending != pending || st.Sessions != len(m.byAgent) {
-		m.t.Fatalf("%s: stats %+v, want pending %d sessions %d", where, st, pending, len(m.byAgent))
+	if st.Pending != pending || st.Sessions != len(m.byAgent) || st.Retiring != retiring {
+		m.t.Fatalf("%s: stats %+v, want pending %d sessions %d retiring %d", where, st, pending, len(m.byAgent), retiring)
 	}
 	for _, reason := range Reasons() {
 		if st.Failures[reason] != m.want[reason] {
@@ -317,10 +327,10 @@ func (m *refModel) finish() {
 		m.remove(rs)
 	}
 	st := m.r.Stats()
-	if st.Sessions != 0 || st.Models != 0 || st.Pending != 0 {
+	if st.Sessions != 0 || st.Retiring != 0 || st.Models != 0 || st.Pending != 0 {
 		m.t.Fatalf("after removing every session: %+v", st)
 	}
-	if len(m.r.agents) != 0 || len(m.r.models) != 0 {
+	if len(m.r.agents) != 0 || len(m.r.models) != 0 || len(m.r.retiring) != 0 {
 		m.t.Fatalf("registry not empty: %d agents, %d models", len(m.r.agents), len(m.r.models))
 	}
 	for _, rs := range m.all {

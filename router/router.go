@@ -12,11 +12,15 @@ import (
 // for concurrent use.
 type Router[S any] struct {
 	cfg   Config
-	shift uint // delivery ids keep slot index+1 in their low shift bits
+	shift uint      // delivery ids keep slot index+1 in their low shift bits
+	epoch time.Time // carries a monotonic reading; start times are offsets from it
 
 	mu     sync.RWMutex
 	agents map[string]*Session[S]
 	models map[string]*modelRoute[S]
+	// retiring holds sessions replaced by a newer registration and not yet
+	// removed: unreachable, but still answering their deliveries.
+	retiring map[*Session[S]]struct{}
 
 	failures [numReasons]atomic.Uint64
 }
@@ -25,10 +29,12 @@ type Router[S any] struct {
 func New[S any](cfg Config) *Router[S] {
 	cfg = cfg.effective()
 	return &Router[S]{
-		cfg:    cfg,
-		shift:  uint(bits.Len(uint(cfg.MaxDeliveries))),
-		agents: make(map[string]*Session[S]),
-		models: make(map[string]*modelRoute[S]),
+		cfg:      cfg,
+		shift:    uint(bits.Len(uint(cfg.MaxDeliveries))),
+		epoch:    time.Now(),
+		agents:   make(map[string]*Session[S]),
+		models:   make(map[string]*modelRoute[S]),
+		retiring: make(map[*Session[S]]struct{}),
 	}
 }
 
@@ -63,7 +69,8 @@ type Reply[S any] struct {
 	Requester *Session[S]
 	RequestID uint64
 	Channel   uint64
-	// Start is when the request was routed; with End it gives the latency.
+	// Start is when the request was routed (with a monotonic reading, so
+	// time.Since(Start) at End is the request's latency).
 	Start time.Time
 	// End repeats the END flag the reply was routed with: this was the
 	// request's last reply and its mapping is gone.
@@ -80,17 +87,21 @@ type Orphan[S any] struct {
 }
 
 // Register adds a session under agentID, serving models (may be empty: a
-// pure requester), carrying the daemon's value. If another session held
-// agentID, it is removed as by Remove and returned as replaced, with the
-// orphans of its deliveries; the daemon sends it CLOSE REPLACED and each
-// orphan's requester an agent_gone error.
-func (r *Router[S]) Register(agentID string, models []string, value S) (sess, replaced *Session[S], orphans []Orphan[S], err error) {
+// pure requester), carrying the daemon's value.
+//
+// If another session held agentID, it is returned as replaced: from now on
+// nothing is routed to it, by agent id or by model, and its requests are
+// refused with ErrSessionClosed, but replies to the deliveries it already
+// has are still routed until the daemon calls Remove(replaced), which
+// returns them as orphans (agent_gone). The daemon sends replaced CLOSE
+// REPLACED and removes it like any departing session (see Remove).
+func (r *Router[S]) Register(agentID string, models []string, value S) (sess, replaced *Session[S], err error) {
 	if err := validAgentID(agentID); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	models, err = cleanModels(models)
 	if err != nil {
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	sess = &Session[S]{
 		value:    value,
@@ -102,6 +113,7 @@ func (r *Router[S]) Register(agentID string, models []string, value S) (sess, re
 	r.mu.Lock()
 	if old := r.agents[agentID]; old != nil {
 		r.unlinkLocked(old)
+		r.retiring[old] = struct{}{}
 		replaced = old
 	}
 	r.agents[agentID] = sess
@@ -114,29 +126,35 @@ func (r *Router[S]) Register(agentID string, models []string, value S) (sess, re
 		route.providers = append(route.providers, sess)
 	}
 	r.mu.Unlock()
-
-	if replaced != nil {
-		orphans = r.close(replaced)
-	}
-	return sess, replaced, orphans, nil
+	return sess, replaced, nil
 }
 
-// Remove unregisters s: nothing can be routed to it any more, its
-// outstanding deliveries are returned as orphans (send each requester
-// agent_gone), and the requests it made are forgotten (their replies will be
-// dropped as ErrRequesterGone). Removing a session twice, or one that was
-// replaced, returns nil.
+// Remove unregisters s when its session ends (or after it was replaced):
+// nothing can be routed to or from it any more, its outstanding deliveries
+// are returned as orphans (send each requester agent_gone), and the
+// requests it made are forgotten (their replies will be dropped as
+// ErrRequesterGone). Removing a session twice returns nil.
+//
+// Call Remove from the goroutine that routes s's messages, after it has
+// stopped routing them and has handed on the last reply it routed. Then
+// every reply routed from s reaches its requester before the agent_gone for
+// that request, never after it (the requester may reuse the id as soon as
+// it sees agent_gone). Called from elsewhere, the router's tables stay
+// consistent but that ordering is lost.
 func (r *Router[S]) Remove(s *Session[S]) []Orphan[S] {
 	r.mu.Lock()
 	if r.agents[s.agentID] == s {
 		r.unlinkLocked(s)
 	}
+	delete(r.retiring, s)
 	r.mu.Unlock()
 	return r.close(s)
 }
 
-// unlinkLocked makes s unreachable by agent id and by model.
+// unlinkLocked makes s unreachable by agent id and by model and refuses
+// its further requests.
 func (r *Router[S]) unlinkLocked(s *Session[S]) {
+	s.unlinked.Store(true)
 	delete(r.agents, s.agentID)
 	for _, m := range s.models {
 		if route := r.models[m]; route != nil && route.remove(s) {
@@ -185,7 +203,7 @@ func (r *Router[S]) routeRequest(requester *Session[S], req *Request) (Delivery[
 	if err := requester.reserve(req.ID, r.cfg.MaxRequests); err != nil {
 		return Delivery[S]{}, err
 	}
-	start := time.Now()
+	start := time.Since(r.epoch)
 
 	// The read lock is held until the delivery is recorded: Remove unlinks
 	// a session under the write lock before closing it, so a provider found
@@ -220,11 +238,12 @@ func (r *Router[S]) routeRequest(requester *Session[S], req *Request) (Delivery[
 // back to its requester. end is the reply's END flag: the mapping is removed
 // with it. On error the reply is dropped (and counted), never answered.
 func (r *Router[S]) RouteReply(provider *Session[S], deliveryID uint64, end bool) (Reply[S], error) {
-	rep, err := provider.lookup(deliveryID, end, r.shift)
+	rep, start, err := provider.lookup(deliveryID, end, r.shift)
 	if err != nil {
 		r.count(err)
 		return Reply[S]{}, err
 	}
+	rep.Start = r.epoch.Add(start)
 	if end {
 		rep.Requester.release(rep.RequestID)
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"time"
 )
 
 // agentSpec describes a session a test registers; the router's value is the
@@ -19,11 +20,11 @@ func setup(t testing.TB, cfg Config, agents ...agentSpec) (*Router[string], map[
 	r := New[string](cfg)
 	sessions := make(map[string]*Session[string])
 	for _, a := range agents {
-		s, replaced, orphans, err := r.Register(a.id, a.models, a.id)
+		s, replaced, err := r.Register(a.id, a.models, a.id)
 		if err != nil {
 			t.Fatalf("Register(%q): %v", a.id, err)
 		}
-		if replaced != nil || orphans != nil {
+		if replaced != nil {
 			t.Fatalf("Register(%q) replaced %v", a.id, replaced)
 		}
 		sessions[a.id] = s
@@ -81,7 +82,7 @@ func TestRegisterValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := New[string](Config{})
-			s, _, _, err := r.Register(tt.id, tt.models, "v")
+			s, _, err := r.Register(tt.id, tt.models, "v")
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
@@ -237,13 +238,18 @@ func TestLeastOutstandingFollowsLoad(t *testing.T) {
 func TestReplyMapping(t *testing.T) {
 	r, ss := setup(t, Config{}, agentSpec{id: "req"}, agentSpec{id: "prov", models: []string{"m"}})
 	req, prov := ss["req"], ss["prov"]
+	before := time.Now()
 	d := mustRoute(t, r, req, Request{ID: 77, Channel: 8, Model: []byte("m"), HasRoutingHeader: true})
+	after := time.Now()
 
 	// Stream chunks keep the mapping; END removes it.
 	for i, end := range []bool{false, false, false, true} {
 		rep := mustReply(t, r, prov, d.ID, end)
-		if rep.Requester != req || rep.RequestID != 77 || rep.Channel != 8 || rep.End != end || rep.Start.IsZero() {
+		if rep.Requester != req || rep.RequestID != 77 || rep.Channel != 8 || rep.End != end {
 			t.Fatalf("reply %d = %+v", i, rep)
+		}
+		if rep.Start.Before(before) || rep.Start.After(after) || time.Since(rep.Start) < 0 {
+			t.Fatalf("reply %d: Start %v not within the routing call [%v, %v]", i, rep.Start, before, after)
 		}
 		wantOut := 1
 		if end {
@@ -466,16 +472,43 @@ func TestReplace(t *testing.T) {
 	r, ss := setup(t, Config{}, agentSpec{id: "req"}, agentSpec{id: "other"}, agentSpec{id: "p", models: []string{"m", "old-only"}})
 	req, other, old := ss["req"], ss["other"], ss["p"]
 	d := mustRoute(t, r, req, byModel(1, "m"))
-	mustRoute(t, r, old, toPeer(9, "other")) // old's own request
+	own := mustRoute(t, r, old, toPeer(9, "other")) // old's own request
 	od := mustRoute(t, r, other, toPeer(3, "p"))
 
-	neu, replaced, orphans, err := r.Register("p", []string{"m"}, "p-new")
+	neu, replaced, err := r.Register("p", []string{"m"}, "p-new")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if replaced != old || !old.Closed() || neu.Closed() {
-		t.Fatalf("replaced = %v (closed %v), new closed %v", replaced, old.Closed(), neu.Closed())
+	if replaced != old || !old.Replaced() || old.Closed() || neu.Replaced() {
+		t.Fatalf("replaced = %v (replaced %v, closed %v), new replaced %v", replaced, old.Replaced(), old.Closed(), neu.Replaced())
 	}
+	if st := r.Stats(); st.Sessions != 3 || st.Retiring != 1 || st.Models != 1 || st.Pending != 3 {
+		t.Fatalf("stats while retiring = %+v", st)
+	}
+	// The agent id and the model now reach the new session; the old-only
+	// model is gone.
+	if s, _ := r.Lookup("p"); s != neu {
+		t.Fatal("Lookup does not return the new session")
+	}
+	if d2 := mustRoute(t, r, req, byModel(2, "m")); d2.Provider != neu || d2.Provider.Value() != "p-new" {
+		t.Fatal("model routes to the old session")
+	}
+	if _, err := r.RouteRequest(req, byModel(3, "old-only")); !errors.Is(err, ErrNoRoute) {
+		t.Fatalf("old-only model: %v", err)
+	}
+	// The replaced session may not start requests, but its replies in
+	// flight still reach their requesters until it is removed.
+	if _, err := r.RouteRequest(old, toPeer(10, "other")); !errors.Is(err, ErrSessionClosed) {
+		t.Fatalf("request from the replaced session: %v", err)
+	}
+	if rep := mustReply(t, r, old, d.ID, false); rep.Requester != req || rep.RequestID != 1 {
+		t.Fatalf("chunk from the replaced session = %+v", rep)
+	}
+	if rep := mustReply(t, r, other, own.ID, false); rep.Requester != old {
+		t.Fatalf("reply to the replaced session = %+v", rep)
+	}
+
+	orphans := r.Remove(old)
 	if len(orphans) != 2 || orphans[0].Requester == orphans[1].Requester {
 		t.Fatalf("orphans = %+v, want req's 1 and other's 3", orphans)
 	}
@@ -484,44 +517,27 @@ func TestReplace(t *testing.T) {
 			t.Fatalf("unexpected orphan %+v", o)
 		}
 	}
-	// The agent id and the model now reach the new session; the old-only
-	// model is gone.
-	if s, _ := r.Lookup("p"); s != neu {
-		t.Fatal("Lookup does not return the new session")
+	if !old.Closed() {
+		t.Fatal("removed session is not closed")
 	}
-	if d2 := mustRoute(t, r, req, byModel(1, "m")); d2.Provider != neu || d2.Provider.Value() != "p-new" {
-		t.Fatal("model routes to the old session")
-	}
-	if _, err := r.RouteRequest(req, byModel(2, "old-only")); !errors.Is(err, ErrNoRoute) {
-		t.Fatalf("old-only model: %v", err)
-	}
-	// The old session's deliveries and requests are finished with.
-	if _, err := r.RouteReply(old, d.ID, true); !errors.Is(err, ErrSessionClosed) {
-		t.Fatalf("old provider's late reply: %v", err)
-	}
-	if _, err := r.RouteReply(old, od.ID, false); !errors.Is(err, ErrSessionClosed) {
-		t.Fatalf("old provider's late chunk: %v", err)
-	}
-	// The old session's request 9 at "other" is still pending there; its
-	// reply goes nowhere.
-	var ninth uint64
-	for i := range other.slots {
-		if other.slots[i].id != 0 {
-			ninth = other.slots[i].id
+	for _, id := range []uint64{d.ID, od.ID} {
+		if _, err := r.RouteReply(old, id, true); !errors.Is(err, ErrSessionClosed) {
+			t.Fatalf("late reply from the removed session: %v", err)
 		}
 	}
-	if _, err := r.RouteReply(other, ninth, true); !errors.Is(err, ErrRequesterGone) {
-		t.Fatalf("reply to the old session's request: %v", err)
+	// The old session's own request at "other" is forgotten: its reply goes
+	// nowhere.
+	if _, err := r.RouteReply(other, own.ID, true); !errors.Is(err, ErrRequesterGone) {
+		t.Fatalf("reply to the removed session's request: %v", err)
 	}
-	// Removing the old session later (its connection ending) neither
-	// returns orphans again nor touches the new session.
-	if again := r.Remove(old); again != nil {
-		t.Fatalf("Remove(old) = %v", again)
-	}
-	if s, _ := r.Lookup("p"); s != neu {
+	// Removing the old session did not touch the new one.
+	if s, _ := r.Lookup("p"); s != neu || neu.Closed() {
 		t.Fatal("Remove(old) unregistered the new session")
 	}
-	if st := r.Stats(); st.Sessions != 3 || st.Models != 1 {
+	if again := r.Remove(old); again != nil {
+		t.Fatalf("second Remove(old) = %v", again)
+	}
+	if st := r.Stats(); st.Sessions != 3 || st.Retiring != 0 || st.Models != 1 || st.Pending != 1 {
 		t.Fatalf("stats = %+v", st)
 	}
 }
@@ -567,6 +583,9 @@ func TestReasons(t *testing.T) {
 		if !errors.Is(err, reason) || !errors.As(err, &got) || got != reason {
 			t.Errorf("%s does not survive wrapping", reason)
 		}
+	}
+	if r := New[int](Config{}); r.Failures(0) != 0 || r.Failures(200) != 0 {
+		t.Error("Failures of an out-of-range reason")
 	}
 	if Reason(0).Code() != "unknown" || Reason(200).Code() != "unknown" || Reason(200).Error() != "router: unknown reason" {
 		t.Error("out-of-range reason")

@@ -20,6 +20,9 @@ type Session[S any] struct {
 	agentID string
 	models  []string
 
+	// unlinked is set when the session leaves the registry (replaced or
+	// removed): its own requests are refused from then on.
+	unlinked atomic.Bool
 	// closed is set (first) when the session is removed; read without a
 	// lock on the reply path to spot a departed requester.
 	closed atomic.Bool
@@ -48,7 +51,7 @@ type slot[S any] struct {
 	requester *Session[S]
 	requestID uint64
 	channel   uint64
-	start     time.Time
+	start     time.Duration // since the router's epoch: one clock read, not time.Now's two
 }
 
 // Value returns the value the daemon registered the session with.
@@ -61,8 +64,12 @@ func (s *Session[S]) AgentID() string { return s.agentID }
 // registration order). The slice is shared; do not modify it.
 func (s *Session[S]) Models() []string { return s.models }
 
-// Closed reports whether the session was removed or replaced.
+// Closed reports whether the session was removed.
 func (s *Session[S]) Closed() bool { return s.closed.Load() }
+
+// Replaced reports whether a newer session took the agent id (or the session
+// was removed): nothing is routed to it and its requests are refused.
+func (s *Session[S]) Replaced() bool { return s.unlinked.Load() }
 
 // Outstanding returns the number of deliveries sent to this session as a
 // provider whose END has not arrived.
@@ -81,7 +88,7 @@ func (s *Session[S]) reserve(id uint64, max int) error {
 	s.reqMu.Lock()
 	defer s.reqMu.Unlock()
 	switch {
-	case s.reqDone:
+	case s.reqDone || s.unlinked.Load():
 		return ErrSessionClosed
 	case len(s.requests) >= max:
 		// Checked before the duplicate: both refuse, and the cap is the
@@ -105,7 +112,7 @@ func (s *Session[S]) release(id uint64) {
 }
 
 // deliver records a delivery to s (as provider) and returns its id.
-func (s *Session[S]) deliver(req *Session[S], requestID, channel uint64, start time.Time, max int, shift uint) (uint64, error) {
+func (s *Session[S]) deliver(req *Session[S], requestID, channel uint64, start time.Duration, max int, shift uint) (uint64, error) {
 	s.provMu.Lock()
 	defer s.provMu.Unlock()
 	if s.provDone {
@@ -135,23 +142,24 @@ func (s *Session[S]) deliver(req *Session[S], requestID, channel uint64, start t
 }
 
 // lookup finds delivery id and, if end, frees it. The caller releases the
-// request on the requester's side.
-func (s *Session[S]) lookup(id uint64, end bool, shift uint) (Reply[S], error) {
+// request on the requester's side and turns Reply.Start into a time.
+func (s *Session[S]) lookup(id uint64, end bool, shift uint) (Reply[S], time.Duration, error) {
 	mask := uint64(1)<<shift - 1
 	s.provMu.Lock()
 	defer s.provMu.Unlock()
 	if s.provDone {
-		return Reply[S]{}, ErrSessionClosed
+		return Reply[S]{}, 0, ErrSessionClosed
 	}
 	i := id & mask
 	if i == 0 || i > uint64(len(s.slots)) {
-		return Reply[S]{}, ErrUnknownRequest
+		return Reply[S]{}, 0, ErrUnknownRequest
 	}
 	sl := &s.slots[i-1]
 	if sl.id != id {
-		return Reply[S]{}, ErrUnknownRequest
+		return Reply[S]{}, 0, ErrUnknownRequest
 	}
-	rep := Reply[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, Start: sl.start, End: end}
+	rep := Reply[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, End: end}
+	start := sl.start
 	if end {
 		sl.id = 0
 		sl.requester = nil // let a departed requester be collected
@@ -159,17 +167,14 @@ func (s *Session[S]) lookup(id uint64, end bool, shift uint) (Reply[S], error) {
 		s.free = append(s.free, uint32(i-1))
 		s.outstanding.Add(-1)
 	}
-	return rep, nil
+	return rep, start, nil
 }
 
 // closeProvider marks s removed as a provider and returns the deliveries it
-// will never answer.
+// will never answer. Called once, by Router.close.
 func (s *Session[S]) closeProvider() []slot[S] {
 	s.provMu.Lock()
 	defer s.provMu.Unlock()
-	if s.provDone {
-		return nil
-	}
 	s.provDone = true
 	var open []slot[S]
 	for _, sl := range s.slots {

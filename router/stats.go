@@ -4,6 +4,9 @@ package router
 type Stats struct {
 	// Sessions is the number of registered sessions (gauge).
 	Sessions int
+	// Retiring is the number of replaced sessions not yet removed (gauge).
+	// It stays above zero only if the daemon forgets a Remove.
+	Retiring int
 	// Models is the number of distinct models served (gauge).
 	Models int
 	// Pending is the number of deliveries awaiting their END, over all
@@ -24,8 +27,12 @@ func (r *Router[S]) Stats() Stats {
 	}
 	r.mu.RLock()
 	st.Sessions = len(r.agents)
+	st.Retiring = len(r.retiring)
 	st.Models = len(r.models)
 	for _, s := range r.agents {
+		st.Pending += int(s.outstanding.Load())
+	}
+	for s := range r.retiring {
 		st.Pending += int(s.outstanding.Load())
 	}
 	r.mu.RUnlock()
