@@ -1,0 +1,155 @@
+package negotiate
+
+import (
+	"fmt"
+)
+
+// DataFlags are the DATA header's flag bits (docs/protocol.md §4).
+type DataFlags uint8
+
+const (
+	// FlagReply marks a reply to the request with the same request id.
+	FlagReply DataFlags = 1 << 0
+	// FlagEnd marks the last reply of a request; only together with FlagReply.
+	FlagEnd DataFlags = 1 << 1
+
+	knownDataFlags = FlagReply | FlagEnd
+)
+
+func (f DataFlags) valid() bool {
+	return f&^knownDataFlags == 0 && (f&FlagEnd == 0 || f&FlagReply != 0)
+}
+
+// DATA header limits.
+const (
+	// MaxPeerLen is the longest peer agent id in a DATA header.
+	MaxPeerLen = MaxAgentIDLen
+	// MaxDataHeaderLen is the longest DATA header: kind, flags, a 10-byte
+	// request id, the peer length and a 128-byte peer.
+	MaxDataHeaderLen = 1 + 1 + maxUvarintLen + 1 + MaxPeerLen
+
+	maxUvarintLen = 10
+)
+
+// DataHeader is a parsed DATA header.
+type DataHeader struct {
+	Flags     DataFlags
+	RequestID uint64
+	// Peer aliases the parsed message: copy it to keep it beyond the
+	// message's lifetime. Empty means "route by model" in a request.
+	Peer []byte
+}
+
+// IsReply reports FlagReply.
+func (h *DataHeader) IsReply() bool { return h.Flags&FlagReply != 0 }
+
+// IsEnd reports FlagEnd.
+func (h *DataHeader) IsEnd() bool { return h.Flags&FlagEnd != 0 }
+
+// AppendDataHeader appends a DATA message's header (kind byte included) to
+// dst; the frame follows it. It refuses what ParseData would refuse, so a
+// sender cannot emit a message its peer must drop.
+func AppendDataHeader(dst []byte, flags DataFlags, requestID uint64, peer string) ([]byte, error) {
+	if !flags.valid() {
+		return dst, fmt.Errorf("%w: flags %#02x", ErrBadDataHeader, uint8(flags))
+	}
+	if requestID == 0 {
+		return dst, fmt.Errorf("%w: request id 0", ErrBadDataHeader)
+	}
+	if len(peer) > MaxPeerLen {
+		return dst, fmt.Errorf("%w: peer of %d bytes exceeds %d", ErrBadDataHeader, len(peer), MaxPeerLen)
+	}
+	for i := 0; i < len(peer); i++ {
+		if !idChars[peer[i]] {
+			return dst, fmt.Errorf("%w: peer byte %#02x outside [A-Za-z0-9_-]", ErrBadDataHeader, peer[i])
+		}
+	}
+	dst = append(dst, byte(KindData), byte(flags))
+	for requestID >= 0x80 {
+		dst = append(dst, byte(requestID)|0x80)
+		requestID >>= 7
+	}
+	dst = append(dst, byte(requestID), byte(len(peer)))
+	return append(dst, peer...), nil
+}
+
+// AppendData appends a whole DATA message: header and frame. The frame must
+// not be empty.
+func AppendData(dst []byte, flags DataFlags, requestID uint64, peer string, frame []byte) ([]byte, error) {
+	if len(frame) == 0 {
+		return dst, fmt.Errorf("%w: empty frame", ErrBadDataHeader)
+	}
+	dst, err := AppendDataHeader(dst, flags, requestID, peer)
+	if err != nil {
+		return dst, err
+	}
+	return append(dst, frame...), nil
+}
+
+// ParseData reads a DATA message. The returned Peer and frame alias msg. It
+// does not allocate, except to build an error.
+//
+// The request id must be a minimal uvarint (one encoding per value), non-zero
+// and at most 10 bytes; unknown flag bits, FlagEnd without FlagReply, a peer
+// longer than 128 bytes or outside [A-Za-z0-9_-], and an empty frame are
+// refused. The frame itself is not inspected.
+func ParseData(msg []byte) (DataHeader, []byte, error) {
+	var h DataHeader
+	if len(msg) == 0 || Kind(msg[0]) != KindData {
+		return h, nil, ErrNotData
+	}
+	if len(msg) < 2 {
+		return h, nil, fmt.Errorf("%w: %d bytes, no flags", ErrBadDataHeader, len(msg))
+	}
+	h.Flags = DataFlags(msg[1])
+	if !h.Flags.valid() {
+		return h, nil, fmt.Errorf("%w: flags %#02x", ErrBadDataHeader, msg[1])
+	}
+	pos := 2
+	var id uint64
+	for shift := uint(0); ; shift += 7 {
+		if pos >= len(msg) {
+			return h, nil, fmt.Errorf("%w: request id truncated", ErrBadDataHeader)
+		}
+		b := msg[pos]
+		pos++
+		n := pos - 2
+		if n == maxUvarintLen && b > 1 {
+			return h, nil, fmt.Errorf("%w: request id overflows 64 bits", ErrBadDataHeader)
+		}
+		id |= uint64(b&0x7f) << shift
+		if b < 0x80 {
+			if b == 0 && n > 1 {
+				return h, nil, fmt.Errorf("%w: request id not minimally encoded", ErrBadDataHeader)
+			}
+			break
+		}
+	}
+	if id == 0 {
+		return h, nil, fmt.Errorf("%w: request id 0", ErrBadDataHeader)
+	}
+	h.RequestID = id
+	if pos >= len(msg) {
+		return h, nil, fmt.Errorf("%w: peer length missing", ErrBadDataHeader)
+	}
+	peerLen := int(msg[pos])
+	pos++
+	if peerLen > MaxPeerLen {
+		return h, nil, fmt.Errorf("%w: peer length %d exceeds %d", ErrBadDataHeader, peerLen, MaxPeerLen)
+	}
+	if len(msg)-pos < peerLen {
+		return h, nil, fmt.Errorf("%w: peer length %d exceeds remaining %d bytes", ErrBadDataHeader, peerLen, len(msg)-pos)
+	}
+	peer := msg[pos : pos+peerLen : pos+peerLen]
+	for _, c := range peer {
+		if !idChars[c] {
+			return h, nil, fmt.Errorf("%w: peer byte %#02x outside [A-Za-z0-9_-]", ErrBadDataHeader, c)
+		}
+	}
+	pos += peerLen
+	if pos == len(msg) {
+		return h, nil, fmt.Errorf("%w: no frame", ErrBadDataHeader)
+	}
+	h.Peer = peer
+	return h, msg[pos:], nil
+}

@@ -1,0 +1,94 @@
+package negotiate
+
+import (
+	"crypto/rand"
+	"io"
+)
+
+// MaxAgentIDLen is the longest agent id (and org id).
+const MaxAgentIDLen = 128
+
+// idChars marks the bytes allowed in agent ids, org ids and the DATA peer:
+// [A-Za-z0-9_-]. A table keeps the DATA parser branch-free per byte.
+var idChars = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	t['_'], t['-'] = true, true
+	return t
+}()
+
+// ValidAgentID reports whether s is 1-128 characters of [A-Za-z0-9_-], the
+// rule for agent ids and org ids (wire reference §4.4).
+func ValidAgentID(s string) bool {
+	if len(s) == 0 || len(s) > MaxAgentIDLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if !idChars[s[i]] {
+			return false
+		}
+	}
+	return true
+}
+
+// Session ids: "sess_" and 20 characters of [A-Za-z0-9] (about 119 bits).
+const (
+	sessionIDPrefix  = "sess_"
+	sessionIDRandLen = 20
+	// SessionIDLen is the length of every session id.
+	SessionIDLen = len(sessionIDPrefix) + sessionIDRandLen
+)
+
+const alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
+
+// NewSessionID returns a fresh session id drawn from crypto/rand.
+func NewSessionID() string {
+	id, err := newSessionID(rand.Reader)
+	if err != nil {
+		// crypto/rand.Reader does not fail (it crashes the program first).
+		panic(err)
+	}
+	return id
+}
+
+// newSessionID draws with rejection sampling: bytes >= 248 (= 4·62) are
+// discarded so that every character is equally likely (no modulo bias).
+func newSessionID(r io.Reader) (string, error) {
+	out := make([]byte, len(sessionIDPrefix), SessionIDLen)
+	copy(out, sessionIDPrefix)
+	var buf [32]byte
+	for len(out) < SessionIDLen {
+		if _, err := io.ReadFull(r, buf[:]); err != nil {
+			return "", err
+		}
+		for _, b := range buf {
+			if int(b) >= 4*len(alnum) {
+				continue
+			}
+			out = append(out, alnum[int(b)%len(alnum)])
+			if len(out) == SessionIDLen {
+				break
+			}
+		}
+	}
+	return string(out), nil
+}
+
+// ValidSessionID reports whether s has the shape of an m2md session id.
+func ValidSessionID(s string) bool {
+	if len(s) != SessionIDLen || s[:len(sessionIDPrefix)] != sessionIDPrefix {
+		return false
+	}
+	for i := len(sessionIDPrefix); i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}

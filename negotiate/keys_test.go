@@ -1,0 +1,119 @@
+package negotiate
+
+import (
+	"bytes"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"testing"
+)
+
+// Vectors from the wire reference §4.4 and §4.6.
+func TestAgentKeyVector(t *testing.T) {
+	k, err := deriveAgentKey(testMaster, "test-org", "agent-001")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := hex.EncodeToString(k), "c87f687fae1cf5991cd0cc64e113ec09750b0d1c41338a41cd8ad90bdd60dba1"; got != want {
+		t.Fatalf("agent key %s, want %s", got, want)
+	}
+}
+
+func TestX25519Vector(t *testing.T) {
+	a, err := ephemeralKey(bytes.NewReader(seq(0x01, 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := ephemeralKey(bytes.NewReader(seq(0x80, 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hex.EncodeToString(a.PublicKey().Bytes()); got != "07a37cbc142093c8b755dc1b10e86cb426374ad16aa853ed0bdfc0b2b86d1c7c" {
+		t.Fatalf("pk_A %s", got)
+	}
+	if got := hex.EncodeToString(b.PublicKey().Bytes()); got != "493e82fc74464a59268817623d2053c5eb8e2cc4a988b4fee179ec6b010d531d" {
+		t.Fatalf("pk_B %s", got)
+	}
+	s1, err := sharedSecret(a, b.PublicKey().Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	s2, err := sharedSecret(b, a.PublicKey().Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hex.EncodeToString(s1); got != "5266019be756db8c25a94f398234f82d8fc04c95ca6375587edaf39ce04cc631" || !bytes.Equal(s1, s2) {
+		t.Fatalf("shared %s / %x", got, s2)
+	}
+}
+
+func TestSharedSecretRefusesLowOrderPoint(t *testing.T) {
+	a, _ := ephemeralKey(bytes.NewReader(seq(0x01, 32)))
+	for _, pub := range [][]byte{make([]byte, 32), append([]byte{1}, make([]byte, 31)...), make([]byte, 31)} {
+		if _, err := sharedSecret(a, pub); err == nil {
+			t.Errorf("public key %x accepted", pub)
+		}
+	}
+}
+
+// The proof and the transcript are rebuilt here byte by byte from the text
+// of docs/protocol.md §5, independently of the code's incremental hashing.
+func TestProofLayout(t *testing.T) {
+	key := seq(0x10, 32)
+	pub, nonce := seq(0x40, 32), seq(0x60, 32)
+	msg := []byte("m2m/1 hello")
+	msg = append(msg, 4)
+	msg = append(msg, "acme"...)
+	msg = append(msg, 5)
+	msg = append(msg, "alice"...)
+	msg = append(msg, pub...)
+	msg = append(msg, nonce...)
+	msg = append(msg, 0x00, 0x00, 0x01, 0x8d, 0x18, 0xf0, 0x06, 0x80) // 1705520400000 BE
+	m := hmac.New(sha256.New, key)
+	m.Write(msg)
+	want := m.Sum(nil)
+	got := helloProof(key, "acme", "alice", pub, nonce, 1705520400000)
+	if !bytes.Equal(got[:], want) {
+		t.Fatalf("proof %x, want %x", got, want)
+	}
+}
+
+func TestTranscriptLayout(t *testing.T) {
+	h, a := []byte(`{"type":"HELLO"}`), []byte(`{"type":"ACCEPT","x":1}`)
+	var buf []byte
+	buf = append(buf, "m2m/1 transcript"...)
+	buf = append(buf, 0, 0, 0, byte(len(h)))
+	buf = append(buf, h...)
+	buf = append(buf, 0, 0, 0, byte(len(a)))
+	buf = append(buf, a...)
+	if got, want := transcriptHash(h, a), sha256.Sum256(buf); got != want {
+		t.Fatalf("transcript %x, want %x", got, want)
+	}
+	// The length prefixes make the split unambiguous.
+	if transcriptHash([]byte("ab"), []byte("c")) == transcriptHash([]byte("a"), []byte("bc")) {
+		t.Fatal("transcript does not separate HELLO from ACCEPT")
+	}
+}
+
+func TestFrameKeysDependOnEveryInput(t *testing.T) {
+	shared := seq(0x20, 32)
+	var tr [32]byte
+	c2s, s2c, err := frameKeys(shared, nil, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c2s == s2c {
+		t.Fatal("both directions share a key")
+	}
+	tr2 := tr
+	tr2[31] ^= 1
+	c2s2, s2c2, _ := frameKeys(shared, nil, tr2)
+	c2s3, s2c3, _ := frameKeys(shared, seq(0x99, 32), tr)
+	shared[0] ^= 1
+	c2s4, s2c4, _ := frameKeys(shared, nil, tr)
+	for name, k := range map[string][2][32]byte{"transcript": {c2s2, s2c2}, "agent key": {c2s3, s2c3}, "shared": {c2s4, s2c4}} {
+		if k[0] == c2s || k[1] == s2c {
+			t.Errorf("changing the %s leaves a key unchanged", name)
+		}
+	}
+}

@@ -1,0 +1,306 @@
+package negotiate
+
+import (
+	"crypto/hmac"
+	"errors"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/m2md/m2md/frame"
+)
+
+// Server is the daemon's side of the handshake. It holds the policy, the
+// org secrets and the cache of used proofs; it is safe for concurrent use
+// by all connections.
+type Server struct {
+	cfg          ServerConfig // OrgSecrets guarded by secretsMu
+	authRequired bool
+	proofs       *proofCache
+
+	secretsMu sync.RWMutex
+}
+
+// NewServer validates cfg, fills in its defaults and copies the org secrets.
+func NewServer(cfg ServerConfig) (*Server, error) {
+	eff, err := cfg.effective()
+	if err != nil {
+		return nil, err
+	}
+	if len(cfg.OrgSecrets) > 0 {
+		eff.OrgSecrets = make(map[string][]byte, len(cfg.OrgSecrets))
+		for org, secret := range cfg.OrgSecrets {
+			eff.OrgSecrets[org] = slices.Clone(secret)
+		}
+	}
+	return &Server{
+		cfg:          eff,
+		authRequired: len(eff.OrgSecrets) > 0,
+		proofs:       newProofCache(eff.ReplayCacheSize, 2*ProofWindow),
+	}, nil
+}
+
+// Config returns the effective configuration (defaults filled in) without
+// the org secrets.
+func (s *Server) Config() ServerConfig {
+	c := s.cfg
+	c.OrgSecrets = nil
+	c.entropy = nil
+	return c
+}
+
+// Close wipes the server's copies of the org secrets. If the server
+// required authentication, every later HELLO fails it.
+func (s *Server) Close() {
+	s.secretsMu.Lock()
+	defer s.secretsMu.Unlock()
+	for org, secret := range s.cfg.OrgSecrets {
+		clear(secret)
+		delete(s.cfg.OrgSecrets, org)
+	}
+}
+
+// Accept runs the daemon's side of the handshake on the first message of a
+// connection (kind byte first) at time now. atCapacity says the daemon is
+// at its session limit.
+//
+// On success it returns the session and the ACCEPT to send. Otherwise it
+// returns the REJECT to send (then close the connection) and a *RejectError;
+// a first message that is not a well-formed HELLO gets REJECT UNKNOWN, and
+// the *RejectError then also unwraps to the parse error.
+func (s *Server) Accept(now time.Time, msg []byte, atCapacity bool) (*Session, []byte, error) {
+	hello, err := ParseControl(msg)
+	if err == nil && hello.Type != TypeHello {
+		err = errors.New("first message is " + string(hello.Type) + ", not HELLO")
+	}
+	if err != nil {
+		rej := &RejectError{Code: RejectUnknown, Message: "malformed HELLO: " + err.Error(), cause: err}
+		return nil, s.reject(now, rej), rej
+	}
+	sess, reply, err := s.accept(now, msg[1:], hello, atCapacity)
+	if err != nil {
+		var rej *RejectError
+		if !errors.As(err, &rej) {
+			rej = &RejectError{Code: RejectUnknown, Message: "handshake failed", cause: err}
+		}
+		return nil, s.reject(now, rej), rej
+	}
+	return sess, reply, nil
+}
+
+func (s *Server) reject(now time.Time, rej *RejectError) []byte {
+	return AppendReject(nil, now, rej.Code, rej.Message)
+}
+
+func (s *Server) accept(now time.Time, helloJSON []byte, hello *ControlMessage, atCapacity bool) (*Session, []byte, error) {
+	params, agentKey, err := s.negotiate(now, hello, atCapacity)
+	defer clear(agentKey)
+	if err != nil {
+		return nil, nil, err
+	}
+	caps := hello.Capabilities
+
+	priv, err := ephemeralKey(s.cfg.entropy)
+	if err != nil {
+		return nil, nil, err
+	}
+	shared, err := sharedSecret(priv, caps.Security.PublicKey)
+	if err != nil {
+		return nil, nil, rejectf(RejectSecurityPolicy, "unusable public key")
+	}
+	defer clear(shared)
+	nonce, err := randomBytes(s.cfg.entropy, NonceSize)
+	if err != nil {
+		return nil, nil, err
+	}
+	id := ""
+	if s.cfg.entropy != nil {
+		id, err = newSessionID(s.cfg.entropy)
+		if err != nil {
+			return nil, nil, err
+		}
+	} else {
+		id = NewSessionID()
+	}
+
+	accept := &ControlMessage{
+		Type:      TypeAccept,
+		SessionID: id,
+		Timestamp: unixMilli(now),
+		Capabilities: &Capabilities{
+			Version:   ProtocolVersion,
+			AgentID:   s.cfg.AgentID,
+			AgentType: DaemonAgentType,
+			Compression: Compression{
+				Algorithms:        s.cfg.Algorithms,
+				MaxPayload:        uint64(s.cfg.MaxPayload),
+				Streaming:         true,
+				Encodings:         s.cfg.Encodings,
+				PreferredEncoding: s.cfg.Encodings[0],
+			},
+			Security: SecurityCaps{
+				BlockThreshold: 0.8,
+				Mode:           params.SecurityMode,
+				KeyExchange:    KeyExchangeX25519,
+				PublicKey:      priv.PublicKey().Bytes(),
+				Nonce:          nonce,
+			},
+			Negotiated: &params,
+		},
+	}
+	reply, err := AppendControl(nil, accept)
+	if err != nil {
+		return nil, nil, err
+	}
+	sess := &Session{
+		ID:         id,
+		Role:       RoleServer,
+		AgentID:    caps.AgentID,
+		Params:     params,
+		Peer:       caps,
+		Transcript: transcriptHash(helloJSON, reply[1:]),
+	}
+	if params.Authenticated {
+		sess.Org = caps.Security.Org
+	}
+	if sess.c2s, sess.s2c, err = frameKeys(shared, agentKey, sess.Transcript); err != nil {
+		return nil, nil, err
+	}
+	return sess, reply, nil
+}
+
+// Negotiate decides the session parameters for a parsed HELLO, or returns a
+// *RejectError (docs/protocol.md §3.2): version, algorithms, encoding,
+// max_payload, security mode, authentication, capacity, in this order.
+//
+// Accept calls it; it is exported for callers that want the decision
+// without the key exchange. An authenticated HELLO's proof is recorded as
+// used, so the same HELLO cannot then be passed to Accept.
+func (s *Server) Negotiate(now time.Time, hello *ControlMessage, atCapacity bool) (Negotiated, error) {
+	n, agentKey, err := s.negotiate(now, hello, atCapacity)
+	clear(agentKey)
+	return n, err
+}
+
+func (s *Server) negotiate(now time.Time, hello *ControlMessage, atCapacity bool) (Negotiated, []byte, error) {
+	if hello == nil || hello.Type != TypeHello || hello.Capabilities == nil {
+		return Negotiated{}, nil, rejectf(RejectUnknown, "not a HELLO")
+	}
+	c := hello.Capabilities
+	n := Negotiated{
+		SessionTimeout: s.cfg.SessionTimeout,
+		PingInterval:   s.cfg.PingInterval,
+		PongTimeout:    s.cfg.PongTimeout,
+	}
+
+	// 1. Version: the major part (before the first '.') must match.
+	if majorVersion(c.Version) != majorVersion(ProtocolVersion) {
+		return n, nil, rejectf(RejectVersionMismatch, "version %s is not compatible with %s", truncateForError(c.Version), ProtocolVersion)
+	}
+
+	// 2. Algorithms: the intersection in the client's order. TokenNative
+	// frames carry no security, so they are offered only in mode none.
+	mode := c.Security.Mode
+	for _, a := range c.Compression.Algorithms {
+		if !slices.Contains(s.cfg.Algorithms, a) || slices.Contains(n.Algorithms, a) {
+			continue
+		}
+		if a == AlgorithmTokenNative && mode != frame.SecurityNone {
+			continue
+		}
+		n.Algorithms = append(n.Algorithms, a)
+	}
+	if len(n.Algorithms) == 0 {
+		return n, nil, rejectf(RejectNoCommonAlgorithm, "no common compression algorithm")
+	}
+
+	// 3. Encoding: the client's preferred one, else its first the daemon
+	// has, else Cl100kBase.
+	n.Encoding = EncodingCl100k
+	if slices.Contains(s.cfg.Encodings, c.Compression.PreferredEncoding) {
+		n.Encoding = c.Compression.PreferredEncoding
+	} else {
+		for _, e := range c.Compression.Encodings {
+			if slices.Contains(s.cfg.Encodings, e) {
+				n.Encoding = e
+				break
+			}
+		}
+	}
+
+	// 4. max_payload: the smaller wish; 0 is no wish; within 1 KiB..16 MiB.
+	n.MaxPayload = s.cfg.MaxPayload
+	if want := c.Compression.MaxPayload; want != 0 && want < uint64(n.MaxPayload) {
+		n.MaxPayload = max(int(want), MinPayloadLimit)
+	}
+
+	// 5. Security mode: the client's, unless weaker than the policy.
+	if mode < s.cfg.MinSecurity {
+		return n, nil, rejectf(RejectSecurityPolicy, "security mode %s is weaker than the required %s", mode, s.cfg.MinSecurity)
+	}
+	n.SecurityMode = mode
+
+	// 6. Authentication, when the daemon has org secrets.
+	var agentKey []byte
+	if s.authRequired {
+		var err error
+		if agentKey, err = s.authenticate(now, hello); err != nil {
+			return n, nil, err
+		}
+		n.Authenticated = true
+	}
+
+	// 7. Capacity, last: an unauthenticated peer learns nothing about load.
+	if atCapacity {
+		clear(agentKey)
+		return n, nil, rejectf(RejectServerBusy, "the daemon is at its session limit")
+	}
+	return n, agentKey, nil
+}
+
+// authenticate checks the HELLO's proof and returns the agent key. The
+// messages do not say whether the org or the proof was wrong: that would
+// tell a prober which orgs exist.
+func (s *Server) authenticate(now time.Time, hello *ControlMessage) ([]byte, error) {
+	sec := &hello.Capabilities.Security
+	if sec.Org == "" || len(sec.Proof) == 0 {
+		return nil, rejectf(RejectSecurityPolicy, "agent authentication required")
+	}
+	skew := now.Sub(hello.Time())
+	if skew > ProofWindow || skew < -ProofWindow {
+		return nil, rejectf(RejectSecurityPolicy, "HELLO timestamp is more than %v from the daemon's clock", ProofWindow)
+	}
+	s.secretsMu.RLock()
+	master, ok := s.cfg.OrgSecrets[sec.Org]
+	var agentKey []byte
+	err := errors.New("unknown org")
+	if ok {
+		agentKey, err = deriveAgentKey(master, sec.Org, hello.Capabilities.AgentID)
+	}
+	s.secretsMu.RUnlock()
+	if err != nil {
+		return nil, rejectf(RejectSecurityPolicy, "authentication failed")
+	}
+	want := helloProof(agentKey, sec.Org, hello.Capabilities.AgentID, sec.PublicKey, sec.Nonce, uint64(hello.Timestamp))
+	if !hmac.Equal(want[:], sec.Proof) {
+		clear(agentKey)
+		return nil, rejectf(RejectSecurityPolicy, "authentication failed")
+	}
+	switch err := s.proofs.add(now, want); {
+	case errors.Is(err, errProofReplayed):
+		clear(agentKey)
+		return nil, rejectf(RejectSecurityPolicy, "HELLO replayed")
+	case err != nil:
+		clear(agentKey)
+		return nil, rejectf(RejectRateLimited, "too many handshakes, try again later")
+	}
+	return agentKey, nil
+}
+
+func majorVersion(v string) string {
+	if i := strings.IndexByte(v, '.'); i >= 0 {
+		return v[:i]
+	}
+	return v
+}
