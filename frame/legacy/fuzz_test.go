@@ -1,0 +1,173 @@
+package legacy
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/m2md/m2md/frame"
+)
+
+// Every decoder must either append a well-formed result or fail with one of
+// the package's errors and leave dst exactly as it was.
+
+var fuzzPrefix = []byte("keep")
+
+func checkDecodeResult(t *testing.T, name string, out []byte, err error) []byte {
+	t.Helper()
+	if err != nil {
+		var e *Error
+		if !errors.As(err, &e) || !(errors.Is(err, ErrMalformed) || errors.Is(err, ErrLimit) ||
+			errors.Is(err, ErrNotUTF8) || errors.Is(err, ErrNonASCII)) {
+			t.Fatalf("%s: untyped error %v", name, err)
+		}
+		if !bytes.Equal(out, fuzzPrefix) {
+			t.Fatalf("%s: failed with %v but returned %q", name, err, out)
+		}
+		return nil
+	}
+	if !bytes.HasPrefix(out, fuzzPrefix) {
+		t.Fatalf("%s: dst prefix lost", name)
+	}
+	return out[len(fuzzPrefix):]
+}
+
+func addCorpusSeeds(f *testing.F, encode func([]byte) ([]byte, error)) {
+	for i, c := range loadCorpus(f) {
+		if i%4 != 0 || len(c.data) > 8<<10 { // a spread of shapes, kept small for speed
+			continue
+		}
+		if enc, err := encode(c.data); err == nil {
+			f.Add(enc)
+		}
+	}
+}
+
+func FuzzDecodeT1(f *testing.F) {
+	for _, v := range t1Vectors {
+		f.Add([]byte(v.want))
+		f.Add([]byte(v.in))
+	}
+	f.Add([]byte("#T1|\x0c\x01Hi\"}]}"))
+	f.Add([]byte(`#T1|{"v":[18446744073709551616,-0,1e-400,1.5e300,0.000001,"\ud83d\ude00\u0001"]}`))
+	addCorpusSeeds(f, func(b []byte) ([]byte, error) { return EncodeT1(nil, b, T1Options{}) })
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out, err := DecodeT1(bytes.Clone(fuzzPrefix), data, frame.Limits{})
+		dec := checkDecodeResult(t, "DecodeT1", out, err)
+		if err == nil {
+			if !json.Valid(dec) || !utf8.Valid(dec) {
+				t.Fatalf("DecodeT1 produced invalid JSON %q", dec)
+			}
+			// Decoding is idempotent: nothing left to expand or restore.
+			again, err := DecodeT1(nil, dec, frame.Limits{})
+			if err != nil || !bytes.Equal(again, dec) {
+				t.Fatalf("DecodeT1 not idempotent: %q -> %q (%v)", dec, again, err)
+			}
+		}
+
+		// The same bytes as plain JSON: whatever EncodeT1 accepts must be
+		// JSON, and must decode, with or without the pattern table.
+		enc, err := EncodeT1(bytes.Clone(fuzzPrefix), data, T1Options{})
+		enc = checkDecodeResult(t, "EncodeT1", enc, err)
+		if err != nil {
+			return
+		}
+		if !json.Valid(data) {
+			t.Fatalf("EncodeT1 accepted invalid JSON %q", data)
+		}
+		if !strings.HasPrefix(string(enc), PrefixT1) || !json.Valid(enc[len(PrefixT1):]) {
+			t.Fatalf("EncodeT1 produced %q", enc)
+		}
+		plain, err := DecodeT1(nil, enc, frame.Limits{})
+		if err != nil {
+			t.Fatalf("DecodeT1(EncodeT1(%q)) failed: %v", data, err)
+		}
+		pat, err := EncodeT1(nil, data, T1Options{Patterns: true})
+		if err != nil {
+			t.Fatalf("EncodeT1 with patterns failed where without succeeded: %v", err)
+		}
+		viaPat, err := DecodeT1(nil, pat, frame.Limits{})
+		if err != nil || !bytes.Equal(viaPat, plain) {
+			t.Fatalf("pattern table changed the decoded document: %q vs %q (%v)", viaPat, plain, err)
+		}
+	})
+}
+
+// Fuzzing uses a 1 MiB decompression cap so that bombs fail fast.
+var fuzzZlibLimits = frame.Limits{MaxDecompressed: 1 << 20}
+
+func FuzzDecodeZlib(f *testing.F) {
+	for _, v := range zlibForeignVectors {
+		f.Add([]byte(v))
+	}
+	f.Add([]byte(PrefixZlib))
+	f.Add([]byte(PrefixZlib + "eJwDAAAAAAE="))
+	addCorpusSeeds(f, func(b []byte) ([]byte, error) { return EncodeZlib(nil, b, frame.Limits{}) })
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out, err := DecodeZlib(bytes.Clone(fuzzPrefix), data, fuzzZlibLimits)
+		dec := checkDecodeResult(t, "DecodeZlib", out, err)
+		if err == nil {
+			if !utf8.Valid(dec) || len(dec) > fuzzZlibLimits.MaxDecompressed {
+				t.Fatalf("DecodeZlib produced %d bytes of invalid or oversized text", len(dec))
+			}
+			roundTripZlib(t, dec)
+		}
+		if utf8.Valid(data) {
+			roundTripZlib(t, data)
+		}
+	})
+}
+
+func roundTripZlib(t *testing.T, text []byte) {
+	enc, err := EncodeZlib(nil, text, fuzzZlibLimits)
+	if err != nil {
+		t.Fatalf("EncodeZlib: %v", err)
+	}
+	dec, err := DecodeZlib(nil, enc, fuzzZlibLimits)
+	if err != nil || !bytes.Equal(dec, text) {
+		t.Fatalf("zlib round trip of %q failed: %v", text, err)
+	}
+}
+
+func FuzzDecodeDictionary(f *testing.F) {
+	for _, v := range dictionaryVectors {
+		f.Add([]byte(v.wire))
+		f.Add([]byte(v.text))
+	}
+	f.Add([]byte(PrefixDictionary))
+	f.Add([]byte("#M2M|1|IgABAAAA"))
+	f.Add([]byte("#M2M|gYGBgYGBgYE="))
+	addCorpusSeeds(f, func(b []byte) ([]byte, error) { return EncodeDictionary(nil, b, frame.Limits{}) })
+
+	f.Fuzz(func(t *testing.T, data []byte) {
+		out, err := DecodeDictionary(bytes.Clone(fuzzPrefix), data, frame.Limits{})
+		dec := checkDecodeResult(t, "DecodeDictionary", out, err)
+		if err == nil {
+			if !isASCII(dec) {
+				t.Fatalf("DecodeDictionary produced non-ASCII text")
+			}
+			roundTripDictionary(t, dec)
+		}
+		if isASCII(data) {
+			roundTripDictionary(t, data)
+		} else if _, err := EncodeDictionary(nil, data, frame.Limits{}); !errors.Is(err, ErrNonASCII) {
+			t.Fatalf("EncodeDictionary accepted non-ASCII input: %v", err)
+		}
+	})
+}
+
+func roundTripDictionary(t *testing.T, text []byte) {
+	enc, err := EncodeDictionary(nil, text, frame.Limits{})
+	if err != nil {
+		t.Fatalf("EncodeDictionary: %v", err)
+	}
+	dec, err := DecodeDictionary(nil, enc, frame.Limits{})
+	if err != nil || !bytes.Equal(dec, text) {
+		t.Fatalf("dictionary round trip of %q failed: %v", text, err)
+	}
+}
