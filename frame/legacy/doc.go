@@ -34,9 +34,10 @@
 // its own small JSON parser and writer with serde's semantics: object keys
 // sorted by their UTF-8 bytes, the last duplicate key winning, integers kept
 // exactly when they fit u64/i64, other numbers parsed with serde's default
-// (not always correctly rounded) algorithm and written in ryu's shortest
-// layout (1.0, 1e16, 1e-6, 0.00001), and strings escaped only where serde
-// escapes them. Peak memory for T1 is about 20 bytes per JSON value plus the
+// (not always correctly rounded) algorithm and written as serde_json 1.0.149
+// writes them (zmij: shortest digits, 1.0, 0.00001, 1e+16, 1e-6; older
+// serde_json releases used ryu and wrote 1e16), and strings escaped only
+// where serde escapes them. Peak memory for T1 is about 20 bytes per JSON value plus the
 // input and output, so a pathological 16 MiB array of one-digit numbers
 // costs on the order of 160 MiB; realistic messages cost a few times their
 // size.

@@ -29,7 +29,9 @@ type Error struct {
 	// Kind is one of the package's sentinel errors.
 	Kind error
 	// Offset is the byte offset in the input where the problem was found,
-	// or -1 when the problem is not tied to a position.
+	// or -1 when the problem is not tied to a position. For DecodeT1 it
+	// counts from the start of the JSON text, after the "#T1|" prefix and
+	// after pattern expansion.
 	Offset int
 	// Detail says what was wrong, without payload bytes.
 	Detail string

@@ -246,10 +246,13 @@ func (p *parser) numberAsF64(n node) float64 {
 	return float64(v)
 }
 
-// appendFloat formats a finite f64 the way serde_json writes it (ryu's
-// layout, kept by zmij in newer serde_json): the shortest digits that
-// round-trip, plain notation with a ".0" on integral values when
-// 1e-5 <= |f| < 1e16, otherwise d.ddde±x with no '+' sign.
+// appendFloat formats a finite f64 the way serde_json 1.0.149 writes it.
+// That version formats with zmij, whose output is ryu's layout with an
+// explicit sign on every exponent: the shortest digits that round-trip,
+// plain notation with a ".0" on integral values when the decimal exponent is
+// in [-5, 15] (1.0, 0.00001, 1000000000000000.0), otherwise d.ddde±x
+// (1e+16, 1.5e+300, 1e-6). serde_json up to 1.0.146 used ryu, which writes
+// no '+' (1e16); see zmij's tests/ryu_comparison.rs.
 func appendFloat(dst []byte, f float64) []byte {
 	if f == 0 {
 		if math.Signbit(f) {
@@ -295,13 +298,16 @@ func appendFloat(dst []byte, f float64) []byte {
 			dst = append(dst, '0')
 		}
 		return append(dst, d...)
-	case length == 1: // 1e30
-		dst = append(dst, d[0], 'e')
-		return strconv.AppendInt(dst, int64(kk-1), 10)
-	default: // 1234e30 -> 1.234e33
-		dst = append(dst, d[0], '.')
-		dst = append(dst, d[1:]...)
+	default: // 1e30 -> 1e+30, 1234e30 -> 1.234e+33
+		dst = append(dst, d[0])
+		if length > 1 {
+			dst = append(dst, '.')
+			dst = append(dst, d[1:]...)
+		}
 		dst = append(dst, 'e')
+		if kk-1 >= 0 {
+			dst = append(dst, '+')
+		}
 		return strconv.AppendInt(dst, int64(kk-1), 10)
 	}
 }

@@ -9,6 +9,41 @@ import (
 	"github.com/m2md/m2md/frame"
 )
 
+// Expected strings from zmij's own test suite (tests/test.rs), the
+// formatter of serde_json 1.0.149, plus the layout borders.
+func TestAppendFloatZmijVectors(t *testing.T) {
+	tests := []struct {
+		f    float64
+		want string
+	}{
+		{6.62607015e-34, "6.62607015e-34"},
+		{math.SmallestNonzeroFloat64, "5e-324"},
+		{1e-323, "1e-323"},
+		{1.2e-322, "1.2e-322"},
+		{1.24e-322, "1.24e-322"},
+		{1.234e-320, "1.234e-320"},
+		{1.0, "1.0"},
+		{0.0, "0.0"},
+		{math.Copysign(0, -1), "-0.0"},
+		{-4.932096661796888e-226, "-4.932096661796888e-226"},
+		{3.439070283483335e+35, "3.439070283483335e+35"},
+		{6.606854224493745e-17, "6.606854224493745e-17"},
+		{6.079537928711555e+61, "6.079537928711555e+61"},
+		{1e15, "1000000000000000.0"},
+		{1e16, "1e+16"},
+		{1.5e16, "1.5e+16"},
+		{0.00001, "0.00001"},
+		{0.000001, "1e-6"},
+		{123.456, "123.456"},
+		{math.MaxFloat64, "1.7976931348623157e+308"},
+	}
+	for _, tc := range tests {
+		if got := string(appendFloat(nil, tc.f)); got != tc.want {
+			t.Errorf("appendFloat(%v) = %s, want %s", tc.f, got, tc.want)
+		}
+	}
+}
+
 // The float writer against an independent formulation of ryu's layout
 // (strconv's fixed format inside the plain range), over random doubles of
 // every magnitude.

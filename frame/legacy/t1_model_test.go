@@ -243,7 +243,12 @@ func modelNumber(lit string) string {
 		}
 		return s
 	}
-	return mant + "e" + strconv.Itoa(x)
+	sign := "+" // serde_json 1.0.149 (zmij) signs every exponent
+	if x < 0 {
+		sign = "-"
+		x = -x
+	}
+	return mant + "e" + sign + strconv.Itoa(x)
 }
 
 // modelT1RoundTrip is what DecodeT1(EncodeT1(doc)) must produce.
