@@ -36,6 +36,7 @@ func TestDataRoundTrip(t *testing.T) {
 		{"id 300", 0, 300, "a-b_C9", "0200ac0206612d625f4339"},
 		{"max id", FlagReply, math.MaxUint64, "", "0201ffffffffffffffffff0100"},
 		{"max peer", 0, 1, strings.Repeat("z", 128), "02000180" + strings.Repeat("7a", 128)},
+		{"protocol.md §4 example", FlagReply | FlagEnd, 300, "P", "0203ac020150"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg, err := AppendData([]byte("prefix"), tc.flags, tc.id, tc.peer, frame)
