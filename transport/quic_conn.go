@@ -1,0 +1,511 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+// sendCopyMax is the largest message Send copies behind its length prefix
+// to hand quic-go a single Write. Above it the prefix and the message go
+// in two Writes: copying megabytes costs more than the extra call.
+const sendCopyMax = 64 << 10
+
+// pastTime is a deadline that has always passed: it fails a blocked Write
+// at once.
+var pastTime = time.Unix(1, 0)
+
+// errPeerFinished is why Receive ends when the peer closes its side of the
+// control stream, which it does only from Close.
+var errPeerFinished = errors.New("peer finished the control stream")
+
+// quicConn is a Conn over one QUIC connection.
+type quicConn struct {
+	qc        *quic.Conn
+	isClient  bool
+	cfg       Config
+	queue     *recvQueue
+	readLimit atomic.Int64
+
+	mu           sync.Mutex
+	streams      map[ChannelID]*quicStream
+	idle         []*quicStream // opened here, nothing outstanding; LIFO keeps hot streams hot
+	released     chan struct{} // closed (then replaced) when idle gains a stream
+	control      *quicStream
+	controlReady chan struct{} // closed once control is known
+	closing      bool
+
+	peerFinished     chan struct{} // closed when the peer finishes the control stream
+	peerFinishedOnce sync.Once
+	done             chan struct{} // closed by Close
+	closeOnce        sync.Once
+	ctx              context.Context // cancelled by Close; bounds AcceptStream
+	cancel           context.CancelFunc
+	wg               sync.WaitGroup
+}
+
+// quicStream is one channel.
+type quicStream struct {
+	id       ChannelID
+	str      *quic.Stream
+	poolable bool // a data stream opened by this side
+
+	// sendMu serialises Sends; a channel so that waiting for it can be
+	// abandoned when the context ends.
+	sendMu      chan struct{}
+	broken      error // guarded by sendMu: set when a Send was cut short mid-message
+	deadlineSet bool  // guarded by sendMu: a write deadline may be set on str
+	wrote       atomic.Bool
+
+	// dlMu and gen keep a late context.AfterFunc from setting a deadline
+	// on a later Send (see armCancel).
+	dlMu sync.Mutex
+	gen  uint64
+
+	// guarded by quicConn.mu
+	pooled bool
+	dead   bool // read side failed or write side broken: never pooled again
+}
+
+func newQUICConn(qc *quic.Conn, isClient bool, cfg Config) (*quicConn, error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	c := &quicConn{
+		qc:           qc,
+		isClient:     isClient,
+		cfg:          cfg,
+		queue:        newRecvQueue(cfg.ReceiveQueue, cfg.ReceiveQueueBytes),
+		streams:      make(map[ChannelID]*quicStream),
+		controlReady: make(chan struct{}),
+		peerFinished: make(chan struct{}),
+		done:         make(chan struct{}),
+		ctx:          ctx,
+		cancel:       cancel,
+	}
+	c.readLimit.Store(DefaultReadLimit)
+	if isClient {
+		// The client's first bidirectional stream is stream 0, the control
+		// stream. Opening it sends nothing: the daemon sees it with HELLO.
+		str, err := qc.OpenStream()
+		if err != nil {
+			cancel()
+			qc.CloseWithError(quicErrProtocol, "")
+			return nil, fmt.Errorf("transport: open control stream: %w", err)
+		}
+		if str.StreamID() != 0 {
+			cancel()
+			qc.CloseWithError(quicErrProtocol, "")
+			return nil, fmt.Errorf("%w: control stream got id %d, want 0", ErrProtocol, str.StreamID())
+		}
+		if _, err := c.addStream(str, false); err != nil {
+			cancel()
+			return nil, err
+		}
+	}
+	c.wg.Add(1)
+	go c.acceptLoop()
+	return c, nil
+}
+
+// addStream registers str and starts its reader.
+func (c *quicConn) addStream(str *quic.Stream, poolable bool) (*quicStream, error) {
+	s := &quicStream{
+		id:       ChannelID(str.StreamID()),
+		str:      str,
+		poolable: poolable,
+		sendMu:   make(chan struct{}, 1),
+	}
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		str.CancelRead(quicStreamAborted)
+		str.CancelWrite(quicStreamAborted)
+		return nil, ErrClosed
+	}
+	c.streams[s.id] = s
+	if s.id == ControlChannel {
+		c.control = s
+		close(c.controlReady)
+	}
+	c.wg.Add(1)
+	c.mu.Unlock()
+	go c.readLoop(s)
+	return s, nil
+}
+
+// acceptLoop takes the streams the peer opens: on the daemon the control
+// stream first (stream 0 is implicitly opened by any later client stream,
+// and quic-go hands streams out in order), then data streams from either
+// side's requests.
+func (c *quicConn) acceptLoop() {
+	defer c.wg.Done()
+	for {
+		str, err := c.qc.AcceptStream(c.ctx)
+		if err != nil {
+			c.connFailed(err)
+			return
+		}
+		if _, err := c.addStream(str, false); err != nil {
+			return
+		}
+	}
+}
+
+func (c *quicConn) readLoop(s *quicStream) {
+	defer c.wg.Done()
+	var hdr [4]byte
+	for {
+		buf, err := readFrame(s.str, &hdr, &c.readLimit)
+		if err != nil {
+			c.streamFailed(s, err)
+			return
+		}
+		if err := c.queue.push(buf.message(s.id)); err != nil {
+			putBuffer(buf)
+			if s.id == ControlChannel && c.isClosing() {
+				// Close is lingering: keep reading so the peer's FIN on the
+				// control stream is seen and the linger can end early.
+				continue
+			}
+			return
+		}
+	}
+}
+
+func (c *quicConn) isClosing() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// streamFailed sorts a read error into channel-level (the connection
+// carries on; Receive reports a *ChannelError) and connection-level.
+func (c *quicConn) streamFailed(s *quicStream, err error) {
+	var streamErr *quic.StreamError
+	switch {
+	case errors.Is(err, io.EOF):
+		if s.id == ControlChannel {
+			c.peerFinishedOnce.Do(func() { close(c.peerFinished) })
+			c.queue.fail(closedBy(errPeerFinished))
+			return
+		}
+		err = fmt.Errorf("%w: peer finished the channel before the connection", ErrProtocol)
+	case errors.Is(err, ErrMessageTooLarge):
+		// The rest of the stream cannot be framed any more.
+		s.str.CancelRead(quicStreamTooBig)
+	case errors.Is(err, ErrProtocol), errors.As(err, &streamErr):
+	default:
+		c.connFailed(err)
+		return
+	}
+	if c.isClosing() {
+		return
+	}
+	c.mu.Lock()
+	s.dead = true
+	c.mu.Unlock()
+	c.queue.pushErr(&ChannelError{Channel: s.id, Err: err})
+}
+
+// connFailed reports the end of the connection to Receive, with the reason
+// quic-go recorded (peer's CONNECTION_CLOSE, idle timeout …).
+func (c *quicConn) connFailed(err error) {
+	if c.isClosing() {
+		return
+	}
+	if cause := context.Cause(c.qc.Context()); cause != nil {
+		err = cause
+	}
+	c.queue.fail(closedBy(err))
+}
+
+func (c *quicConn) Receive(ctx context.Context) (Message, error) {
+	return c.queue.pop(ctx)
+}
+
+func (c *quicConn) Send(ctx context.Context, ch ChannelID, msg []byte) error {
+	if len(msg) > MaxReadLimit {
+		return fmt.Errorf("%w: %d-byte message exceeds %d", ErrMessageTooLarge, len(msg), MaxReadLimit)
+	}
+	s, err := c.stream(ctx, ch)
+	if err != nil {
+		return err
+	}
+	select {
+	case s.sendMu <- struct{}{}:
+	default:
+		select {
+		case s.sendMu <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.done:
+			return ErrClosed
+		}
+	}
+	defer func() { <-s.sendMu }()
+	if c.isClosing() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("transport: send on channel %d: %w", ch, err)
+	}
+	if s.broken != nil {
+		return &ChannelError{Channel: ch, Err: s.broken}
+	}
+	return c.write(ctx, s, msg)
+}
+
+// stream finds channel ch. On the daemon a Send on the control channel
+// waits for the client's control stream to arrive.
+func (c *quicConn) stream(ctx context.Context, ch ChannelID) (*quicStream, error) {
+	c.mu.Lock()
+	s, closing := c.streams[ch], c.closing
+	c.mu.Unlock()
+	switch {
+	case closing:
+		return nil, ErrClosed
+	case s != nil:
+		return s, nil
+	case ch != ControlChannel:
+		return nil, fmt.Errorf("%w: %d", ErrUnknownChannel, ch)
+	}
+	select {
+	case <-c.controlReady:
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.control, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-c.done:
+		return nil, ErrClosed
+	}
+}
+
+// write sends one framed message; the caller holds s.sendMu.
+func (c *quicConn) write(ctx context.Context, s *quicStream, msg []byte) error {
+	stop := c.armDeadline(ctx, s)
+	var (
+		written int
+		err     error
+	)
+	buf := getBuffer(4 + min(len(msg), sendCopyMax))
+	putFrameHeader(buf.b, len(msg))
+	if len(msg) <= sendCopyMax {
+		copy(buf.b[4:], msg)
+		written, err = s.str.Write(buf.b)
+	} else {
+		written, err = s.str.Write(buf.b[:4])
+		if err == nil {
+			var n int
+			n, err = s.str.Write(msg)
+			written += n
+		}
+	}
+	putBuffer(buf)
+	c.disarmDeadline(s, stop)
+	if err == nil {
+		if !s.wrote.Load() {
+			s.wrote.Store(true)
+		}
+		return nil
+	}
+
+	if written > 0 {
+		// Part of the message is on its way: the peer could not find the
+		// next message boundary, so the channel ends here.
+		s.str.CancelWrite(quicStreamAborted)
+		s.broken = fmt.Errorf("%w: an earlier Send was cut short after %d of %d bytes", ErrProtocol, written, len(msg)+4)
+		c.mu.Lock()
+		s.dead = true
+		c.mu.Unlock()
+	}
+	select {
+	case <-c.qc.Context().Done():
+		if c.isClosing() {
+			return ErrClosed
+		}
+		return closedBy(context.Cause(c.qc.Context()))
+	default:
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("transport: send on channel %d: %w", s.id, ctxErr)
+	}
+	if c.isClosing() {
+		return ErrClosed
+	}
+	return &ChannelError{Channel: s.id, Err: err}
+}
+
+// armDeadline makes the coming Write obey ctx: its deadline directly, its
+// cancellation through a deadline in the past. Contexts that can never end
+// (context.Background) cost nothing.
+func (c *quicConn) armDeadline(ctx context.Context, s *quicStream) (stop func() bool) {
+	if d, ok := ctx.Deadline(); ok {
+		s.str.SetWriteDeadline(d)
+		s.deadlineSet = true
+	} else if s.deadlineSet {
+		s.str.SetWriteDeadline(time.Time{})
+		s.deadlineSet = false
+	}
+	if ctx.Done() == nil {
+		return nil
+	}
+	s.dlMu.Lock()
+	s.gen++
+	gen := s.gen
+	s.dlMu.Unlock()
+	return context.AfterFunc(ctx, func() {
+		s.dlMu.Lock()
+		if s.gen == gen {
+			s.str.SetWriteDeadline(pastTime)
+		}
+		s.dlMu.Unlock()
+	})
+}
+
+func (c *quicConn) disarmDeadline(s *quicStream, stop func() bool) {
+	if stop == nil {
+		return
+	}
+	if !stop() {
+		// The AfterFunc ran or is about to: the next Send must clear
+		// whatever it set. Bumping gen stops one that has not got the lock
+		// yet from setting anything at all.
+		s.deadlineSet = true
+	}
+	s.dlMu.Lock()
+	s.gen++
+	s.dlMu.Unlock()
+}
+
+func (c *quicConn) AcquireChannel(ctx context.Context) (ChannelID, error) {
+	for {
+		c.mu.Lock()
+		if c.closing {
+			c.mu.Unlock()
+			return 0, ErrClosed
+		}
+		if n := len(c.idle); n > 0 {
+			s := c.idle[n-1]
+			c.idle[n-1] = nil
+			c.idle = c.idle[:n-1]
+			s.pooled = false
+			c.mu.Unlock()
+			return s.id, nil
+		}
+		if c.released == nil {
+			c.released = make(chan struct{})
+		}
+		released := c.released
+		c.mu.Unlock()
+
+		str, err := c.qc.OpenStream()
+		if err == nil {
+			s, err := c.addStream(str, true)
+			if err != nil {
+				return 0, err
+			}
+			return s.id, nil
+		}
+		if _, atLimit := errors.AsType[*quic.StreamLimitReachedError](err); !atLimit {
+			if c.isClosing() {
+				return 0, ErrClosed
+			}
+			return 0, closedBy(err)
+		}
+		// Every stream the peer allows is in use: wait for one to come back.
+		select {
+		case <-released:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-c.done:
+			return 0, ErrClosed
+		}
+	}
+}
+
+func (c *quicConn) ReleaseChannel(ch ChannelID) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	s := c.streams[ch]
+	if s == nil || !s.poolable || s.pooled || s.dead || c.closing {
+		return
+	}
+	s.pooled = true
+	c.idle = append(c.idle, s)
+	if c.released != nil {
+		close(c.released)
+		c.released = nil
+	}
+}
+
+func (c *quicConn) SetReadLimit(n int64) { c.readLimit.Store(clampReadLimit(n)) }
+
+func (c *quicConn) Transport() string { return "quic" }
+
+func (c *quicConn) RemoteAddr() net.Addr { return c.qc.RemoteAddr() }
+
+// Close ends the connection. Receive, AcquireChannel and waiting Sends
+// return ErrClosed at once. Messages already handed to Send are not thrown
+// away: quic-go drops stream data it has not delivered when a connection
+// closes (on both sides: the peer discards what it received but had not
+// read yet), so Close first finishes the control stream and waits, at most
+// Config.CloseTimeout, until the peer has read to that end and closes too,
+// or the connection is gone. A peer that is itself closing has finished its
+// control stream already; Close then does not wait.
+func (c *quicConn) Close() error {
+	c.closeOnce.Do(c.shutdown)
+	c.wg.Wait()
+	return nil
+}
+
+func (c *quicConn) shutdown() {
+	c.mu.Lock()
+	c.closing = true
+	streams := make([]*quicStream, 0, len(c.streams))
+	for _, s := range c.streams {
+		streams = append(streams, s)
+	}
+	control := c.control
+	c.idle = nil
+	c.mu.Unlock()
+	close(c.done)
+	c.queue.close()
+
+	// Sends blocked on flow control give up; whatever they had not handed
+	// over would be lost anyway.
+	for _, s := range streams {
+		if s != control {
+			s.str.SetWriteDeadline(pastTime)
+		}
+	}
+
+	linger := time.NewTimer(c.cfg.CloseTimeout)
+	defer linger.Stop()
+	if control != nil && control.wrote.Load() {
+		select {
+		case control.sendMu <- struct{}{}:
+			if control.broken == nil {
+				control.str.Close() // FIN: "nothing more from this side"
+			}
+			<-control.sendMu
+			select {
+			case <-c.peerFinished:
+			case <-c.qc.Context().Done():
+			case <-linger.C:
+			}
+		case <-linger.C:
+		}
+	}
+	c.qc.CloseWithError(quicErrNone, "")
+	c.cancel()
+}

@@ -1,0 +1,409 @@
+package transport
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+)
+
+func TestQUICAcquireChannelReuse(t *testing.T) {
+	p := quicPair(t, Config{}, Config{})
+	ctx := testCtx(t)
+	a, err := p.client.AcquireChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == ControlChannel {
+		t.Fatal("AcquireChannel handed out the control channel")
+	}
+	b, err := p.client.AcquireChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a == b {
+		t.Fatal("two outstanding acquisitions share a channel")
+	}
+	// Streams opened by the client are client-initiated bidirectional:
+	// ids ≡ 0 mod 4.
+	if a%4 != 0 || b%4 != 0 {
+		t.Fatalf("client channel ids %d, %d are not client bidirectional stream ids", a, b)
+	}
+	p.client.ReleaseChannel(b)
+	p.client.ReleaseChannel(b) // double release must not hand b out twice
+	p.client.ReleaseChannel(ControlChannel)
+	p.client.ReleaseChannel(12345) // unknown: ignored
+	c, err := p.client.AcquireChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c != b {
+		t.Fatalf("released channel %d was not reused (got %d)", b, c)
+	}
+	d, err := p.client.AcquireChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d == a || d == b || d == ControlChannel {
+		t.Fatalf("fresh acquisition returned a busy channel %d", d)
+	}
+	// The reused stream works, on both ends.
+	mustSend(t, p.client, c, []byte("on a reused stream"))
+	m := mustReceive(t, p.server)
+	if m.Channel != c {
+		t.Fatalf("arrived on %d, sent on %d", m.Channel, c)
+	}
+	m.Release()
+}
+
+func TestQUICStreamLimitWaitsForRelease(t *testing.T) {
+	// The daemon allows 3 client streams: control + 2 data channels.
+	p := quicPair(t, Config{}, Config{MaxIncomingChannels: 3})
+	ctx := testCtx(t)
+	a, err := p.client.AcquireChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.client.AcquireChannel(ctx); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := p.client.AcquireChannel(short); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("third AcquireChannel: %v, want to wait until the deadline", err)
+	}
+	got := make(chan ChannelID, 1)
+	go func() {
+		ch, err := p.client.AcquireChannel(ctx)
+		if err != nil {
+			t.Error(err)
+		}
+		got <- ch
+	}()
+	time.Sleep(20 * time.Millisecond)
+	p.client.ReleaseChannel(a)
+	select {
+	case ch := <-got:
+		if ch != a {
+			t.Fatalf("waiting AcquireChannel got %d, want the released %d", ch, a)
+		}
+	case <-ctx.Done():
+		t.Fatal("release did not wake the waiting AcquireChannel")
+	}
+
+	// Close wakes a waiter too.
+	waitErr := make(chan error, 1)
+	go func() {
+		_, err := p.client.AcquireChannel(context.Background())
+		waitErr <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	p.client.Close()
+	if err := <-waitErr; !errors.Is(err, ErrClosed) {
+		t.Fatalf("AcquireChannel across Close: %v", err)
+	}
+}
+
+// TestQUICPeerOpenedChannel: the daemon opens a stream to deliver a
+// request; the client answers on it; the channel stays the daemon's.
+func TestQUICPeerOpenedChannel(t *testing.T) {
+	p := quicPair(t, Config{}, Config{})
+	ctx := testCtx(t)
+	mustSend(t, p.client, ControlChannel, []byte("HELLO"))
+	m := mustReceive(t, p.server)
+	m.Release()
+
+	ch, err := p.server.AcquireChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ch%4 != 1 {
+		t.Fatalf("daemon channel %d is not a server bidirectional stream id", ch)
+	}
+	for i := range 3 {
+		mustSend(t, p.server, ch, []byte{byte(i)})
+		req := mustReceive(t, p.client)
+		if req.Channel != ch {
+			t.Fatalf("request arrived on %d, sent on %d", req.Channel, ch)
+		}
+		mustSend(t, p.client, req.Channel, []byte{byte(i), 'r'})
+		req.Release()
+		reply := mustReceive(t, p.server)
+		if reply.Channel != ch || string(reply.Data) != string([]byte{byte(i), 'r'}) {
+			t.Fatalf("reply %q on %d", reply.Data, reply.Channel)
+		}
+		reply.Release()
+	}
+	// The client must not pool the daemon's stream as its own.
+	p.client.ReleaseChannel(ch)
+	own, err := p.client.AcquireChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if own == ch {
+		t.Fatal("client pooled a stream the daemon opened")
+	}
+}
+
+func TestQUICServerControlSendWaitsForClient(t *testing.T) {
+	p := quicPair(t, Config{}, Config{})
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	if err := p.server.Send(short, ControlChannel, []byte("early")); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("server Send before the control stream exists: %v", err)
+	}
+	sent := make(chan error, 1)
+	go func() { sent <- p.server.Send(testCtx(t), ControlChannel, []byte("ACCEPT")) }()
+	time.Sleep(20 * time.Millisecond)
+	mustSend(t, p.client, ControlChannel, []byte("HELLO"))
+	if err := <-sent; err != nil {
+		t.Fatal(err)
+	}
+	got := mustReceive(t, p.client)
+	equalMsg(t, got.Data, []byte("ACCEPT"))
+	got.Release()
+	// Unknown channels are refused.
+	if err := p.server.Send(testCtx(t), 99, []byte("x")); !errors.Is(err, ErrUnknownChannel) {
+		t.Fatalf("Send on unknown channel: %v", err)
+	}
+}
+
+func TestQUICWrongALPNRejected(t *testing.T) {
+	stls, ctls := testTLSConfigs(t)
+	ctx := testCtx(t)
+
+	// A client offering another protocol cannot reach an m2m listener.
+	ln, err := ListenQUIC("127.0.0.1:0", stls, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	other := ctls.Clone()
+	other.NextProtos = []string{"h3"}
+	if qc, err := quic.DialAddr(ctx, ln.Addr().String(), other, nil); err == nil {
+		qc.CloseWithError(0, "")
+		t.Fatal("listener accepted ALPN h3")
+	}
+
+	// DialQUIC refuses a server that does not speak m2m/1.
+	h3 := stls.Clone()
+	h3.NextProtos = []string{"h3"}
+	rawLn, err := quic.ListenAddr("127.0.0.1:0", h3, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rawLn.Close()
+	if c, err := DialQUIC(ctx, rawLn.Addr().String(), ctls, Config{}); err == nil {
+		c.Close()
+		t.Fatal("DialQUIC connected to an h3-only server")
+	}
+}
+
+func TestQUICListenerClose(t *testing.T) {
+	stls, _ := testTLSConfigs(t)
+	ln, err := ListenQUIC("127.0.0.1:0", stls, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := ln.Accept(context.Background())
+		errc <- err
+	}()
+	time.Sleep(20 * time.Millisecond)
+	ln.Close()
+	if err := <-errc; !errors.Is(err, ErrClosed) {
+		t.Fatalf("Accept after Close: %v", err)
+	}
+	if _, err := ListenQUIC("127.0.0.1:0", nil, Config{}); err == nil {
+		t.Fatal("ListenQUIC without a certificate succeeded")
+	}
+}
+
+// TestQUICSendDeadline: a Send stuck on flow control (the peer is not
+// reading) gives up at its context's deadline; if it got part of the
+// message out the channel is closed for sending, and only that channel.
+func TestQUICSendDeadline(t *testing.T) {
+	p := quicPair(t, Config{}, Config{ReceiveQueue: 1, ReceiveQueueBytes: 1})
+	p.server.SetReadLimit(MaxReadLimit)
+	ctx := testCtx(t)
+	ch, err := p.client.AcquireChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := make([]byte, 4<<20)
+	var sendErr error
+	for range 20 { // the peer's windows are at most 24 MiB in total
+		short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		sendErr = p.client.Send(short, ch, big)
+		cancel()
+		if sendErr != nil {
+			break
+		}
+	}
+	if !errors.Is(sendErr, context.DeadlineExceeded) {
+		t.Fatalf("Send against a peer that does not read: %v, want deadline exceeded", sendErr)
+	}
+	if err := p.client.Send(ctx, ch, []byte("x")); err == nil {
+		t.Log("the cut-short Send had written nothing; the channel is still whole")
+	} else if !errors.Is(err, ErrProtocol) {
+		t.Fatalf("Send after a cut-short Send: %v", err)
+	}
+	// Cancellation without a deadline works the same way.
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(100*time.Millisecond, cancel)
+	other, err := p.client.AcquireChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 20 {
+		if sendErr = p.client.Send(cctx, other, big); sendErr != nil {
+			break
+		}
+	}
+	if !errors.Is(sendErr, context.Canceled) {
+		t.Fatalf("cancelled Send: %v", sendErr)
+	}
+	// The control channel is unaffected: the connection lives on.
+	mustSend(t, p.client, ControlChannel, []byte("PING"))
+}
+
+// rawQUICClient dials the listener with quic-go directly, to send what
+// DialQUIC never would.
+func rawQUICClient(t *testing.T) (*quic.Conn, Conn) {
+	t.Helper()
+	stls, ctls := testTLSConfigs(t)
+	ln, err := ListenQUIC("127.0.0.1:0", stls, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	ctx := testCtx(t)
+	tc := ctls.Clone()
+	tc.NextProtos = []string{ALPN}
+	qc, err := quic.DialAddr(ctx, ln.Addr().String(), tc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := ln.Accept(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		qc.CloseWithError(0, "")
+		server.Close()
+	})
+	return qc, server
+}
+
+func TestQUICPeerFramingViolations(t *testing.T) {
+	framed := func(msg string) []byte {
+		return append(binary.BigEndian.AppendUint32(nil, uint32(len(msg))), msg...)
+	}
+	for _, tc := range []struct {
+		name  string
+		write func(t *testing.T, qc *quic.Conn)
+		check func(t *testing.T, err error)
+	}{
+		{
+			name: "data stream ends inside a message",
+			write: func(t *testing.T, qc *quic.Conn) {
+				ctl, _ := qc.OpenStream()
+				ctl.Write(framed("HELLO"))
+				s, _ := qc.OpenStream()
+				s.Write(framed("hello")[:6])
+				s.Close()
+			},
+			check: wantChannelErr(4, ErrProtocol),
+		},
+		{
+			name: "data stream finished between messages",
+			write: func(t *testing.T, qc *quic.Conn) {
+				ctl, _ := qc.OpenStream()
+				ctl.Write(framed("HELLO"))
+				s, _ := qc.OpenStream()
+				s.Write(framed("req"))
+				s.Close()
+			},
+			check: func(t *testing.T, err error) {
+				// "req" arrives first (consumed by the harness), then the error.
+				wantChannelErr(4, ErrProtocol)(t, err)
+			},
+		},
+		{
+			name: "data stream reset",
+			write: func(t *testing.T, qc *quic.Conn) {
+				ctl, _ := qc.OpenStream()
+				ctl.Write(framed("HELLO"))
+				s, _ := qc.OpenStream()
+				s.Write(framed("hello")[:6])
+				s.CancelWrite(7)
+			},
+			check: func(t *testing.T, err error) {
+				var se *quic.StreamError
+				if !errors.As(err, &se) || se.ErrorCode != 7 {
+					t.Fatalf("err = %v, want the peer's stream reset", err)
+				}
+				wantChannelErr(4, nil)(t, err)
+			},
+		},
+		{
+			name: "control stream finished",
+			write: func(t *testing.T, qc *quic.Conn) {
+				ctl, _ := qc.OpenStream()
+				ctl.Write(framed("HELLO"))
+				ctl.Close()
+			},
+			check: func(t *testing.T, err error) {
+				if !errors.Is(err, ErrClosed) {
+					t.Fatalf("err = %v, want ErrClosed", err)
+				}
+			},
+		},
+		{
+			name: "connection closed by the peer",
+			write: func(t *testing.T, qc *quic.Conn) {
+				ctl, _ := qc.OpenStream()
+				ctl.Write(framed("HELLO"))
+				time.Sleep(50 * time.Millisecond)
+				qc.CloseWithError(42, "bye")
+			},
+			check: func(t *testing.T, err error) {
+				var ae *quic.ApplicationError
+				if !errors.Is(err, ErrClosed) || !errors.As(err, &ae) || ae.ErrorCode != 42 {
+					t.Fatalf("err = %v, want ErrClosed wrapping the peer's application error 42", err)
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			qc, server := rawQUICClient(t)
+			tc.write(t, qc)
+			ctx := testCtx(t)
+			for {
+				m, err := server.Receive(ctx)
+				if err != nil {
+					tc.check(t, err)
+					return
+				}
+				m.Release()
+			}
+		})
+	}
+}
+
+func wantChannelErr(ch ChannelID, is error) func(*testing.T, error) {
+	return func(t *testing.T, err error) {
+		t.Helper()
+		var ce *ChannelError
+		if !errors.As(err, &ce) || ce.Channel != ch {
+			t.Fatalf("err = %v, want a ChannelError on channel %d", err, ch)
+		}
+		if is != nil && !errors.Is(err, is) {
+			t.Fatalf("err = %v, want %v", err, is)
+		}
+	}
+}

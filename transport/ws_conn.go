@@ -1,0 +1,166 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+
+	"github.com/coder/websocket"
+)
+
+// wsFirstRead is the least buffer a WebSocket message is first read into;
+// the connection otherwise starts from its previous message's size.
+const wsFirstRead = 512
+
+// wsConn is a Conn over one WebSocket connection: one channel, id 0.
+type wsConn struct {
+	ws        *websocket.Conn
+	remote    net.Addr
+	queue     *recvQueue
+	readLimit atomic.Int64
+
+	done      chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+}
+
+func newWSConn(ws *websocket.Conn, remote net.Addr, cfg Config) *wsConn {
+	c := &wsConn{
+		ws:     ws,
+		remote: remote,
+		queue:  newRecvQueue(cfg.ReceiveQueue, cfg.ReceiveQueueBytes),
+		done:   make(chan struct{}),
+	}
+	// The library's own default (32 KiB) must never apply: set the
+	// protocol's pre-ACCEPT limit before the first read.
+	c.SetReadLimit(DefaultReadLimit)
+	c.wg.Add(1)
+	go c.readLoop()
+	return c
+}
+
+// readLoop reads with a context that never ends: the library closes the
+// connection when a read's context ends, so Receive's context cannot be
+// passed down; Close unblocks the read instead.
+func (c *wsConn) readLoop() {
+	defer c.wg.Done()
+	ctx := context.Background()
+	last := wsFirstRead
+	for {
+		typ, r, err := c.ws.Reader(ctx)
+		if err != nil {
+			c.queue.fail(c.readError(err))
+			return
+		}
+		if typ != websocket.MessageBinary {
+			c.queue.fail(ErrTextMessage)
+			c.ws.Close(websocket.StatusPolicyViolation, "m2m.v1 carries binary messages only")
+			return
+		}
+		limit := c.readLimit.Load()
+		buf, err := readMessage(r, limit, last)
+		if err != nil {
+			c.queue.fail(c.readError(err))
+			if errors.Is(err, ErrMessageTooLarge) || isWSTooBig(err) {
+				c.ws.Close(websocket.StatusMessageTooBig, "message exceeds the read limit")
+			}
+			return
+		}
+		last = max(wsFirstRead, min(len(buf.b), eagerAlloc))
+		if err := c.queue.push(buf.message(ControlChannel)); err != nil {
+			putBuffer(buf)
+			return
+		}
+	}
+}
+
+func (c *wsConn) readError(err error) error {
+	switch {
+	case c.isClosing():
+		return ErrClosed
+	case errors.Is(err, ErrMessageTooLarge):
+		return err
+	case isWSTooBig(err):
+		return fmt.Errorf("%w: message exceeds the read limit %d", ErrMessageTooLarge, c.readLimit.Load())
+	}
+	return closedBy(err)
+}
+
+func (c *wsConn) isClosing() bool {
+	select {
+	case <-c.done:
+		return true
+	default:
+		return false
+	}
+}
+
+func (c *wsConn) Receive(ctx context.Context) (Message, error) {
+	return c.queue.pop(ctx)
+}
+
+// Send writes msg as one binary message. The library serialises writers
+// itself. If ctx ends while the message is being written the library closes
+// the connection, as a half-written WebSocket message cannot be taken back.
+func (c *wsConn) Send(ctx context.Context, ch ChannelID, msg []byte) error {
+	if ch != ControlChannel {
+		return fmt.Errorf("%w: %d (WebSocket has only channel 0)", ErrUnknownChannel, ch)
+	}
+	if len(msg) > MaxReadLimit {
+		return fmt.Errorf("%w: %d-byte message exceeds %d", ErrMessageTooLarge, len(msg), MaxReadLimit)
+	}
+	if c.isClosing() {
+		return ErrClosed
+	}
+	if err := ctx.Err(); err != nil {
+		// The library would start the write and then close the connection
+		// for the ended context; nothing has been written yet, so say no.
+		return fmt.Errorf("transport: send: %w", err)
+	}
+	if err := c.ws.Write(ctx, websocket.MessageBinary, msg); err != nil {
+		if c.isClosing() {
+			return ErrClosed
+		}
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return fmt.Errorf("transport: send: %w", ctxErr)
+		}
+		return closedBy(err)
+	}
+	return nil
+}
+
+func (c *wsConn) AcquireChannel(ctx context.Context) (ChannelID, error) {
+	if c.isClosing() {
+		return 0, ErrClosed
+	}
+	return ControlChannel, nil
+}
+
+func (c *wsConn) ReleaseChannel(ChannelID) {}
+
+func (c *wsConn) SetReadLimit(n int64) {
+	n = clampReadLimit(n)
+	c.readLimit.Store(n)
+	c.ws.SetReadLimit(n)
+}
+
+func (c *wsConn) Transport() string { return "ws" }
+
+func (c *wsConn) RemoteAddr() net.Addr { return c.remote }
+
+// Close sends a WebSocket close (1000) and waits for the peer's, which a
+// live peer's reader answers at once; the library bounds the wait at 5 s
+// per step. Data already written reaches the peer before the close frame
+// (TCP keeps order), so nothing sent before Close is lost.
+func (c *wsConn) Close() error {
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.queue.close()
+		c.ws.Close(websocket.StatusNormalClosure, "")
+	})
+	c.wg.Wait()
+	return nil
+}
