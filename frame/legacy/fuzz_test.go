@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -62,9 +63,13 @@ func FuzzDecodeT1(f *testing.F) {
 			if !json.Valid(dec) || !utf8.Valid(dec) {
 				t.Fatalf("DecodeT1 produced invalid JSON %q", dec)
 			}
-			// Decoding is idempotent: nothing left to expand or restore.
+			// Decoding is idempotent: nothing is left to expand or restore.
+			// Only floats may move: serde_json's default parser is not
+			// correctly rounded, so it does not always read back its own
+			// output exactly (40e71 -> 4.0000000000000006e+72 ->
+			// 4.000000000000001e+72, in Rust too).
 			again, err := DecodeT1(nil, dec, frame.Limits{})
-			if err != nil || !bytes.Equal(again, dec) {
+			if err != nil || !sameJSONUpToFloatRounding(again, dec) {
 				t.Fatalf("DecodeT1 not idempotent: %q -> %q (%v)", dec, again, err)
 			}
 		}
@@ -95,6 +100,61 @@ func FuzzDecodeT1(f *testing.F) {
 			t.Fatalf("pattern table changed the decoded document: %q vs %q (%v)", viaPat, plain, err)
 		}
 	})
+}
+
+// sameJSONUpToFloatRounding reports whether a and b are the same JSON
+// document, allowing float values to differ by a few units in the last place.
+func sameJSONUpToFloatRounding(a, b []byte) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	va, err1 := modelParse(a)
+	vb, err2 := modelParse(b)
+	return err1 == nil && err2 == nil && nearlyEqual(va, vb)
+}
+
+func nearlyEqual(a, b any) bool {
+	switch x := a.(type) {
+	case map[string]any:
+		y, ok := b.(map[string]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for k, v := range x {
+			if w, ok := y[k]; !ok || !nearlyEqual(v, w) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		y, ok := b.([]any)
+		if !ok || len(x) != len(y) {
+			return false
+		}
+		for i := range x {
+			if !nearlyEqual(x[i], y[i]) {
+				return false
+			}
+		}
+		return true
+	case json.Number:
+		y, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		if x == y {
+			return true
+		}
+		if !strings.ContainsAny(string(x)+string(y), ".eE") {
+			return false // integers are kept exactly
+		}
+		fx, _ := x.Float64()
+		fy, _ := y.Float64()
+		diff := math.Abs(fx - fy)
+		return diff <= 1e-14*math.Max(math.Abs(fx), math.Abs(fy)) || diff < 1e-300
+	default:
+		return a == b
+	}
 }
 
 // Fuzzing uses a 1 MiB decompression cap so that bombs fail fast.

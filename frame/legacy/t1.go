@@ -23,8 +23,9 @@ type T1Options struct {
 	// after serialization. The Rust default leaves it off; the decoder
 	// always expands patterns, so either setting decodes.
 	Patterns bool
-	// Limits bounds the JSON input (depth, string, array, size) and the
-	// encoded message. Zero fields mean the spec defaults.
+	// Limits bounds the JSON input (MaxDepth, MaxString, MaxArray, and its
+	// size by MaxDecompressed) and the encoded message (MaxMessage). Zero
+	// fields mean the spec defaults.
 	Limits frame.Limits
 }
 

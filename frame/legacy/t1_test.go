@@ -248,6 +248,8 @@ func TestT1Numbers(t *testing.T) {
 		// serde_json issues #692 and #1170: its default parser turns this into 9007199254740990.
 		{"9007199254740991.0", "9007199254740990.0"},
 		{"9007199254740991", "9007199254740991"},
+		// 40 × 1e71 with 1e71 inexact: serde keeps the double rounding (found by fuzzing).
+		{"40e71", "4.0000000000000006e+72"},
 	}
 	for _, tc := range tests {
 		got, err := EncodeT1(nil, []byte(`{"v":`+tc.in+`}`), T1Options{})
