@@ -61,7 +61,8 @@ func EncodeZlib(dst, text []byte, limits frame.Limits) ([]byte, error) {
 // DecodeZlib appends the text carried by a zlib-form message to dst. src
 // must start with PrefixZlib. Decompression streams into dst and stops with
 // ErrLimit as soon as the output would exceed Limits.MaxDecompressed, so a
-// zlib bomb costs at most that much memory. The stream's Adler-32 checksum
+// zlib bomb costs at most that much live memory (about twice that in total
+// allocation while the buffer grows). The stream's Adler-32 checksum
 // is verified, trailing bytes after the stream are refused and the text must
 // be UTF-8. On error nothing is appended.
 func DecodeZlib(dst, src []byte, limits frame.Limits) ([]byte, error) {
