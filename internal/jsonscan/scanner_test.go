@@ -82,12 +82,13 @@ func TestLimits(t *testing.T) {
 	objNest := func(n int) string { return strings.Repeat(`{"a":`, n) + "1" + strings.Repeat("}", n) }
 	arr := func(n int) string { return "[" + strings.TrimSuffix(strings.Repeat("0,", n), ",") + "]" }
 	str := func(n int) string { return `"` + strings.Repeat("x", n) + `"` }
-	tests := []struct {
+	type limitCase struct {
 		name string
 		in   string
 		lim  Limits
 		want error
-	}{
+	}
+	tests := []limitCase{
 		{"depth 32 arrays", nest(32), Limits{}, nil},
 		{"depth 33 arrays", nest(33), Limits{}, ErrDepth},
 		{"depth 32 objects", objNest(32), Limits{}, nil},
@@ -101,8 +102,11 @@ func TestLimits(t *testing.T) {
 		{"string over limit", str(101), Limits{MaxString: 100}, ErrStringTooLong},
 		{"key over limit", `{` + str(101) + `:1}`, Limits{MaxString: 100}, ErrStringTooLong},
 		{"escapes count as written", `"` + strings.Repeat(`\n`, 51) + `"`, Limits{MaxString: 100}, ErrStringTooLong},
-		{"10 MiB string", str(10 << 20), Limits{}, nil},
-		{"10 MiB + 1 string", str(10<<20 + 1), Limits{}, ErrStringTooLong},
+	}
+	if !raceEnabled { // 10 MiB through the race detector takes seconds
+		tests = append(tests,
+			limitCase{"10 MiB string", str(10 << 20), Limits{}, nil},
+			limitCase{"10 MiB + 1 string", str(10<<20 + 1), Limits{}, ErrStringTooLong})
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -157,7 +161,11 @@ func TestSpecialMatchesBytewise(t *testing.T) {
 			check()
 		}
 	}
-	for range 200_000 {
+	rounds := 200_000
+	if raceEnabled {
+		rounds = 20_000
+	}
+	for range rounds {
 		for i := range buf {
 			// Bias towards the interesting boundaries.
 			switch rng.IntN(4) {

@@ -1,0 +1,155 @@
+package frame
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"testing"
+
+	"github.com/andybalholm/brotli"
+)
+
+// The benchmark documents, by size class (testdata/corpus/README.md).
+var benchDocs = []struct{ name, file string }{
+	{"100B", "req-chat-tiny-10.json"},
+	{"1KB", "req-chat-1k-01.json"},
+	{"9KB", "req-multiturn-16k-02.json"},
+	{"100KB", "req-long-100k-01.json"},
+}
+
+func forEachDoc(b *testing.B, run func(b *testing.B, json []byte)) {
+	for _, d := range benchDocs {
+		json, err := os.ReadFile("../testdata/corpus/" + d.file)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Run(d.name, func(b *testing.B) {
+			b.SetBytes(int64(len(json)))
+			b.ReportAllocs()
+			run(b, json)
+		})
+	}
+}
+
+func BenchmarkEncode(b *testing.B) {
+	forEachDoc(b, func(b *testing.B, json []byte) {
+		dst := make([]byte, 0, 2*len(json)+1024)
+		for b.Loop() {
+			if _, err := AppendEncode(dst, json, Limits{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkEncodeText(b *testing.B) {
+	forEachDoc(b, func(b *testing.B, json []byte) {
+		dst := make([]byte, 0, 2*len(json)+1024)
+		for b.Loop() {
+			if _, err := AppendEncodeText(dst, json, Limits{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkBrotliQ5 is the baseline for BenchmarkEncode: the Brotli
+// compression the frame needs, alone, with a reused writer and buffer.
+func BenchmarkBrotliQ5(b *testing.B) {
+	forEachDoc(b, func(b *testing.B, json []byte) {
+		var buf bytes.Buffer
+		buf.Grow(2 * len(json))
+		w := brotli.NewWriterOptions(&buf, brotli.WriterOptions{Quality: frameQuality, LGWin: brotliWindowLog})
+		for b.Loop() {
+			buf.Reset()
+			w.Reset(&buf)
+			if _, err := w.Write(json); err != nil {
+				b.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkDecode(b *testing.B) {
+	forEachDoc(b, func(b *testing.B, json []byte) {
+		frame := mustEncode(b, string(json))
+		dst := make([]byte, 0, len(json))
+		for b.Loop() {
+			if _, err := AppendDecode(dst, frame, Limits{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkDecodeText(b *testing.B) {
+	forEachDoc(b, func(b *testing.B, json []byte) {
+		text := mustEncodeText(b, string(json))
+		dst := make([]byte, 0, len(json))
+		for b.Loop() {
+			if _, err := AppendDecodeText(dst, text, Limits{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// BenchmarkBrotliDecompress is the baseline for BenchmarkDecode: the
+// decompression of the same frame's payload, alone, with a reused reader
+// and output buffer.
+func BenchmarkBrotliDecompress(b *testing.B) {
+	forEachDoc(b, func(b *testing.B, json []byte) {
+		frame := mustEncode(b, string(json))
+		h := mustReadHeader(b, frame)
+		payload := frame[h.PayloadOffset()+8:]
+		var src bytes.Reader
+		r := brotli.NewReader(&src)
+		out := make([]byte, len(json)+1)
+		for b.Loop() {
+			src.Reset(payload)
+			_ = r.Reset(&src)
+			n, err := io.ReadFull(r, out)
+			if err != io.ErrUnexpectedEOF || n != len(json) {
+				b.Fatalf("read %d bytes: %v", n, err)
+			}
+		}
+	})
+}
+
+func BenchmarkReadHeader(b *testing.B) {
+	forEachDoc(b, func(b *testing.B, json []byte) {
+		frame := mustEncode(b, string(json))
+		var h Header
+		for b.Loop() {
+			if err := ReadHeader(frame, &h); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkReadTextHeader(b *testing.B) {
+	forEachDoc(b, func(b *testing.B, json []byte) {
+		text := mustEncodeText(b, string(json))
+		var h Header
+		for b.Loop() {
+			if err := ReadTextHeader(text, &h); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+func BenchmarkBrotliText(b *testing.B) {
+	forEachDoc(b, func(b *testing.B, json []byte) {
+		dst := make([]byte, 0, 2*len(json)+1024)
+		for b.Loop() {
+			if _, err := AppendEncodeBrotliText(dst, json, Limits{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,0 +1,102 @@
+package frame
+
+import (
+	"encoding/binary"
+	"hash/crc32"
+	"unicode/utf8"
+
+	"github.com/m2md/m2md/internal/jsonscan"
+)
+
+// AppendDecode decodes a binary-shape M2M v1 frame and appends its JSON
+// payload to dst, byte for byte as it was encoded (wire reference §3.12).
+//
+// It accepts security modes 00 and 01 without verifying anything: like the
+// Rust plain decoder it ignores what follows the payload, an HMAC tag
+// included. Verify the tag with the security package first when the
+// session requires it. An AEAD frame (02) fails with ErrEncrypted.
+//
+// Everything is checked before the payload is returned: framing, the
+// decompressed size against lim.MaxDecompressed (Brotli is decompressed as
+// a stream and abandoned at the limit), UTF-8, the CRC-32, and that the
+// payload is JSON within lim (an M2M frame only ever carries JSON; the
+// Rust decoder skips this last check). On error dst is returned unchanged:
+// there is never partial output.
+func AppendDecode(dst, frame []byte, lim Limits) ([]byte, error) {
+	lim = lim.Effective()
+	if len(frame) > lim.MaxMessage {
+		return dst, errorf(ErrLimit, "frame of %d bytes exceeds the %d-byte message limit", len(frame), lim.MaxMessage)
+	}
+	var h Header
+	if err := ReadHeader(frame, &h); err != nil {
+		return dst, err
+	}
+	if h.Security == SecurityAEAD {
+		return dst, errorf(ErrEncrypted, "security mode %s", h.Security)
+	}
+	at := h.PayloadOffset() + 8
+	payload := frame[at : at+int(h.PayloadLen)]
+	return appendPayload(dst, payload, h.Flags.Compressed(), h.CRC, lim)
+}
+
+// appendPayload turns a payload as carried into the JSON it stands for
+// and checks it. lim must be effective.
+func appendPayload(dst, payload []byte, compressed bool, crc uint32, lim Limits) ([]byte, error) {
+	start := len(dst)
+	if compressed {
+		var err error
+		if dst, err = appendUnbrotli(dst, payload, lim.MaxDecompressed); err != nil {
+			return dst, err
+		}
+	} else {
+		if len(payload) > lim.MaxDecompressed {
+			return dst, errorf(ErrLimit, "payload of %d bytes exceeds the %d-byte limit", len(payload), lim.MaxDecompressed)
+		}
+		dst = append(dst, payload...)
+	}
+	out := dst[start:]
+	// The Rust decoder checks UTF-8 before the CRC; so do we, so that the
+	// same input fails for the same reason.
+	if !utf8.Valid(out) {
+		return dst[:start], errorf(ErrMalformed, "payload is not valid UTF-8")
+	}
+	if got := crc32.ChecksumIEEE(out); got != crc {
+		return dst[:start], errorf(ErrChecksum, "frame says %08x, payload has %08x", crc, got)
+	}
+	if err := jsonscan.Validate(out, scanLimits(lim)); err != nil {
+		return dst[:start], jsonError(err, "payload")
+	}
+	return dst, nil
+}
+
+// Sequence reads the m2md sequence number and channel id from the reserved
+// bytes of a binary-shape frame (docs/protocol.md §5.3).
+func Sequence(frame []byte) (seq uint64, channel uint32, err error) {
+	if err := checkFixedHeader(frame); err != nil {
+		return 0, 0, err
+	}
+	return binary.LittleEndian.Uint64(frame[OffSequence:]), binary.LittleEndian.Uint32(frame[OffChannel:]), nil
+}
+
+// SetSequence writes the m2md sequence number and channel id into the
+// reserved bytes of a binary-shape frame. Do it before the frame is
+// protected: the bytes are covered by the HMAC tag and the AEAD's
+// associated data.
+func SetSequence(frame []byte, seq uint64, channel uint32) error {
+	if err := checkFixedHeader(frame); err != nil {
+		return err
+	}
+	binary.LittleEndian.PutUint64(frame[OffSequence:], seq)
+	binary.LittleEndian.PutUint32(frame[OffChannel:], channel)
+	return nil
+}
+
+func checkFixedHeader(frame []byte) error {
+	if len(frame) < PrefixLen || string(frame[:PrefixLen]) != Prefix {
+		return errorf(ErrBadPrefix, "binary frame does not start with %q", Prefix)
+	}
+	if len(frame) < MinFrameLen {
+		return errorf(ErrTruncated, "frame of %d bytes is shorter than the %d-byte fixed header", len(frame), MinFrameLen)
+	}
+	return nil
+}

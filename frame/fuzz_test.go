@@ -1,0 +1,242 @@
+package frame
+
+import (
+	"bytes"
+	"errors"
+	"hash/crc32"
+	"testing"
+	"unicode/utf8"
+
+	"github.com/m2md/m2md/internal/jsonscan"
+)
+
+// Seeds shared by the fuzz targets: the wire reference's vectors and the
+// small corpus documents.
+var seedDocs = []string{
+	frameAJSON,
+	`{"model":"x","messages":[]}`,
+	`{"id":"chatcmpl-1","choices":[{"finish_reason":"length"}],"usage":{"prompt_tokens":7}}`,
+	`{"model":"gpt-4o-mini","messages":[{"role":"developer","content":[{"type":"text","text":"abc"},{"type":"image_url","image_url":{"url":"x"}}]},{"role":"tool","content":"ok"}],"stream":true,"tools":[],"max_tokens":300}`,
+	`{"model":"gpt-4o","messages":[{"role":"function","content":"a"},{"role":"user","content":"b"}],"max_tokens":null}`,
+	`{"id":"chatcmpl-2","model":"o1","choices":[{"message":{"tool_calls":[],"refusal":"no"},"finish_reason":"content_filter"}],"usage":{"prompt_tokens":1,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":3},"completion_tokens_details":{"reasoning_tokens":4}}}`,
+	`[1,2,3]`, `"text"`, `null`,
+}
+
+func seedJSON(f *testing.F) [][]byte {
+	var docs [][]byte
+	for _, s := range seedDocs {
+		docs = append(docs, []byte(s))
+	}
+	for _, c := range loadCorpus(f) {
+		if len(c.data) <= 2048 {
+			docs = append(docs, c.data)
+		}
+	}
+	return docs
+}
+
+// seedFrames adds binary frames (or their text shape) of the seed
+// documents, plus the malformed inputs of the wire reference §11.
+func seedFrames(f *testing.F, text bool) {
+	for _, doc := range seedJSON(f) {
+		var fr []byte
+		var err error
+		if text {
+			fr, err = AppendEncodeText(nil, doc, Limits{})
+		} else {
+			fr, err = AppendEncode(nil, doc, Limits{})
+		}
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(fr)
+	}
+	for _, s := range []string{"", "#INVALID|1|data", "#M2M|1|", "#M2M|1|short", "#M2M|1|" + string(make([]byte, 50))} {
+		f.Add([]byte(s))
+	}
+	f.Add(bytes.Repeat([]byte{0xff}, 100))
+}
+
+// checkDecoded verifies what a successful decode returned.
+func checkDecoded(t *testing.T, frame, out []byte) {
+	t.Helper()
+	if !utf8.Valid(out) || jsonscan.Validate(out, jsonscan.Limits{}) != nil {
+		t.Fatalf("decoded payload is not valid JSON: %q", out)
+	}
+	var h Header
+	if err := ReadHeader(frame, &h); err != nil {
+		t.Fatalf("frame decodes but ReadHeader fails: %v", err)
+	}
+	if crc32.ChecksumIEEE(out) != h.CRC || h.Security == SecurityAEAD {
+		t.Fatalf("decoded payload does not match header %+v", h)
+	}
+}
+
+func FuzzDecodeBinary(f *testing.F) {
+	seedFrames(f, false)
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		out, err := AppendDecode([]byte("keep"), frame, Limits{})
+		if err != nil {
+			if string(out) != "keep" {
+				t.Fatalf("dst changed on error: %q", out)
+			}
+			return
+		}
+		checkDecoded(t, frame, out[4:])
+	})
+}
+
+func FuzzDecodeText(f *testing.F) {
+	seedFrames(f, true)
+	f.Add([]byte("#M2M|1|IgABAQAAAAAAAAAAAAAAAAAAAAAGZ3B0LTRvAQECCtejOz4AAABuYFWkeyJtb2RlbCI6ImdwdC00byIsIm1lc3NhZ2VzIjpbeyJyb2xlIjoidXNlciIsImNvbnRlbnQiOiJIaSJ9XX32hBjyzhkGGaLEzPY18OnpwGUaO7vGYnA32mMOFrxmcg=="))
+	f.Fuzz(func(t *testing.T, text []byte) {
+		out, err := AppendDecodeText([]byte("keep"), text, Limits{})
+		if err != nil {
+			if string(out) != "keep" {
+				t.Fatalf("dst changed on error: %q", out)
+			}
+			return
+		}
+		bin, berr := b64.DecodeString(string(text[PrefixLen:]))
+		if berr != nil {
+			t.Fatalf("text decodes but its Base64 does not: %v", berr)
+		}
+		frame := append([]byte(Prefix), bin...)
+		checkDecoded(t, frame, out[4:])
+		var h Header
+		if err := ReadTextHeader(text, &h); err != nil {
+			t.Fatalf("text decodes but ReadTextHeader fails: %v", err)
+		}
+	})
+}
+
+// FuzzReadHeader reads input as a binary frame and, re-encoded, as a text
+// frame: both readers must agree on the outcome and on every field.
+func FuzzReadHeader(f *testing.F) {
+	seedFrames(f, false)
+	f.Fuzz(func(t *testing.T, frame []byte) {
+		var hb, ht Header
+		errB := ReadHeader(frame, &hb)
+		if len(frame) < PrefixLen || string(frame[:PrefixLen]) != Prefix {
+			if !errors.Is(errB, ErrBadPrefix) {
+				t.Fatalf("wrong prefix accepted: %v", errB)
+			}
+			return
+		}
+		text := append([]byte(Prefix), b64.EncodeToString(frame[PrefixLen:])...)
+		errT := ReadTextHeader(text, &ht)
+		if (errB == nil) != (errT == nil) {
+			t.Fatalf("binary: %v; text: %v", errB, errT)
+		}
+		if errB != nil {
+			for _, sentinel := range []error{ErrTruncated, ErrMalformed} {
+				if errors.Is(errB, sentinel) != errors.Is(errT, sentinel) {
+					t.Fatalf("binary: %v; text: %v", errB, errT)
+				}
+			}
+			return
+		}
+		if d := diffHeaders(hb, ht); d != "" {
+			t.Fatalf("headers differ: %s", d)
+		}
+		if hb.PayloadKnown && PrefixLen+hb.HeaderLen+8+int(hb.PayloadLen) > len(frame) {
+			t.Fatalf("header promises more bytes than the frame has: %+v", hb)
+		}
+		if n := hb.RoleCount(); n > 0 {
+			if _, ok := hb.Role(n - 1); !ok {
+				t.Fatal("last role unreadable")
+			}
+		}
+	})
+}
+
+func FuzzBrotliText(f *testing.F) {
+	for _, doc := range seedJSON(f)[:12] {
+		enc, err := AppendEncodeBrotliText(nil, doc, Limits{})
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(enc)
+		f.Add(doc)
+	}
+	f.Add([]byte("#M2M[v3.0]|"))
+	f.Add([]byte("#M2M[v3.0]|DATA:"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		out, err := AppendDecodeBrotliText([]byte("keep"), in, Limits{})
+		if err != nil && string(out) != "keep" {
+			t.Fatalf("dst changed on error: %q", out)
+		}
+		if err == nil && !utf8.Valid(out) {
+			t.Fatalf("decoded text is not UTF-8")
+		}
+		// Any UTF-8 text round-trips.
+		enc, err := AppendEncodeBrotliText(nil, in, Limits{})
+		if !utf8.Valid(in) {
+			if err == nil {
+				t.Fatal("invalid UTF-8 encoded")
+			}
+			return
+		}
+		if err != nil {
+			t.Fatalf("encode: %v", err)
+		}
+		back, err := AppendDecodeBrotliText(nil, enc, Limits{})
+		if err != nil || !bytes.Equal(back, in) {
+			t.Fatalf("round trip: %v", err)
+		}
+	})
+}
+
+// FuzzEncodeRoundTrip: any document that encodes decodes to the same
+// bytes, in both shapes, and its header is the one the Rust encoder would
+// write (refHeader).
+func FuzzEncodeRoundTrip(f *testing.F) {
+	for _, doc := range seedJSON(f) {
+		f.Add(doc)
+	}
+	f.Fuzz(func(t *testing.T, doc []byte) {
+		bin, err := AppendEncode(nil, doc, Limits{})
+		if err != nil {
+			if jsonscan.Validate(doc, jsonscan.Limits{}) == nil && !errors.Is(err, ErrFieldTooLong) {
+				t.Fatalf("valid JSON refused: %v", err)
+			}
+			return
+		}
+		text, err := AppendEncodeText(nil, doc, Limits{})
+		if err != nil {
+			t.Fatalf("binary encodes, text does not: %v", err)
+		}
+		checkRoundTrip(t, string(doc), bin, text)
+		var hb, ht Header
+		if err := ReadHeader(bin, &hb); err != nil {
+			t.Fatal(err)
+		}
+		if err := ReadTextHeader(text, &ht); err != nil {
+			t.Fatal(err)
+		}
+		if d := diffHeaders(hb, ht); d != "" {
+			t.Fatalf("headers differ: %s", d)
+		}
+		ref := refHeader(t, doc, bin)
+		if hb.RoutingMisaligned {
+			// Only the Rust layout's known ambiguities may misalign, and
+			// what comes before them must still be right.
+			if !ref.RoutingMisaligned {
+				t.Fatalf("misaligned routing header for %q", doc)
+			}
+			if string(hb.Model) != string(ref.Model) || hb.MsgCount != ref.MsgCount || hb.Flags != ref.Flags {
+				t.Fatalf("header %+v, want %+v", hb, ref)
+			}
+			return
+		}
+		if ref.RoutingMisaligned {
+			// The ambiguity happened to line up: fields after msg_count
+			// are not meaningful, the rest must be.
+			hb.Roles, hb.ContentHint, hb.MaxTokens, hb.HasMaxTokens, hb.EstCost, hb.HasEstCost = ref.Roles, ref.ContentHint, ref.MaxTokens, ref.HasMaxTokens, ref.EstCost, ref.HasEstCost
+			ref.RoutingMisaligned = false
+		}
+		if d := diffHeaders(hb, ref); d != "" {
+			t.Fatalf("header differs from the reference for %q: %s", doc, d)
+		}
+	})
+}
