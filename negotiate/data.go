@@ -12,12 +12,17 @@ const (
 	FlagReply DataFlags = 1 << 0
 	// FlagEnd marks the last reply of a request; only together with FlagReply.
 	FlagEnd DataFlags = 1 << 1
+	// FlagNotice marks a daemon error about a reply this agent sent: the
+	// request_id is the delivery id the agent received, not one it chose.
+	// Only together with FlagReply and FlagEnd.
+	FlagNotice DataFlags = 1 << 2
 
-	knownDataFlags = FlagReply | FlagEnd
+	knownDataFlags = FlagReply | FlagEnd | FlagNotice
 )
 
 func (f DataFlags) valid() bool {
-	return f&^knownDataFlags == 0 && (f&FlagEnd == 0 || f&FlagReply != 0)
+	return f&^knownDataFlags == 0 && (f&FlagEnd == 0 || f&FlagReply != 0) &&
+		(f&FlagNotice == 0 || f&(FlagReply|FlagEnd) == FlagReply|FlagEnd)
 }
 
 // DATA header limits.
@@ -42,6 +47,9 @@ type DataHeader struct {
 
 // IsReply reports FlagReply.
 func (h *DataHeader) IsReply() bool { return h.Flags&FlagReply != 0 }
+
+// IsNotice reports FlagNotice.
+func (h *DataHeader) IsNotice() bool { return h.Flags&FlagNotice != 0 }
 
 // IsEnd reports FlagEnd.
 func (h *DataHeader) IsEnd() bool { return h.Flags&FlagEnd != 0 }

@@ -75,6 +75,8 @@ func TestParseDataRejects(t *testing.T) {
 		{"unknown flag bit", "0204010023", ErrBadDataHeader},
 		{"high flag bit", "0280010023", ErrBadDataHeader},
 		{"END without REPLY", "0202010023", ErrBadDataHeader},
+		{"NOTICE without END", "0205010023", ErrBadDataHeader},
+		{"NOTICE without REPLY", "0206010023", ErrBadDataHeader},
 		{"no request id", "0200", ErrBadDataHeader},
 		{"request id 0", "0200000023", ErrBadDataHeader},
 		{"request id truncated", "020080", ErrBadDataHeader},
@@ -111,6 +113,7 @@ func TestAppendDataRejects(t *testing.T) {
 	}{
 		{"unknown flag", 4, 1, "", frame},
 		{"END alone", FlagEnd, 1, "", frame},
+		{"NOTICE without END", FlagReply | FlagNotice, 1, "", frame},
 		{"id 0", 0, 0, "", frame},
 		{"peer too long", 0, 1, strings.Repeat("a", 129), frame},
 		{"peer char", 0, 1, "al ice", frame},
