@@ -278,3 +278,20 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A CLOSE from the peer becomes a *CloseError that callers can match as
+// ErrClosed and inspect (REPLACED means: do not reconnect).
+func TestCloseError(t *testing.T) {
+	m, err := ParseControl(AppendClose(nil, testSID, t0, ReasonReplaced, "newer session"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e error = &CloseError{Reason: m.Close.Reason, Message: m.Close.Message}
+	var ce *CloseError
+	if !errors.Is(e, ErrClosed) || !errors.As(e, &ce) || ce.Reason != ReasonReplaced || !ce.Reason.Known() {
+		t.Fatal(e)
+	}
+	if CloseReason("GONE").Known() || RejectCode("NOPE").Known() || !RejectServerBusy.Known() {
+		t.Fatal("Known")
+	}
+}
