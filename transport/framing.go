@@ -12,8 +12,9 @@ import (
 // A declared length up to it is allocated at once; a longer message grows
 // (doubling) as its bytes are actually read, so a peer that announces large
 // messages on many streams and then sends nothing pins at most eagerAlloc
-// per stream, not its announced sizes.
-const eagerAlloc = 64 << 10
+// per stream, not its announced sizes. A variable only so that the fuzz
+// target can make growth happen on small inputs.
+var eagerAlloc = 64 << 10
 
 // readFrame reads one message framed as u32 BE length + bytes. The length
 // is checked against limit before anything is buffered; the limit is read

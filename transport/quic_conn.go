@@ -297,13 +297,16 @@ func (c *quicConn) write(ctx context.Context, s *quicStream, msg []byte) error {
 		written int
 		err     error
 	)
-	buf := getBuffer(4 + min(len(msg), sendCopyMax))
-	putFrameHeader(buf.b, len(msg))
+	var buf *buffer
 	if len(msg) <= sendCopyMax {
+		buf = getBuffer(4 + len(msg))
+		putFrameHeader(buf.b, len(msg))
 		copy(buf.b[4:], msg)
 		written, err = s.str.Write(buf.b)
 	} else {
-		written, err = s.str.Write(buf.b[:4])
+		buf = getBuffer(4)
+		putFrameHeader(buf.b, len(msg))
+		written, err = s.str.Write(buf.b)
 		if err == nil {
 			var n int
 			n, err = s.str.Write(msg)
@@ -336,11 +339,19 @@ func (c *quicConn) write(ctx context.Context, s *quicStream, msg []byte) error {
 		return closedBy(context.Cause(c.qc.Context()))
 	default:
 	}
-	if ctxErr := ctx.Err(); ctxErr != nil {
-		return fmt.Errorf("transport: send on channel %d: %w", s.id, ctxErr)
-	}
 	if c.isClosing() {
 		return ErrClosed
+	}
+	ctxErr := ctx.Err()
+	if ctxErr == nil && isTimeout(err) {
+		// The stream's deadline is the context's and can fire a moment
+		// before the context's own timer does.
+		if _, ok := ctx.Deadline(); ok {
+			ctxErr = context.DeadlineExceeded
+		}
+	}
+	if ctxErr != nil {
+		return fmt.Errorf("transport: send on channel %d: %w", s.id, ctxErr)
 	}
 	return &ChannelError{Channel: s.id, Err: err}
 }
@@ -385,6 +396,11 @@ func (c *quicConn) disarmDeadline(s *quicStream, stop func() bool) {
 	s.dlMu.Lock()
 	s.gen++
 	s.dlMu.Unlock()
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 func (c *quicConn) AcquireChannel(ctx context.Context) (ChannelID, error) {

@@ -6,6 +6,33 @@
 // them into channels and enforces the read limit. Channel 0 on WebSocket is
 // the only channel; on QUIC, channel ids are stream ids, the control stream
 // is stream 0, and data channels come from a pool of long-lived streams.
+//
+// Daemon side:
+//
+//	ln, _ := transport.ListenQUIC(":4433", tlsConf, cfg)
+//	for {
+//		c, err := ln.Accept(ctx) // handshake done; control stream arrives with HELLO
+//		if err != nil { … }
+//		go serve(c)
+//	}
+//	mux.Handle("/m2m", transport.NewWSHandler(cfg, serve)) // ws:// and wss://
+//
+// Agent side:
+//
+//	c, _ := transport.DialQUIC(ctx, "daemon:4433", tlsConf, cfg) // see package certs
+//	c, _ := transport.DialWS(ctx, "wss://daemon:8443/m2m", tlsConf, cfg)
+//
+// Every connection starts with the protocol's pre-ACCEPT read limit
+// (DefaultReadLimit); SetReadLimit raises it to the negotiated max_payload
+// + 512. Received messages live in pooled buffers that Message.Release
+// returns. Reading happens in the background into a queue bounded by
+// Config.ReceiveQueue and ReceiveQueueBytes: when Receive falls behind, the
+// transport stops reading and the peer is held back by flow control.
+//
+// Errors: ErrClosed (connection gone; peer and network causes are wrapped
+// for errors.As), ErrMessageTooLarge, ErrTextMessage, ErrProtocol,
+// ErrUnknownChannel, and *ChannelError for a QUIC channel that failed while
+// the connection lives on.
 package transport
 
 import (
@@ -32,7 +59,9 @@ type Message struct {
 }
 
 // Release hands the message's buffer back to the transport's pool. Data
-// must not be used afterwards. Release on a zero Message is a no-op.
+// must not be used afterwards. Release on a zero Message is a no-op, and a
+// second Release of the same Message value is too; but copies of a Message
+// share one buffer, so release exactly one of them.
 func (m *Message) Release() {
 	if m.release != nil {
 		m.release()
@@ -46,24 +75,43 @@ func (m *Message) Release() {
 // Receive must be called from a single goroutine. Send, AcquireChannel and
 // ReleaseChannel are safe for concurrent use; messages sent on one channel
 // arrive in the order their Send calls returned.
+//
+// A Receive error is final for the connection, except a context error (the
+// connection is untouched) and, on QUIC, a *ChannelError (that channel is
+// dead, the others carry on; the session layer usually closes anyway, as a
+// peer that breaks framing is broken). Messages that arrived before the
+// connection ended are returned before the error.
+//
+// Send writes the whole message or fails. If its context ends while the
+// message is partly written, the message cannot be recalled: on QUIC that
+// channel is reset and later Sends on it fail with ErrProtocol; on
+// WebSocket the library closes the connection. A context that has ended
+// before Send is called writes nothing and harms nothing.
 type Conn interface {
 	// Receive returns the next message from any channel.
 	Receive(ctx context.Context) (Message, error)
 	// Send writes one message on channel ch.
 	Send(ctx context.Context, ch ChannelID, msg []byte) error
 	// AcquireChannel returns a data channel with no request outstanding,
-	// opening one if none is idle. On WebSocket it always returns 0.
+	// opening one if none is idle; when the peer's stream limit is reached
+	// it waits for a ReleaseChannel. On WebSocket it always returns 0.
 	AcquireChannel(ctx context.Context) (ChannelID, error)
 	// ReleaseChannel returns a channel obtained from AcquireChannel once the
-	// final reply on it has arrived.
+	// final reply on it has arrived. Channels the peer opened, the control
+	// channel, failed channels and repeated releases are ignored.
 	ReleaseChannel(ch ChannelID)
 	// SetReadLimit bounds the size of a message Receive accepts; a larger
-	// one fails Receive with ErrMessageTooLarge before it is buffered.
+	// one fails Receive with ErrMessageTooLarge before it is buffered. n is
+	// clamped to [1, MaxReadLimit]; n <= 0 means MaxReadLimit.
 	SetReadLimit(n int64)
 	// Transport names the transport: "quic" or "ws".
 	Transport() string
 	// RemoteAddr is the peer's address.
 	RemoteAddr() net.Addr
-	// Close tears the connection down; pending and later calls fail.
+	// Close tears the connection down; pending and later calls fail with
+	// ErrClosed. It is idempotent and returns once the transport's
+	// goroutines have exited. Messages Send has already returned for still
+	// reach a live peer: Close waits (QUIC: at most Config.CloseTimeout;
+	// WebSocket: the closing handshake) for the peer to have read them.
 	Close() error
 }

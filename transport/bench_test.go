@@ -1,0 +1,155 @@
+package transport
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"sync"
+	"sync/atomic"
+	"testing"
+)
+
+// BenchmarkEcho measures round trips over loopback: the client sends a
+// message, the server echoes it on the same channel, the client waits for
+// the echo. "seq" is one request at a time; "c16" has 16 requests in flight
+// on 16 channels (one WebSocket connection carries all 16). rt/s is round
+// trips per second, comparable with docs' measured-facts transport table.
+//
+//	go test -run=^$ -bench=Echo -benchtime=2s -count=5 ./transport/
+func BenchmarkEcho(b *testing.B) {
+	for _, tr := range transports {
+		for _, mode := range []struct {
+			name    string
+			workers int
+		}{{"seq", 1}, {"c16", 16}} {
+			for _, size := range []int{256, 1024, 16384} {
+				b.Run(fmt.Sprintf("%s/%s/%d", tr.name, mode.name, size), func(b *testing.B) {
+					benchEcho(b, tr.make, mode.workers, size)
+				})
+			}
+		}
+	}
+}
+
+func benchEcho(b *testing.B, mk pairMaker, workers, size int) {
+	p := mk(b, Config{}, Config{})
+	p.client.SetReadLimit(1 << 20)
+	p.server.SetReadLimit(1 << 20)
+	bg := context.Background()
+
+	var serverWG sync.WaitGroup
+	serverWG.Go(func() {
+		for {
+			m, err := p.server.Receive(bg)
+			if err != nil {
+				return
+			}
+			err = p.server.Send(bg, m.Channel, m.Data)
+			m.Release()
+			if err != nil {
+				return
+			}
+		}
+	})
+
+	// With several workers one goroutine receives for all and hands each
+	// echo to its worker, as a session's receive loop would.
+	replies := make([]chan Message, workers)
+	for i := range replies {
+		replies[i] = make(chan Message, 1)
+	}
+	var dispatchWG sync.WaitGroup
+	if workers > 1 {
+		dispatchWG.Go(func() {
+			for {
+				m, err := p.client.Receive(bg)
+				if err != nil {
+					return
+				}
+				replies[binary.BigEndian.Uint16(m.Data)] <- m
+			}
+		})
+	}
+
+	msgs := make([][]byte, workers)
+	chans := make([]ChannelID, workers)
+	for w := range workers {
+		msgs[w] = pattern(size, byte(w))
+		binary.BigEndian.PutUint16(msgs[w], uint16(w))
+		ch, err := p.client.AcquireChannel(bg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		chans[w] = ch
+	}
+
+	b.SetBytes(int64(size))
+	b.ReportAllocs()
+	b.ResetTimer()
+	var done atomic.Int64
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for done.Add(1) <= int64(b.N) {
+				if err := p.client.Send(bg, chans[w], msgs[w]); err != nil {
+					b.Error(err)
+					return
+				}
+				var m Message
+				if workers == 1 {
+					var err error
+					if m, err = p.client.Receive(bg); err != nil {
+						b.Error(err)
+						return
+					}
+				} else {
+					m = <-replies[w]
+				}
+				if len(m.Data) != size {
+					b.Errorf("echo of %d bytes came back with %d", size, len(m.Data))
+				}
+				m.Release()
+			}
+		})
+	}
+	wg.Wait()
+	b.StopTimer()
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rt/s")
+	p.close()
+	serverWG.Wait()
+	dispatchWG.Wait()
+}
+
+// BenchmarkMessageRead compares reading a WebSocket message into a pooled
+// buffer (readMessage, what the transport does) with io.ReadAll (what
+// websocket.Conn.Read does), on an in-memory message.
+func BenchmarkMessageRead(b *testing.B) {
+	for _, size := range []int{256, 1024, 16384} {
+		data := pattern(size, 1)
+		b.Run(fmt.Sprintf("pooled/%d", size), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			r := &chunkReader{}
+			for b.Loop() {
+				r.data = data
+				buf, err := readMessage(r, MaxReadLimit, size)
+				if err != nil {
+					b.Fatal(err)
+				}
+				putBuffer(buf)
+			}
+		})
+		b.Run(fmt.Sprintf("readall/%d", size), func(b *testing.B) {
+			b.SetBytes(int64(size))
+			b.ReportAllocs()
+			r := &chunkReader{}
+			for b.Loop() {
+				r.data = data
+				if _, err := io.ReadAll(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
