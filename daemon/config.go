@@ -1,0 +1,142 @@
+package daemon
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/frame"
+)
+
+// Defaults, in one place. Every one is a Config field (zero means default)
+// and an `m2md serve` flag.
+const (
+	DefaultQUICAddr       = "127.0.0.1:4433"
+	DefaultWSAddr         = "127.0.0.1:8080"
+	DefaultAdminAddr      = "127.0.0.1:9090"
+	DefaultWSPath         = "/m2m"
+	DefaultCertDir        = "certs"
+	DefaultMaxSessions    = 10_000
+	DefaultMaxPayload     = 16 << 20
+	DefaultHelloTimeout   = 30 * time.Second
+	DefaultSessionTimeout = 5 * time.Minute
+	DefaultPingInterval   = 60 * time.Second
+	DefaultPongTimeout    = 10 * time.Second
+	DefaultMaxMissedPongs = 3
+	DefaultCloseTimeout   = 5 * time.Second
+	DefaultShutdownGrace  = 10 * time.Second
+	DefaultSendQueueLen   = 1024
+	DefaultSlowGrace      = 5 * time.Second
+	DefaultMaxOutstanding = 1024
+
+	minSessionTimeout = 60 * time.Second
+	maxSessionTimeout = time.Hour
+)
+
+// Config configures a Server. The zero value is a working development
+// daemon on loopback: QUIC on 4433/udp, WebSocket on 8080/tcp, admin HTTP on
+// 9090, a self-signed certificate made (once) in ./certs, no authentication,
+// security mode chosen by each client.
+type Config struct {
+	// QUICAddr is the UDP address for QUIC. "-" disables QUIC.
+	QUICAddr string
+	// WSAddr is the TCP address for plain ws://. "-" disables it.
+	WSAddr string
+	// WSSAddr is the TCP address for wss:// (TLS). Empty or "-" disables it.
+	WSSAddr string
+	// WSPath is the HTTP path WebSocket clients connect to.
+	WSPath string
+	// AdminAddr serves /healthz and /metrics. "-" disables it.
+	AdminAddr string
+
+	// CertFile and KeyFile name a production certificate. When empty, a
+	// development certificate is created in (and reused from) CertDir.
+	CertFile, KeyFile string
+	// CertDir holds the development certificate. Default "certs".
+	CertDir string
+
+	// MinSecurity is the weakest frame security mode a client may ask for.
+	MinSecurity frame.Security
+	// OrgSecrets maps an org id to its master secret. When non-empty, every
+	// agent must prove possession of its agent key (docs/protocol.md §5.2);
+	// when empty the daemon runs open and warns at start.
+	OrgSecrets map[string][]byte
+
+	// MaxSessions bounds concurrent sessions; beyond it HELLO gets
+	// REJECT SERVER_BUSY.
+	MaxSessions int
+	// MaxPayload is the largest DATA message the daemon accepts (≤ 16 MiB).
+	MaxPayload int
+	// MaxOutstanding bounds a session's requests in flight, as requester and
+	// as provider.
+	MaxOutstanding int
+
+	HelloTimeout   time.Duration // HELLO must arrive within this. Default 30 s.
+	SessionTimeout time.Duration // nothing received for this long closes the session. Default 5 min, 60 s–1 h.
+	PingInterval   time.Duration // idle time before the daemon PINGs. Default 60 s.
+	PongTimeout    time.Duration // a PONG must arrive within this. Default 10 s.
+	MaxMissedPongs int           // this many missed PONGs in a row close the session. Default 3.
+	CloseTimeout   time.Duration // wait for a CLOSE acknowledgement. Default 5 s.
+	ShutdownGrace  time.Duration // on shutdown, in-flight requests may finish this long. Default 10 s.
+
+	// SendQueueLen bounds each session's queue of messages waiting to be
+	// written. When it is full the daemon refuses the new message (the sender
+	// gets queue_full) and, if it stays full for SlowConsumerGrace, closes the
+	// slow session.
+	SendQueueLen      int
+	SlowConsumerGrace time.Duration
+
+	// Logger receives structured logs; it never receives payloads or keys.
+	// The zero value discards them.
+	Logger zerolog.Logger
+
+	// pingCheck overrides how often keepalive timers are checked (tests).
+	pingCheck time.Duration
+}
+
+// withDefaults returns c with every zero field set and checks ranges.
+func (c Config) withDefaults() (Config, error) {
+	setStr := func(p *string, def string) {
+		if *p == "" {
+			*p = def
+		}
+	}
+	setStr(&c.QUICAddr, DefaultQUICAddr)
+	setStr(&c.WSAddr, DefaultWSAddr)
+	setStr(&c.WSPath, DefaultWSPath)
+	setStr(&c.AdminAddr, DefaultAdminAddr)
+	setStr(&c.CertDir, DefaultCertDir)
+	setInt := func(p *int, def int) {
+		if *p <= 0 {
+			*p = def
+		}
+	}
+	setInt(&c.MaxSessions, DefaultMaxSessions)
+	setInt(&c.MaxPayload, DefaultMaxPayload)
+	setInt(&c.MaxOutstanding, DefaultMaxOutstanding)
+	setInt(&c.MaxMissedPongs, DefaultMaxMissedPongs)
+	setInt(&c.SendQueueLen, DefaultSendQueueLen)
+	setDur := func(p *time.Duration, def time.Duration) {
+		if *p <= 0 {
+			*p = def
+		}
+	}
+	setDur(&c.HelloTimeout, DefaultHelloTimeout)
+	setDur(&c.SessionTimeout, DefaultSessionTimeout)
+	setDur(&c.PingInterval, DefaultPingInterval)
+	setDur(&c.PongTimeout, DefaultPongTimeout)
+	setDur(&c.CloseTimeout, DefaultCloseTimeout)
+	setDur(&c.ShutdownGrace, DefaultShutdownGrace)
+	setDur(&c.SlowConsumerGrace, DefaultSlowGrace)
+	if c.MaxPayload > DefaultMaxPayload {
+		return c, fmt.Errorf("daemon: max payload %d exceeds the protocol's 16 MiB", c.MaxPayload)
+	}
+	if c.SessionTimeout < minSessionTimeout || c.SessionTimeout > maxSessionTimeout {
+		return c, fmt.Errorf("daemon: session timeout %v outside 60s..1h", c.SessionTimeout)
+	}
+	if c.MinSecurity > frame.SecurityAEAD {
+		return c, fmt.Errorf("daemon: unknown minimum security mode %d", c.MinSecurity)
+	}
+	return c, nil
+}

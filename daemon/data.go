@@ -1,0 +1,235 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/bufpool"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/router"
+	"github.com/m2md/m2md/transport"
+)
+
+// handleData routes one DATA message: it reads the DATA header and the
+// frame's header (never the payload), checks the frame against the
+// session's security mode and sequence, and hands a copy addressed to the
+// receiver to the receiver's writer. Every refusal is answered to the sender.
+func (se *session) handleData(msg transport.Message, start time.Time) {
+	defer msg.Release()
+	dh, fr, err := negotiate.ParseData(msg.Data)
+	if err != nil {
+		se.protocolError("malformed DATA header")
+		return
+	}
+	algo := int8(0)
+	if fr[0] != '#' {
+		algo = 1
+	}
+	se.m.framesIn[algo].Inc()
+	se.m.bytesIn[algo].Add(float64(len(msg.Data)))
+
+	var h frame.Header
+	if algo == 0 {
+		if se.recvKey != nil {
+			plain, err := se.recvKey.Open(fr[:0], fr)
+			if err != nil {
+				se.refuse(msg.Channel, &dh, "bad_tag", "frame failed verification for security mode "+se.mode())
+				return
+			}
+			fr = plain
+			seq, ch, _ := frame.Sequence(fr)
+			if err := se.seqs.CheckReceive(uint32(msg.Channel), ch, seq); err != nil {
+				se.refuse(msg.Channel, &dh, "replay", "frame out of sequence on its channel")
+				return
+			}
+		} else if len(fr) > frame.OffSecurity && fr[frame.OffSecurity] != byte(frame.SecurityNone) {
+			se.refuse(msg.Channel, &dh, "bad_tag", "protected frame in a session of security mode none")
+			return
+		}
+		if err := frame.ReadHeader(fr, &h); err != nil {
+			se.refuse(msg.Channel, &dh, "bad_frame", "frame header unreadable")
+			return
+		}
+	} else if se.recvKey != nil {
+		se.refuse(msg.Channel, &dh, "bad_tag", "TokenNative frames cannot be protected; session mode is "+se.mode())
+		return
+	}
+
+	if dh.IsReply() {
+		se.forwardReply(msg.Channel, &dh, fr, algo, start)
+		return
+	}
+	se.forwardRequest(msg.Channel, &dh, fr, algo, &h, start)
+}
+
+func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHeader, fr []byte, algo int8, h *frame.Header, start time.Time) {
+	srv := se.srv
+	if srv.draining.Load() {
+		se.refuse(ch, dh, "shutdown", "daemon shutting down")
+		return
+	}
+	req := router.Request{
+		ID:               dh.RequestID,
+		Channel:          uint64(ch),
+		Peer:             dh.Peer,
+		Model:            h.Model,
+		HasRoutingHeader: algo == 0 && (h.Schema == frame.SchemaRequest || h.Schema == frame.SchemaEmbeddingRequest),
+	}
+	d, err := srv.router.RouteRequest(se.rs, req)
+	if err != nil {
+		var reason router.Reason
+		if errors.As(err, &reason) && reason == router.ErrSessionClosed {
+			return
+		}
+		code := "bad_frame"
+		if errors.As(err, &reason) {
+			code = reason.Code()
+		}
+		srv.metrics.routingFailures.WithLabelValues(code).Inc()
+		se.sendError(ch, dh.RequestID, 0, code, routeMessage(code, dh, h), "")
+		return
+	}
+	prov := d.Provider.Value()
+	fail := func(code, message string) {
+		srv.metrics.routingFailures.WithLabelValues(code).Inc()
+		if rep, err := srv.router.Abort(d.Provider, d.ID); err == nil {
+			rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, message, prov.agent)
+		}
+	}
+	if algo == 1 && prov.sendKey != nil {
+		fail("bad_frame", "receiver's session requires protected frames; TokenNative cannot be protected")
+		return
+	}
+	actx, cancel := context.WithTimeout(prov.ctx, 5*time.Second)
+	pch, err := prov.conn.AcquireChannel(actx)
+	cancel()
+	if err != nil {
+		fail("agent_gone", "no channel to provider "+prov.agent)
+		return
+	}
+	m, ok := buildData(pch, 0, d.ID, se.agent, fr, algo)
+	if !ok {
+		prov.conn.ReleaseChannel(pch)
+		fail("bad_frame", "request cannot be addressed")
+		return
+	}
+	if !prov.enqueue(m) {
+		m.free()
+		prov.conn.ReleaseChannel(pch)
+		fail("queue_full", "provider "+prov.agent+" is not reading fast enough")
+		return
+	}
+	srv.metrics.routingSeconds.Observe(time.Since(start).Seconds())
+}
+
+func routeMessage(code string, dh *negotiate.DataHeader, h *frame.Header) string {
+	switch code {
+	case "no_route":
+		return "no connected agent serves model " + string(h.Model)
+	case "unknown_agent":
+		return "agent " + string(dh.Peer) + " is not connected"
+	case "provider_busy":
+		return "every provider has its maximum of requests outstanding"
+	case "too_many_requests":
+		return "too many requests outstanding on this session"
+	case "duplicate_request":
+		return "a request with this id is still outstanding"
+	}
+	return "request has no address and no routing header"
+}
+
+func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader, fr []byte, algo int8, start time.Time) {
+	srv := se.srv
+	end := dh.IsEnd()
+	rep, err := srv.router.RouteReply(se.rs, dh.RequestID, end)
+	if end {
+		se.conn.ReleaseChannel(ch)
+	}
+	if err != nil {
+		code := "unknown_request"
+		var reason router.Reason
+		if errors.As(err, &reason) {
+			code = reason.Code()
+		}
+		srv.metrics.routingFailures.WithLabelValues(code).Inc()
+		if reason == router.ErrRequesterGone {
+			se.sendError(ch, dh.RequestID, negotiate.FlagNotice, "requester_gone", "the requester of this delivery has disconnected", "")
+		}
+		return
+	}
+	req := rep.Requester.Value()
+	flags := negotiate.FlagReply
+	if end {
+		flags |= negotiate.FlagEnd
+	}
+	if algo == 1 && req.sendKey != nil {
+		srv.metrics.routingFailures.WithLabelValues("bad_frame").Inc()
+		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, "bad_frame", "requester's session requires protected frames; TokenNative cannot be protected", "")
+		if end {
+			req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, "bad_frame", "provider replied with an unprotectable frame", se.agent)
+		}
+		return
+	}
+	m, _ := buildData(transport.ChannelID(rep.Channel), flags, rep.RequestID, se.agent, fr, algo)
+	if !req.enqueue(m) {
+		m.free()
+		srv.metrics.routingFailures.WithLabelValues("queue_full").Inc()
+		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, "queue_full", "requester "+req.agent+" is not reading fast enough", "")
+		return
+	}
+	srv.metrics.routingSeconds.Observe(time.Since(start).Seconds())
+}
+
+// refuse answers a frame the daemon will not route: an error reply for a
+// request, a NOTICE for a reply.
+func (se *session) refuse(ch transport.ChannelID, dh *negotiate.DataHeader, code, message string) {
+	se.srv.metrics.framesRefused.WithLabelValues(code).Inc()
+	se.log.Debug().Str("code", code).Uint64("request_id", dh.RequestID).Msg("frame refused")
+	var flags negotiate.DataFlags
+	if dh.IsReply() {
+		flags = negotiate.FlagNotice
+		if dh.IsEnd() {
+			se.conn.ReleaseChannel(ch)
+			// The requester waits for an END that will not come from this
+			// provider: end its request with the same error.
+			if rep, err := se.srv.router.RouteReply(se.rs, dh.RequestID, true); err == nil {
+				rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, "provider's final reply was refused: "+message, se.agent)
+			}
+		}
+	}
+	se.sendError(ch, dh.RequestID, flags, code, message, "")
+}
+
+// sendError queues an error frame (REPLY|END, plus flags) to this session.
+func (se *session) sendError(ch transport.ChannelID, requestID uint64, flags negotiate.DataFlags, code, message, peer string) {
+	fr, err := frame.AppendErrorFrame(nil, code, message)
+	if err != nil {
+		se.log.Error().Err(err).Msg("building an error frame failed")
+		return
+	}
+	m, ok := buildData(ch, negotiate.FlagReply|negotiate.FlagEnd|flags, requestID, peer, fr, 0)
+	if !ok {
+		return
+	}
+	if !se.enqueue(m) {
+		m.free()
+		se.srv.metrics.queueDrops.WithLabelValues("error_dropped").Inc()
+	}
+}
+
+// buildData writes a DATA message with fr into a pooled buffer that has
+// room for the tag the writer may append.
+func buildData(ch transport.ChannelID, flags negotiate.DataFlags, requestID uint64, peer string, fr []byte, algo int8) (outMsg, bool) {
+	p := bufpool.Get(negotiate.MaxDataHeaderLen + len(fr) + tailroom)
+	b, err := negotiate.AppendDataHeader((*p)[:0], flags, requestID, peer)
+	if err != nil {
+		bufpool.Put(p)
+		return outMsg{}, false
+	}
+	off := len(b)
+	b = append(b, fr...)
+	*p = b
+	return outMsg{ch: ch, buf: p, frameOff: off, algo: algo}, true
+}

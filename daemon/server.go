@@ -1,0 +1,301 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/certs"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/router"
+	"github.com/m2md/m2md/transport"
+)
+
+// Server is the m2md daemon. Create it with New and run it with Run.
+type Server struct {
+	cfg     Config
+	log     zerolog.Logger
+	metrics *metrics
+	neg     *negotiate.Server
+	router  *router.Router[*session]
+
+	tlsConf     *tls.Config
+	fingerprint string
+
+	draining atomic.Bool
+	ready    chan struct{}
+
+	mu       sync.Mutex
+	sessions map[*session]struct{}
+	conns    sync.WaitGroup // one per accepted connection, handshake included
+	baseCtx  context.Context
+
+	quicAddr, wsAddr, wssAddr, adminAddr net.Addr
+}
+
+// New checks cfg, prepares TLS (creating the development certificate if no
+// certificate is configured) and returns a Server ready to Run.
+func New(cfg Config) (*Server, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	neg, err := negotiate.NewServer(negotiate.ServerConfig{
+		MaxPayload:     cfg.MaxPayload,
+		MinSecurity:    cfg.MinSecurity,
+		OrgSecrets:     cfg.OrgSecrets,
+		SessionTimeout: cfg.SessionTimeout,
+		PingInterval:   cfg.PingInterval,
+		PongTimeout:    cfg.PongTimeout,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
+	s := &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		metrics:  newMetrics(),
+		neg:      neg,
+		router:   router.New[*session](router.Config{MaxRequests: cfg.MaxOutstanding, MaxDeliveries: cfg.MaxOutstanding}),
+		ready:    make(chan struct{}),
+		sessions: make(map[*session]struct{}),
+	}
+	if err := s.setupTLS(); err != nil {
+		return nil, err
+	}
+	for _, r := range router.Reasons() {
+		r := r
+		s.metrics.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "m2md_router_failures_total",
+			Help:        "Routing decisions that failed inside the router, by reason (also counted, with the daemon's own reasons, in m2md_routing_failures_total).",
+			ConstLabels: prometheus.Labels{"reason": r.Code()},
+		}, func() float64 { return float64(s.router.Failures(r)) }))
+	}
+	return s, nil
+}
+
+func (s *Server) setupTLS() error {
+	var (
+		cert tls.Certificate
+		err  error
+	)
+	if s.cfg.CertFile != "" || s.cfg.KeyFile != "" {
+		cert, err = certs.Load(s.cfg.CertFile, s.cfg.KeyFile)
+		if err != nil {
+			return fmt.Errorf("daemon: %w", err)
+		}
+	} else {
+		cert, _, err = certs.EnsureDevCert(s.cfg.CertDir)
+		if err != nil {
+			return fmt.Errorf("daemon: development certificate: %w", err)
+		}
+	}
+	if len(cert.Certificate) > 0 {
+		s.fingerprint = certs.Fingerprint(cert.Certificate[0])
+	}
+	s.tlsConf = certs.ServerTLSConfig(cert)
+	return nil
+}
+
+// Fingerprint is the SHA-256 fingerprint (hex) of the daemon's certificate,
+// for clients that pin it.
+func (s *Server) Fingerprint() string { return s.fingerprint }
+
+// Ready is closed once every listener is bound.
+func (s *Server) Ready() <-chan struct{} { return s.ready }
+
+// QUICAddr, WSAddr, WSSAddr and AdminAddr are the bound addresses (useful
+// with port 0) once Ready is closed; nil for a disabled listener.
+func (s *Server) QUICAddr() net.Addr  { return s.quicAddr }
+func (s *Server) WSAddr() net.Addr    { return s.wsAddr }
+func (s *Server) WSSAddr() net.Addr   { return s.wssAddr }
+func (s *Server) AdminAddr() net.Addr { return s.adminAddr }
+
+func (s *Server) sessionCount() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.sessions)
+}
+
+func enabled(addr string) bool { return addr != "" && addr != "-" }
+
+// Run listens on every configured address and serves until ctx is done, then
+// shuts down gracefully: it stops accepting, answers new requests with a
+// shutdown error, lets requests in flight finish for up to ShutdownGrace,
+// sends CLOSE SERVER_SHUTDOWN to every session and waits (CloseTimeout) for
+// the acknowledgements. It returns nil after a clean shutdown.
+func (s *Server) Run(ctx context.Context) error {
+	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelRun()
+	s.baseCtx = runCtx
+
+	var (
+		closers []func()
+		serveWG sync.WaitGroup
+		errc    = make(chan error, 4)
+	)
+	defer func() {
+		for _, c := range closers {
+			c()
+		}
+		serveWG.Wait()
+	}()
+
+	if enabled(s.cfg.QUICAddr) {
+		ln, err := transport.ListenQUIC(s.cfg.QUICAddr, s.tlsConf.Clone(), s.transportConfig())
+		if err != nil {
+			return fmt.Errorf("daemon: quic: %w", err)
+		}
+		s.quicAddr = ln.Addr()
+		closers = append(closers, func() { ln.Close() })
+		serveWG.Add(1)
+		go func() {
+			defer serveWG.Done()
+			s.acceptQUIC(runCtx, ln)
+		}()
+	}
+	wsHandler := transport.NewWSHandler(s.transportConfig(), func(c transport.Conn) { s.serveConn(c) })
+	mux := http.NewServeMux()
+	mux.Handle(s.cfg.WSPath, wsHandler)
+	startHTTP := func(name, addr string, tlsConf *tls.Config, h http.Handler) (net.Addr, error) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return nil, fmt.Errorf("daemon: %s: %w", name, err)
+		}
+		if tlsConf != nil {
+			ln = tls.NewListener(ln, tlsConf)
+		}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+		closers = append(closers, func() {
+			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			defer cancel()
+			_ = hs.Shutdown(sctx)
+		})
+		serveWG.Add(1)
+		go func() {
+			defer serveWG.Done()
+			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errc <- fmt.Errorf("daemon: %s: %w", name, err)
+			}
+		}()
+		return ln.Addr(), nil
+	}
+	var err error
+	if enabled(s.cfg.WSAddr) {
+		if s.wsAddr, err = startHTTP("ws", s.cfg.WSAddr, nil, mux); err != nil {
+			return err
+		}
+	}
+	if enabled(s.cfg.WSSAddr) {
+		wssTLS := s.tlsConf.Clone()
+		wssTLS.NextProtos = []string{"http/1.1"}
+		if s.wssAddr, err = startHTTP("wss", s.cfg.WSSAddr, wssTLS, mux); err != nil {
+			return err
+		}
+	}
+	if enabled(s.cfg.AdminAddr) {
+		if s.adminAddr, err = startHTTP("admin", s.cfg.AdminAddr, nil, s.adminHandler()); err != nil {
+			return err
+		}
+	}
+	s.logStart()
+	close(s.ready)
+
+	select {
+	case <-ctx.Done():
+	case err := <-errc:
+		s.log.Error().Err(err).Msg("listener failed; shutting down")
+		s.shutdown(closers)
+		return err
+	}
+	s.shutdown(closers)
+	closers = nil
+	return nil
+}
+
+func (s *Server) logStart() {
+	ev := s.log.Info()
+	if s.quicAddr != nil {
+		ev = ev.Str("quic", "quic://"+s.quicAddr.String())
+	}
+	if s.wsAddr != nil {
+		ev = ev.Str("ws", "ws://"+s.wsAddr.String()+s.cfg.WSPath)
+	}
+	if s.wssAddr != nil {
+		ev = ev.Str("wss", "wss://"+s.wssAddr.String()+s.cfg.WSPath)
+	}
+	if s.adminAddr != nil {
+		ev = ev.Str("admin", "http://"+s.adminAddr.String())
+	}
+	ev.Str("cert_sha256", certs.FormatFingerprint(s.fingerprint)).
+		Str("min_security", s.cfg.MinSecurity.String()).
+		Msg("m2md listening")
+	if len(s.cfg.OrgSecrets) == 0 {
+		s.log.Warn().Msg("running OPEN: no org secrets configured, so agents are not authenticated and any client may claim any agent id (set --org-secrets-file for production)")
+	}
+	if s.cfg.CertFile == "" {
+		s.log.Warn().Str("dir", s.cfg.CertDir).Msg("using a self-signed development certificate: clients must pin its fingerprint (--tls-cert/--tls-key for production)")
+	}
+}
+
+// transportConfig sizes the transports' receive side from the daemon's
+// limits.
+func (s *Server) transportConfig() transport.Config {
+	return transport.Config{}
+}
+
+func (s *Server) acceptQUIC(ctx context.Context, ln *transport.QUICListener) {
+	for {
+		c, err := ln.Accept(ctx)
+		if err != nil {
+			if ctx.Err() == nil && !errors.Is(err, transport.ErrClosed) {
+				s.log.Warn().Err(err).Msg("quic accept failed")
+			}
+			return
+		}
+		go s.serveConn(c)
+	}
+}
+
+// shutdown carries out the graceful stop described at Run.
+func (s *Server) shutdown(closers []func()) {
+	s.draining.Store(true)
+	s.log.Info().Int("sessions", s.sessionCount()).Msg("shutting down: no new sessions or requests")
+	for _, c := range closers {
+		c() // listeners and HTTP servers; accepted sessions live on
+	}
+	deadline := time.Now().Add(s.cfg.ShutdownGrace)
+	for time.Now().Before(deadline) && s.router.Stats().Pending > 0 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if p := s.router.Stats().Pending; p > 0 {
+		s.log.Warn().Int("pending", p).Msg("shutdown grace over with requests still in flight")
+	}
+	s.mu.Lock()
+	all := make([]*session, 0, len(s.sessions))
+	for se := range s.sessions {
+		all = append(all, se)
+	}
+	s.mu.Unlock()
+	for _, se := range all {
+		se.initiateClose(negotiate.ReasonServerShutdown, "daemon shutting down")
+	}
+	done := make(chan struct{})
+	go func() { s.conns.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(s.cfg.CloseTimeout + 2*time.Second):
+		s.log.Warn().Msg("sessions did not close in time")
+	}
+	s.neg.Close()
+	s.log.Info().Msg("m2md stopped")
+}

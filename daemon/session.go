@@ -1,0 +1,396 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/internal/bufpool"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/router"
+	"github.com/m2md/m2md/security"
+	"github.com/m2md/m2md/transport"
+)
+
+// session is one established agent session.
+type session struct {
+	srv       *Server
+	conn      transport.Conn
+	transport string
+	neg       *negotiate.Session
+	agent     string
+	rs        *router.Session[*session]
+	log       zerolog.Logger
+	m         *sessionMetrics
+	maxQueue  int // bytes
+
+	// recvKey opens frames from the agent, sendKey protects frames to it;
+	// both nil in security mode none.
+	recvKey, sendKey *security.FrameKey
+	seqs             *negotiate.Sequences
+
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu      sync.Mutex // guards machine
+	machine *negotiate.Machine
+
+	queue       chan outMsg // DATA and errors, bounded
+	ctrl        chan outMsg // control messages, written first
+	queuedBytes atomic.Int64
+	slowSince   atomic.Int64 // unix nanos the queue was first found full; 0 if not
+	closing     atomic.Bool  // CLOSE sent or received, or teardown began
+	closeReason atomic.Value // negotiate.CloseReason of the session's end
+	wake        chan struct{}
+	writerDone  chan struct{}
+}
+
+func (se *session) mode() string { return se.neg.Params.SecurityMode.String() }
+
+// serveConn runs one connection from HELLO to teardown.
+func (s *Server) serveConn(conn transport.Conn) {
+	s.conns.Add(1)
+	defer s.conns.Done()
+	defer conn.Close()
+	tname := conn.Transport()
+	log := s.log.With().Str("transport", tname).Str("remote", conn.RemoteAddr().String()).Logger()
+	if s.draining.Load() {
+		return
+	}
+	start := time.Now()
+	hctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.HelloTimeout)
+	msg, err := conn.Receive(hctx)
+	cancel()
+	if err != nil {
+		s.metrics.handshakeFailures.WithLabelValues(tname, "no_hello").Inc()
+		log.Debug().Err(err).Msg("no HELLO")
+		return
+	}
+	if msg.Channel != transport.ControlChannel {
+		msg.Release()
+		s.metrics.handshakeFailures.WithLabelValues(tname, "protocol").Inc()
+		log.Debug().Msg("first message not on the control channel")
+		return
+	}
+	atCapacity := s.sessionCount() >= s.cfg.MaxSessions
+	neg, reply, err := s.neg.Accept(time.Now(), msg.Data, atCapacity)
+	msg.Release()
+	if err != nil {
+		reason := "UNKNOWN"
+		var rej *negotiate.RejectError
+		if errors.As(err, &rej) {
+			reason = string(rej.Code)
+		}
+		s.metrics.handshakeFailures.WithLabelValues(tname, reason).Inc()
+		log.Info().Str("reject", reason).Err(err).Msg("handshake rejected")
+		s.sendHandshakeReply(conn, reply)
+		return
+	}
+	// Register before ACCEPT leaves: once the agent has its ACCEPT, other
+	// agents may address it at once. Frames routed to it meanwhile wait in
+	// its queue; the writer starts only after ACCEPT is written.
+	se, err := s.newSession(conn, neg, log)
+	if err != nil {
+		s.metrics.handshakeFailures.WithLabelValues(tname, "internal").Inc()
+		log.Error().Err(err).Msg("session setup failed")
+		neg.Wipe()
+		return
+	}
+	if err := s.sendHandshakeReply(conn, reply); err != nil {
+		s.metrics.handshakeFailures.WithLabelValues(tname, "send_failed").Inc()
+	}
+	s.metrics.handshakeSeconds.WithLabelValues(tname).Observe(time.Since(start).Seconds())
+	se.run()
+}
+
+func (s *Server) sendHandshakeReply(conn transport.Conn, reply []byte) error {
+	ctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.CloseTimeout)
+	defer cancel()
+	return conn.Send(ctx, transport.ControlChannel, reply)
+}
+
+func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zerolog.Logger) (*session, error) {
+	p := neg.Params
+	se := &session{
+		srv:        s,
+		conn:       conn,
+		transport:  conn.Transport(),
+		neg:        neg,
+		agent:      neg.AgentID,
+		m:          s.metrics.forTransport(conn.Transport()),
+		maxQueue:   max(s.cfg.MaxPayload*2, 4<<20),
+		seqs:       negotiate.NewSequences(0),
+		machine:    negotiate.NewMachine(negotiate.RoleServer, time.Now()),
+		queue:      make(chan outMsg, s.cfg.SendQueueLen),
+		ctrl:       make(chan outMsg, 8),
+		wake:       make(chan struct{}, 1),
+		writerDone: make(chan struct{}),
+	}
+	se.log = log.With().Str("session", neg.ID).Str("agent", neg.AgentID).Logger()
+	if err := se.machine.Established(p, time.Now()); err != nil {
+		return nil, err
+	}
+	if p.SecurityMode != 0 {
+		var err error
+		if se.recvKey, err = security.NewFrameKey(p.SecurityMode, neg.ReceiveKey()); err != nil {
+			return nil, err
+		}
+		if se.sendKey, err = security.NewFrameKey(p.SecurityMode, neg.SendKey()); err != nil {
+			return nil, err
+		}
+	}
+	conn.SetReadLimit(int64(p.MaxPayload) + 512)
+	se.ctx, se.cancel = context.WithCancel(s.baseCtx)
+	var models []string
+	if neg.Peer != nil {
+		models = neg.Peer.Models
+	}
+	rs, replaced, err := s.router.Register(neg.AgentID, models, se)
+	if err != nil {
+		return nil, err
+	}
+	se.rs = rs
+	if replaced != nil {
+		old := replaced.Value()
+		old.log.Info().Str("by", neg.ID).Msg("session replaced by a newer one for the same agent id")
+		old.initiateClose(negotiate.ReasonReplaced, "a newer session claimed agent id "+neg.AgentID)
+	}
+	s.mu.Lock()
+	s.sessions[se] = struct{}{}
+	s.mu.Unlock()
+	s.metrics.sessions.WithLabelValues(se.transport).Inc()
+	s.metrics.sessionsTotal.WithLabelValues(se.transport).Inc()
+	se.log.Info().Str("mode", se.mode()).Strs("models", models).Int("max_payload", p.MaxPayload).
+		Bool("authenticated", p.Authenticated).Msg("session established")
+	return se, nil
+}
+
+// run serves the session until it ends and then tears it down.
+func (se *session) run() {
+	go se.writeLoop()
+	se.readLoop()
+
+	// Teardown. The reader has stopped routing this session's messages, so
+	// its orphans can be answered now without overtaking a reply (router doc).
+	se.closing.Store(true)
+	orphans := se.srv.router.Remove(se.rs)
+	for _, o := range orphans {
+		o.Requester.Value().sendError(transport.ChannelID(o.Channel), o.RequestID, 0, "agent_gone",
+			"provider "+se.agent+" disconnected before its final reply", se.agent)
+	}
+	se.cancel()
+	se.conn.Close()
+	<-se.writerDone
+	se.drainQueues("receiver_gone")
+	se.srv.mu.Lock()
+	delete(se.srv.sessions, se)
+	se.srv.mu.Unlock()
+	se.srv.metrics.sessions.WithLabelValues(se.transport).Dec()
+	reason, _ := se.closeReason.Load().(negotiate.CloseReason)
+	if reason == "" {
+		reason = "DISCONNECTED"
+	}
+	se.srv.metrics.sessionsClosed.WithLabelValues(string(reason)).Inc()
+	se.log.Info().Str("reason", string(reason)).Int("orphans", len(orphans)).Msg("session ended")
+	se.neg.Wipe()
+}
+
+func (se *session) readLoop() {
+	for {
+		msg, err := se.conn.Receive(se.ctx)
+		if err != nil {
+			if !errors.Is(err, transport.ErrClosed) && se.ctx.Err() == nil {
+				se.log.Debug().Err(err).Msg("receive failed")
+				if errors.Is(err, transport.ErrMessageTooLarge) {
+					se.srv.metrics.framesRefused.WithLabelValues("too_large").Inc()
+					se.setReason(negotiate.ReasonError)
+				}
+			}
+			return
+		}
+		kind, err := negotiate.MessageKind(msg.Data)
+		if err != nil {
+			msg.Release()
+			se.protocolError("unknown message kind")
+			continue
+		}
+		if kind == negotiate.KindData {
+			now := time.Now()
+			se.mu.Lock()
+			_, err := se.machine.Received(now, negotiate.KindData, "")
+			se.mu.Unlock()
+			if err != nil {
+				msg.Release()
+				if errors.Is(err, negotiate.ErrAfterClose) {
+					se.srv.metrics.framesRefused.WithLabelValues("after_close").Inc()
+					continue
+				}
+				if errors.Is(err, negotiate.ErrClosed) {
+					return
+				}
+				se.protocolError("DATA not allowed now")
+				continue
+			}
+			se.handleData(msg, now)
+			continue
+		}
+		if done := se.handleControl(msg); done {
+			return
+		}
+	}
+}
+
+// handleControl processes a CONTROL message; it reports whether the
+// session is over.
+func (se *session) handleControl(msg transport.Message) bool {
+	cm, err := negotiate.ParseControl(msg.Data)
+	onControl := msg.Channel == transport.ControlChannel
+	msg.Release()
+	if err != nil || !onControl {
+		se.protocolError("malformed control message")
+		return false
+	}
+	if err := se.neg.CheckControl(cm); err != nil {
+		se.protocolError("control message names another session")
+		return false
+	}
+	se.mu.Lock()
+	act, err := se.machine.Received(time.Now(), negotiate.KindControl, cm.Type)
+	se.mu.Unlock()
+	if err != nil {
+		if errors.Is(err, negotiate.ErrAfterClose) {
+			return false
+		}
+		if errors.Is(err, negotiate.ErrClosed) {
+			return true
+		}
+		se.protocolError("unexpected " + string(cm.Type))
+		return false
+	}
+	switch act {
+	case negotiate.ActionPong:
+		se.sendControl(negotiate.AppendPong(nil, se.neg.ID, time.Now()), false)
+	case negotiate.ActionCloseAck:
+		reason := negotiate.ReasonNormal
+		if cm.Close != nil && cm.Close.Reason != "" {
+			reason = cm.Close.Reason
+		}
+		se.setReason(reason)
+		se.closing.Store(true)
+		se.sendControl(negotiate.AppendClose(nil, se.neg.ID, time.Now(), reason, "acknowledged"), true)
+		// The writer closes the connection after the acknowledgement; keep
+		// reading until then so the transport can flush.
+		return false
+	case negotiate.ActionDisconnect:
+		return true
+	}
+	return false
+}
+
+// protocolError closes the session with CLOSE ERROR.
+func (se *session) protocolError(why string) {
+	se.srv.metrics.framesRefused.WithLabelValues("protocol").Inc()
+	se.log.Info().Str("why", why).Msg("protocol violation")
+	se.initiateClose(negotiate.ReasonError, why)
+}
+
+func (se *session) setReason(r negotiate.CloseReason) {
+	se.closeReason.CompareAndSwap(nil, r)
+}
+
+// initiateClose sends CLOSE with reason; the writer records it, the machine
+// waits for the acknowledgement (CloseTimeout), and a backstop closes the
+// connection even if the writer is stuck behind a peer that does not read.
+// Safe from any goroutine; only the first call acts.
+func (se *session) initiateClose(reason negotiate.CloseReason, why string) {
+	if !se.closing.CompareAndSwap(false, true) {
+		return
+	}
+	se.setReason(reason)
+	msg := negotiate.AppendClose(nil, se.neg.ID, time.Now(), reason, why)
+	se.enqueueControl(outMsg{buf: bufFrom(msg), frameOff: -1, algo: -1, closeSent: reason})
+	time.AfterFunc(se.srv.cfg.CloseTimeout+time.Second, func() { se.conn.Close() })
+}
+
+func bufFrom(b []byte) *[]byte {
+	p := bufpool.Get(len(b))
+	copy(*p, b)
+	return p
+}
+
+// sendControl queues a control message (PONG, CLOSE ack); closeAfter makes
+// the writer close the connection once it is written.
+func (se *session) sendControl(b []byte, closeAfter bool) {
+	se.enqueueControl(outMsg{buf: bufFrom(b), frameOff: -1, algo: -1, closeAfter: closeAfter})
+}
+
+func (se *session) enqueueControl(m outMsg) {
+	select {
+	case se.ctrl <- m:
+	default:
+		m.free()
+		se.srv.metrics.queueDrops.WithLabelValues("control_full").Inc()
+	}
+}
+
+// enqueue hands a message to the writer without blocking. It fails when the
+// session is closing or its queue is full (by count or bytes); the caller
+// then tells the message's sender. A queue that stays full for
+// SlowConsumerGrace closes the session.
+func (se *session) enqueue(m outMsg) bool {
+	if se.closing.Load() {
+		se.srv.metrics.queueDrops.WithLabelValues("receiver_closing").Inc()
+		return false
+	}
+	n := int64(len(*m.buf))
+	if q := se.queuedBytes.Add(n); q > int64(se.maxQueue) && q != n {
+		se.queuedBytes.Add(-n)
+		se.full()
+		return false
+	}
+	select {
+	case se.queue <- m:
+		return true
+	default:
+		se.queuedBytes.Add(-n)
+		se.full()
+		return false
+	}
+}
+
+func (se *session) full() {
+	se.srv.metrics.queueDrops.WithLabelValues("queue_full").Inc()
+	now := time.Now().UnixNano()
+	since := se.slowSince.Load()
+	if since == 0 {
+		se.slowSince.CompareAndSwap(0, now)
+		se.log.Warn().Int("queued", len(se.queue)).Int64("queued_bytes", se.queuedBytes.Load()).Msg("send queue full: slow consumer")
+		return
+	}
+	if time.Duration(now-since) > se.srv.cfg.SlowConsumerGrace {
+		se.log.Warn().Dur("for", time.Duration(now-since)).Msg("closing slow consumer")
+		se.srv.metrics.queueDrops.WithLabelValues("slow_consumer_closed").Inc()
+		se.initiateClose(negotiate.ReasonError, "slow consumer: send queue full")
+	}
+}
+
+// drainQueues frees what the writer left behind, counting undelivered DATA.
+func (se *session) drainQueues(reason string) {
+	for {
+		select {
+		case m := <-se.queue:
+			if m.algo >= 0 {
+				se.srv.metrics.queueDrops.WithLabelValues(reason).Inc()
+			}
+			m.free()
+		case m := <-se.ctrl:
+			m.free()
+		default:
+			return
+		}
+	}
+}

@@ -1,0 +1,129 @@
+package daemon
+
+import (
+	"context"
+	"time"
+
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+)
+
+// writeLoop is the session's only writer: it drains the control and data
+// queues (control first), stamps and protects frames with the session's
+// send key, and runs the state machine's timers (keepalive, CLOSE ack).
+func (se *session) writeLoop() {
+	defer close(se.writerDone)
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	rearm := func() {
+		se.mu.Lock()
+		d := se.machine.Deadline()
+		se.mu.Unlock()
+		if d.IsZero() {
+			d = time.Now().Add(time.Hour)
+		}
+		timer.Reset(time.Until(d))
+	}
+	rearm()
+	for {
+		select {
+		case m := <-se.ctrl:
+			se.write(m)
+			rearm()
+			continue
+		default:
+		}
+		select {
+		case m := <-se.ctrl:
+			se.write(m)
+			rearm()
+		case m := <-se.queue:
+			se.queuedBytes.Add(-int64(len(*m.buf)))
+			se.write(m)
+			if se.slowSince.Load() != 0 && len(se.queue) < cap(se.queue)/2 {
+				se.slowSince.Store(0)
+			}
+		case <-timer.C:
+			se.tick()
+			rearm()
+		case <-se.ctx.Done():
+			return
+		}
+	}
+}
+
+func (se *session) tick() {
+	now := time.Now()
+	se.mu.Lock()
+	act := se.machine.Tick(now)
+	reason := se.machine.CloseReason()
+	se.mu.Unlock()
+	switch act {
+	case negotiate.ActionPing:
+		se.writeControl(negotiate.AppendPing(nil, se.neg.ID, now))
+	case negotiate.ActionClose:
+		se.closing.Store(true)
+		se.setReason(reason)
+		se.log.Info().Str("reason", string(reason)).Msg("closing idle session")
+		se.writeControl(negotiate.AppendClose(nil, se.neg.ID, now, reason, "no answer to PING"))
+	case negotiate.ActionDisconnect:
+		se.conn.Close()
+	}
+}
+
+func (se *session) writeControl(b []byte) {
+	ctx, cancel := context.WithTimeout(se.ctx, se.srv.cfg.CloseTimeout)
+	defer cancel()
+	_ = se.conn.Send(ctx, 0, b)
+}
+
+// write sends one queued message. A frame gets the channel's next sequence
+// number in its reserved bytes and, in hmac/aead mode, the receiver's
+// protection, in place (the buffer carries tailroom for the tag).
+func (se *session) write(m outMsg) {
+	defer m.free()
+	if m.frameOff >= 0 && m.algo == 0 {
+		fr := (*m.buf)[m.frameOff:]
+		cs, err := se.seqs.Channel(uint32(m.ch))
+		if err != nil {
+			se.srv.metrics.queueDrops.WithLabelValues("too_many_channels").Inc()
+			return
+		}
+		_ = frame.SetSequence(fr, cs.NextSend(), uint32(m.ch))
+		if se.sendKey != nil {
+			out, err := se.sendKey.Protect(fr[:0], fr)
+			if err != nil {
+				se.srv.metrics.queueDrops.WithLabelValues("protect_failed").Inc()
+				se.log.Error().Err(err).Msg("protecting a frame failed")
+				return
+			}
+			*m.buf = (*m.buf)[:m.frameOff+len(out)]
+		}
+	}
+	if m.closeSent != "" {
+		se.mu.Lock()
+		_ = se.machine.CloseSent(m.closeSent, time.Now())
+		se.mu.Unlock()
+	}
+	ctx := se.ctx
+	if m.closeSent != "" || m.closeAfter {
+		// The session context may already be cancelled by a shutdown; the
+		// CLOSE still deserves its chance to go out.
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(context.WithoutCancel(se.ctx), se.srv.cfg.CloseTimeout)
+		defer cancel()
+	}
+	if err := se.conn.Send(ctx, m.ch, *m.buf); err != nil {
+		if m.algo >= 0 {
+			se.srv.metrics.queueDrops.WithLabelValues("send_failed").Inc()
+		}
+		return
+	}
+	if m.algo >= 0 {
+		se.m.framesOut[m.algo].Inc()
+		se.m.bytesOut[m.algo].Add(float64(len(*m.buf)))
+	}
+	if m.closeAfter {
+		se.conn.Close()
+	}
+}

@@ -1,0 +1,339 @@
+package integration
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/certs"
+	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
+	"github.com/m2md/m2md/transport"
+)
+
+// transports every end-to-end test runs over.
+var transports = []string{"quic", "ws"}
+
+type testDaemon struct {
+	*daemon.Server
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// startDaemon runs a real daemon on ephemeral loopback ports with a fresh
+// development certificate. mutate adjusts the configuration.
+func startDaemon(t testing.TB, mutate func(*daemon.Config)) *testDaemon {
+	t.Helper()
+	cfg := daemon.Config{
+		QUICAddr:  "127.0.0.1:0",
+		WSAddr:    "127.0.0.1:0",
+		AdminAddr: "127.0.0.1:0",
+		CertDir:   t.TempDir(),
+		Logger:    testLogger(t),
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	srv, err := daemon.New(cfg)
+	if err != nil {
+		t.Fatalf("daemon.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &testDaemon{Server: srv, cancel: cancel, done: make(chan error, 1)}
+	go func() { d.done <- srv.Run(ctx) }()
+	select {
+	case <-srv.Ready():
+	case err := <-d.done:
+		t.Fatalf("daemon did not start: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon did not start in 10 s")
+	}
+	t.Cleanup(func() { d.stop(t) })
+	return d
+}
+
+// stop shuts the daemon down gracefully and waits for Run to return.
+func (d *testDaemon) stop(t testing.TB) {
+	d.cancel()
+	select {
+	case err, ok := <-d.done:
+		if ok && err != nil {
+			t.Errorf("daemon Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("daemon did not stop in 30 s")
+	}
+}
+
+func (d *testDaemon) url(tr string) string {
+	switch tr {
+	case "quic":
+		return "quic://" + d.QUICAddr().String()
+	default:
+		return "ws://" + d.WSAddr().String() + daemon.DefaultWSPath
+	}
+}
+
+func (d *testDaemon) clientTLS(t testing.TB) *tls.Config {
+	t.Helper()
+	conf, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: d.Fingerprint()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conf
+}
+
+func testLogger(t testing.TB) zerolog.Logger {
+	if os.Getenv("M2MD_TEST_LOG") == "" {
+		return zerolog.New(io.Discard)
+	}
+	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.DebugLevel).With().Str("test", t.Name()).Logger()
+}
+
+// rawAgent speaks the session protocol by hand, so tests can also break it.
+type rawAgent struct {
+	t       testing.TB
+	conn    transport.Conn
+	sess    *negotiate.Session
+	sendKey *security.FrameKey
+	recvKey *security.FrameKey
+	seqs    *negotiate.Sequences
+
+	mu      sync.Mutex
+	nextReq uint64
+}
+
+// dialRaw connects and completes the handshake with cc.
+func dialRaw(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig) (*rawAgent, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var (
+		conn transport.Conn
+		err  error
+	)
+	if tr == "quic" {
+		conn, err = transport.DialQUIC(ctx, d.QUICAddr().String(), d.clientTLS(t), transport.Config{})
+	} else {
+		conn, err = transport.DialWS(ctx, d.url("ws"), nil, transport.Config{})
+	}
+	if err != nil {
+		return nil, err
+	}
+	hs, err := negotiate.NewHello(cc, time.Now())
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if err := conn.Send(ctx, transport.ControlChannel, hs.Message()); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	msg, err := conn.Receive(ctx)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("no ACCEPT: %w", err)
+	}
+	sess, err := hs.Accept(msg.Data)
+	msg.Release()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	a := &rawAgent{t: t, conn: conn, sess: sess, seqs: negotiate.NewSequences(0)}
+	if mode := sess.Params.SecurityMode; mode != frame.SecurityNone {
+		if a.sendKey, err = security.NewFrameKey(mode, sess.SendKey()); err != nil {
+			t.Fatal(err)
+		}
+		if a.recvKey, err = security.NewFrameKey(mode, sess.ReceiveKey()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.SetReadLimit(int64(sess.Params.MaxPayload) + 512)
+	t.Cleanup(func() { conn.Close() })
+	return a, nil
+}
+
+func mustDialRaw(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig) *rawAgent {
+	t.Helper()
+	a, err := dialRaw(t, d, tr, cc)
+	if err != nil {
+		t.Fatalf("dial %s: %v", tr, err)
+	}
+	return a
+}
+
+// protect stamps fr with the channel's next sequence number and protects it
+// with the agent's send key (a copy; fr is not modified).
+func (a *rawAgent) protect(ch transport.ChannelID, fr []byte) []byte {
+	a.t.Helper()
+	out := make([]byte, len(fr), len(fr)+64)
+	copy(out, fr)
+	seq, err := a.seqs.NextSend(uint32(ch))
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	if err := frame.SetSequence(out, seq, uint32(ch)); err != nil {
+		a.t.Fatal(err)
+	}
+	if a.sendKey == nil {
+		return out
+	}
+	out, err = a.sendKey.Protect(out[:0], out)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return out
+}
+
+// send writes a DATA message carrying fr as is (already protected or not).
+func (a *rawAgent) send(ch transport.ChannelID, flags negotiate.DataFlags, id uint64, peer string, fr []byte) error {
+	msg, err := negotiate.AppendData(nil, flags, id, peer, fr)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return a.conn.Send(ctx, ch, msg)
+}
+
+// request encodes body as an M2M v1 frame and sends it as a request on a
+// fresh channel; it returns the channel and request id.
+func (a *rawAgent) request(peer string, body []byte) (transport.ChannelID, uint64) {
+	a.t.Helper()
+	fr, err := frame.AppendEncode(nil, body, frame.Limits{})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	ch := a.channel()
+	id := a.newID()
+	if err := a.send(ch, 0, id, peer, a.protect(ch, fr)); err != nil {
+		a.t.Fatalf("send request: %v", err)
+	}
+	return ch, id
+}
+
+func (a *rawAgent) channel() transport.ChannelID {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	ch, err := a.conn.AcquireChannel(ctx)
+	if err != nil {
+		a.t.Fatalf("acquire channel: %v", err)
+	}
+	return ch
+}
+
+func (a *rawAgent) newID() uint64 {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.nextReq++
+	return a.nextReq
+}
+
+// reply encodes body and sends it as a reply to delivery id on ch.
+func (a *rawAgent) reply(ch transport.ChannelID, id uint64, end bool, body []byte) {
+	a.t.Helper()
+	fr, err := frame.AppendEncode(nil, body, frame.Limits{})
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	flags := negotiate.FlagReply
+	if end {
+		flags |= negotiate.FlagEnd
+	}
+	if err := a.send(ch, flags, id, "", a.protect(ch, fr)); err != nil {
+		a.t.Fatalf("send reply: %v", err)
+	}
+}
+
+// received is one DATA message as the agent sees it after opening.
+type received struct {
+	ch    transport.ChannelID
+	hdr   negotiate.DataHeader
+	peer  string
+	frame []byte // plain frame
+	body  []byte // decoded JSON, nil if it did not decode
+	err   error  // decode error
+	code  string // error code for schema-10 frames
+}
+
+var errControl = errors.New("control message")
+
+// recv returns the next DATA message within timeout. Control messages are
+// returned as errControl with the parsed message.
+func (a *rawAgent) recv(timeout time.Duration) (*received, *negotiate.ControlMessage, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	msg, err := a.conn.Receive(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer msg.Release()
+	kind, err := negotiate.MessageKind(msg.Data)
+	if err != nil {
+		return nil, nil, err
+	}
+	if kind == negotiate.KindControl {
+		cm, err := negotiate.ParseControl(msg.Data)
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, cm, errControl
+	}
+	dh, fr, err := negotiate.ParseData(msg.Data)
+	if err != nil {
+		return nil, nil, err
+	}
+	r := &received{ch: msg.Channel, hdr: dh, peer: string(dh.Peer)}
+	fr = append([]byte(nil), fr...)
+	if fr[0] == '#' {
+		if a.recvKey != nil {
+			if fr, err = a.recvKey.Open(fr[:0], fr); err != nil {
+				return nil, nil, fmt.Errorf("open: %w", err)
+			}
+			seq, fch, _ := frame.Sequence(fr)
+			if err := a.seqs.CheckReceive(uint32(msg.Channel), fch, seq); err != nil {
+				return nil, nil, err
+			}
+		}
+		var h frame.Header
+		if err := frame.ReadHeader(fr, &h); err == nil && h.Schema == frame.SchemaError {
+			r.code = "?"
+		}
+		r.body, r.err = frame.AppendDecode(nil, fr, frame.Limits{})
+		if r.code != "" && r.err == nil {
+			r.code = errorCode(r.body)
+		}
+	}
+	r.frame = fr
+	r.hdr.Peer = nil
+	return r, nil, nil
+}
+
+// recvData skips control messages (answering PINGs is the daemon's
+// business here: the tests' timers are long) and returns the next DATA.
+func (a *rawAgent) recvData(timeout time.Duration) *received {
+	a.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		r, cm, err := a.recv(time.Until(deadline))
+		if errors.Is(err, errControl) {
+			a.t.Logf("control message while waiting for DATA: %s", cm.Type)
+			continue
+		}
+		if err != nil {
+			a.t.Fatalf("waiting for DATA: %v", err)
+		}
+		return r
+	}
+}
