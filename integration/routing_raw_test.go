@@ -18,8 +18,8 @@ var modes = []frame.Security{frame.SecurityNone, frame.SecurityHMAC, frame.Secur
 // transports, and checks the bytes end to end.
 func TestRouteByModelAllModes(t *testing.T) {
 	d := startDaemon(t, nil)
-	reqBody := corpus(t, "req-chat-1k-01.json")  // model gpt-4o
-	respBody := corpus(t, "resp-chat-06.json")   // a gpt-4o response
+	reqBody := corpus(t, "req-chat-1k-01.json") // model gpt-4o
+	respBody := corpus(t, "resp-chat-06.json")  // a gpt-4o response
 	for _, mode := range modes {
 		for _, provTr := range transports {
 			for _, reqTr := range transports {
