@@ -131,9 +131,10 @@ func BenchmarkMessageRead(b *testing.B) {
 			b.SetBytes(int64(size))
 			b.ReportAllocs()
 			r := &chunkReader{}
+			probe := new([1]byte)
 			for b.Loop() {
 				r.data = data
-				buf, err := readMessage(r, MaxReadLimit, size)
+				buf, err := readMessage(r, MaxReadLimit, size, probe)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -76,15 +76,16 @@ const maxReadRetries = 100
 // message, whose size is not known before it has been read. start is the
 // first buffer size tried (the connection's recent message size); the
 // buffer doubles as bytes arrive, and a message above limit fails with
-// ErrMessageTooLarge after at most limit+1 bytes have been read.
-func readMessage(r io.Reader, limit int64, start int) (*buffer, error) {
+// ErrMessageTooLarge after at most limit+1 bytes have been read. probe is
+// one byte of scratch owned by the caller (a local would escape to the heap
+// through the io.Reader call, costing an allocation per message).
+func readMessage(r io.Reader, limit int64, start int, probe *[1]byte) (*buffer, error) {
 	buf := getBuffer(max(1, min(start, int(limit))))
 	buf.b = buf.b[:cap(buf.b)]
 	if int64(len(buf.b)) > limit {
 		buf.b = buf.b[:limit]
 	}
 	got, idle := 0, 0
-	var probe [1]byte
 	for {
 		if got < len(buf.b) {
 			m, err := r.Read(buf.b[got:])

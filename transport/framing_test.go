@@ -165,7 +165,7 @@ func TestReadMessage(t *testing.T) {
 			}
 			data := pattern(tc.n, 9)
 			r := &chunkReader{data: data, sizes: chunks}
-			buf, err := readMessage(r, tc.limit, tc.start)
+			buf, err := readMessage(r, tc.limit, tc.start, new([1]byte))
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("%s: err = %v, want %v", tc.name, err, tc.wantErr)

@@ -89,7 +89,7 @@ func FuzzWSMessageReader(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data, chunks []byte, limit uint32, start uint16) {
 		lim := 1 + int64(limit%(1<<20))
 		r := &chunkReader{data: data, sizes: chunks}
-		buf, err := readMessage(r, lim, int(start))
+		buf, err := readMessage(r, lim, int(start), new([1]byte))
 		if int64(len(data)) > lim {
 			if !errors.Is(err, ErrMessageTooLarge) {
 				t.Fatalf("%d bytes with limit %d: err = %v", len(data), lim, err)

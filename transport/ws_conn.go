@@ -21,6 +21,7 @@ type wsConn struct {
 	remote    net.Addr
 	queue     *recvQueue
 	readLimit atomic.Int64
+	probe     [1]byte // readMessage's scratch, used by readLoop only
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -61,7 +62,7 @@ func (c *wsConn) readLoop() {
 			return
 		}
 		limit := c.readLimit.Load()
-		buf, err := readMessage(r, limit, last)
+		buf, err := readMessage(r, limit, last, &c.probe)
 		if err != nil {
 			c.queue.fail(c.readError(err))
 			if errors.Is(err, ErrMessageTooLarge) || isWSTooBig(err) {
