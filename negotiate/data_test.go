@@ -37,6 +37,7 @@ func TestDataRoundTrip(t *testing.T) {
 		{"max id", FlagReply, math.MaxUint64, "", "0201ffffffffffffffffff0100"},
 		{"max peer", 0, 1, strings.Repeat("z", 128), "02000180" + strings.Repeat("7a", 128)},
 		{"protocol.md §4 example", FlagReply | FlagEnd, 300, "P", "0203ac020150"},
+		{"notice", FlagReply | FlagEnd | FlagNotice, 7, "", "02070700"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg, err := AppendData([]byte("prefix"), tc.flags, tc.id, tc.peer, frame)
@@ -55,7 +56,7 @@ func TestDataRoundTrip(t *testing.T) {
 			if h.Flags != tc.flags || h.RequestID != tc.id || string(h.Peer) != tc.peer || !bytes.Equal(f, frame) {
 				t.Fatalf("parsed %+v frame %d bytes", h, len(f))
 			}
-			if h.IsReply() != (tc.flags&FlagReply != 0) || h.IsEnd() != (tc.flags&FlagEnd != 0) {
+			if h.IsReply() != (tc.flags&FlagReply != 0) || h.IsEnd() != (tc.flags&FlagEnd != 0) || h.IsNotice() != (tc.flags&FlagNotice != 0) {
 				t.Fatal("flag accessors")
 			}
 		})
