@@ -143,6 +143,7 @@ func BenchmarkReadTextHeader(b *testing.B) {
 	})
 }
 
+// BenchmarkBrotliText encodes the Brotli text form (quality 11).
 func BenchmarkBrotliText(b *testing.B) {
 	forEachDoc(b, func(b *testing.B, json []byte) {
 		dst := make([]byte, 0, 2*len(json)+1024)

@@ -17,13 +17,43 @@ const (
 	brotliWindowLog = 22
 )
 
-// A brotli.Writer allocates about a megabyte of tables when it is created
-// and reuses them across Reset, so writers and readers are pooled.
+// A brotli.Writer allocates its tables when it is created and reuses them
+// across Reset, so writers and readers are pooled.
 var (
-	frameWriters = sync.Pool{New: func() any { return newBrotliEncoder(frameQuality) }}
-	textWriters  = sync.Pool{New: func() any { return newBrotliEncoder(textQuality) }}
+	frameWriters = sync.Pool{New: func() any { return newBrotliEncoder(frameQuality, brotliWindowLog) }}
 	readers      = sync.Pool{New: func() any { return newBrotliDecoder() }}
 )
+
+// At quality 11 the encoder's match finder keeps two 32-bit entries per
+// position of the window: 32 MiB for the reference's 22-bit window, held by
+// every pooled writer and re-zeroed whenever the GC empties the pool. A
+// window only needs to cover the input, and when it does the compressed
+// data is the same but for the window size in the stream header (any
+// decoder accepts any window), so the text form uses the smallest of three
+// window classes that covers the input.
+var textWindows = [...]struct {
+	log  int
+	pool *sync.Pool
+}{
+	{16, newTextPool(16)}, // up to 64 KiB: 0.5 MiB of tree
+	{18, newTextPool(18)}, // up to 256 KiB: 2 MiB
+	{brotliWindowLog, newTextPool(brotliWindowLog)},
+}
+
+func newTextPool(windowLog int) *sync.Pool {
+	return &sync.Pool{New: func() any { return newBrotliEncoder(textQuality, windowLog) }}
+}
+
+// textWriters returns the pool of quality-11 writers for an input of n bytes.
+func textWriters(n int) *sync.Pool {
+	for _, w := range textWindows {
+		// Brotli reaches back at most 2^log - 16 bytes.
+		if n <= 1<<w.log-16 {
+			return w.pool
+		}
+	}
+	return textWindows[len(textWindows)-1].pool
+}
 
 // appendWriter is an io.Writer that appends to a byte slice, so the
 // compressor writes straight into the caller's buffer.
@@ -39,9 +69,9 @@ type brotliEncoder struct {
 	out appendWriter
 }
 
-func newBrotliEncoder(quality int) *brotliEncoder {
+func newBrotliEncoder(quality, windowLog int) *brotliEncoder {
 	e := &brotliEncoder{}
-	e.w = brotli.NewWriterOptions(&e.out, brotli.WriterOptions{Quality: quality, LGWin: brotliWindowLog})
+	e.w = brotli.NewWriterOptions(&e.out, brotli.WriterOptions{Quality: quality, LGWin: windowLog})
 	return e
 }
 

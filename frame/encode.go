@@ -30,7 +30,9 @@ var summaries = sync.Pool{New: func() any { return new(jsonscan.Summary) }}
 // stream may differ (both are valid; see wire reference §2.4) and that a
 // model or id longer than 255 bytes is refused with ErrFieldTooLong
 // instead of being written with a wrapped length byte. On error dst is
-// returned unchanged. json must not overlap dst's spare capacity.
+// returned unchanged. json must fit lim.MaxDecompressed and the frame
+// lim.MaxMessage, so that a decoder with the same limits accepts it; json
+// must not overlap dst's spare capacity.
 func AppendEncode(dst, json []byte, lim Limits) ([]byte, error) {
 	return appendFrame(dst, json, 0, lim)
 }
@@ -101,7 +103,11 @@ func appendFrame(dst, json []byte, schema Schema, lim Limits) ([]byte, error) {
 		return dst, errorf(ErrLimit, "document of %d bytes exceeds the %d-byte limit", len(json), lim.MaxDecompressed)
 	}
 	sum := summaries.Get().(*jsonscan.Summary)
-	defer summaries.Put(sum)
+	defer func() {
+		// Drop the references into json before pooling the summary.
+		*sum = jsonscan.Summary{Roles: sum.Roles[:0]}
+		summaries.Put(sum)
+	}()
 	if err := sum.Scan(json, scanLimits(lim)); err != nil {
 		return dst, jsonError(err, "document to encode")
 	}

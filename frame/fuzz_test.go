@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"hash/crc32"
+	"strings"
 	"testing"
 	"unicode/utf8"
 
@@ -159,6 +160,14 @@ func FuzzBrotliText(f *testing.F) {
 		f.Add(enc)
 		f.Add(doc)
 	}
+	for _, text := range []string{"hello", "日本語のテキスト", "{}", strings.Repeat("ab", 60)} {
+		enc, err := AppendEncodeBrotliText(nil, []byte(text), Limits{})
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(enc)
+		f.Add([]byte(text))
+	}
 	f.Add([]byte("#M2M[v3.0]|"))
 	f.Add([]byte("#M2M[v3.0]|DATA:"))
 	f.Fuzz(func(t *testing.T, in []byte) {
@@ -169,21 +178,9 @@ func FuzzBrotliText(f *testing.F) {
 		if err == nil && !utf8.Valid(out) {
 			t.Fatalf("decoded text is not UTF-8")
 		}
-		// Any UTF-8 text round-trips.
-		enc, err := AppendEncodeBrotliText(nil, in, Limits{})
-		if !utf8.Valid(in) {
-			if err == nil {
-				t.Fatal("invalid UTF-8 encoded")
-			}
-			return
-		}
-		if err != nil {
-			t.Fatalf("encode: %v", err)
-		}
-		back, err := AppendDecodeBrotliText(nil, enc, Limits{})
-		if err != nil || !bytes.Equal(back, in) {
-			t.Fatalf("round trip: %v", err)
-		}
+		// Encoding is not fuzzed here: quality 11 under coverage
+		// instrumentation takes seconds per input. TestBrotliText covers
+		// the round trip; the decoder is what faces untrusted bytes.
 	})
 }
 

@@ -9,18 +9,18 @@ import (
 	"unsafe"
 )
 
-// Kind is the type of a JSON value.
-type Kind uint8
+// kind is the type of a JSON value.
+type kind uint8
 
 const (
-	KindNone Kind = iota
-	KindObject
-	KindArray
-	KindString
-	KindNumber
-	KindTrue
-	KindFalse
-	KindNull
+	kindNone kind = iota
+	kindObject
+	kindArray
+	kindString
+	kindNumber
+	kindTrue
+	kindFalse
+	kindNull
 )
 
 // scanner walks one document. It is a recursive-descent parser: one call
@@ -103,28 +103,28 @@ func (s *scanner) skipSpace() {
 
 // value scans the value at s.pos (no leading space). depth is the number
 // of containers enclosing it.
-func (s *scanner) value(depth int, c ctx) (Kind, error) {
+func (s *scanner) value(depth int, c ctx) (kind, error) {
 	if s.pos >= len(s.data) {
-		return KindNone, syntaxErr(s.pos, "unexpected end of input, expected a value")
+		return kindNone, syntaxErr(s.pos, "unexpected end of input, expected a value")
 	}
 	switch b := s.data[s.pos]; b {
 	case '{':
-		return KindObject, s.object(depth+1, c)
+		return kindObject, s.object(depth+1, c)
 	case '[':
-		return KindArray, s.array(depth+1, c)
+		return kindArray, s.array(depth+1, c)
 	case '"':
-		return KindString, s.string()
+		return kindString, s.string()
 	case 't':
-		return KindTrue, s.literal("true")
+		return kindTrue, s.literal("true")
 	case 'f':
-		return KindFalse, s.literal("false")
+		return kindFalse, s.literal("false")
 	case 'n':
-		return KindNull, s.literal("null")
+		return kindNull, s.literal("null")
 	default:
 		if b == '-' || (b >= '0' && b <= '9') {
-			return KindNumber, s.number()
+			return kindNumber, s.number()
 		}
-		return KindNone, syntaxErr(s.pos, "unexpected character, expected a value")
+		return kindNone, syntaxErr(s.pos, "unexpected character, expected a value")
 	}
 }
 

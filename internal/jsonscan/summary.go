@@ -407,14 +407,14 @@ func (s *scanner) beforeMember(k key) ctx {
 }
 
 // afterMember stores a member's value once it has been scanned.
-func (s *scanner) afterMember(k key, kind Kind) {
+func (s *scanner) afterMember(k key, vk kind) {
 	sum := s.sum
 	str := Str{}
-	if kind == KindString {
+	if vk == kindString {
 		str = s.str
 	}
 	num := U64{}
-	if kind == KindNumber && s.u64ok {
+	if vk == kindNumber && s.u64ok {
 		num = U64{Value: s.u64, OK: true}
 	}
 	switch k {
@@ -423,11 +423,11 @@ func (s *scanner) afterMember(k key, kind Kind) {
 	case keyID:
 		sum.ID = str
 	case keyMessages:
-		if kind == KindArray {
+		if vk == kindArray {
 			sum.MsgCount = s.arrLen
 		}
 	case keyStream:
-		sum.StreamTrue = kind == KindTrue
+		sum.StreamTrue = vk == kindTrue
 	case keyMaxTokens:
 		sum.MaxTokens = num
 	case keyMaxCompletionTokens:
@@ -435,7 +435,7 @@ func (s *scanner) afterMember(k key, kind Kind) {
 	case keyRole:
 		s.msg.role = roleCode(str)
 	case keyContent:
-		if kind == KindString {
+		if vk == kindString {
 			s.msg.contentLen = uint32(str.Len)
 		}
 	case keyText:
@@ -445,7 +445,7 @@ func (s *scanner) afterMember(k key, kind Kind) {
 	case keyFinishReason:
 		sum.FinishReason = str
 	case keyRefusal:
-		sum.Refusal = kind == KindString
+		sum.Refusal = vk == kindString
 	case keyPromptTokens:
 		sum.PromptTokens = num
 	case keyCompletionTokens:
