@@ -62,6 +62,11 @@ type Config struct {
 	// agent must prove possession of its agent key (docs/protocol.md §5.2);
 	// when empty the daemon runs open and warns at start.
 	OrgSecrets map[string][]byte
+	// ReplayCacheSize bounds the accepted HELLO proofs remembered against
+	// replay (docs/protocol.md §5.2); when it is full of proofs that could
+	// still be fresh, authenticated HELLOs get REJECT RATE_LIMITED.
+	// Default 65,536.
+	ReplayCacheSize int
 
 	// MaxSessions bounds concurrent sessions; beyond it HELLO gets
 	// REJECT SERVER_BUSY.

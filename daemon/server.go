@@ -50,12 +50,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	neg, err := negotiate.NewServer(negotiate.ServerConfig{
-		MaxPayload:     cfg.MaxPayload,
-		MinSecurity:    cfg.MinSecurity,
-		OrgSecrets:     cfg.OrgSecrets,
-		SessionTimeout: cfg.SessionTimeout,
-		PingInterval:   cfg.PingInterval,
-		PongTimeout:    cfg.PongTimeout,
+		MaxPayload:      cfg.MaxPayload,
+		MinSecurity:     cfg.MinSecurity,
+		OrgSecrets:      cfg.OrgSecrets,
+		ReplayCacheSize: cfg.ReplayCacheSize,
+		SessionTimeout:  cfg.SessionTimeout,
+		PingInterval:    cfg.PingInterval,
+		PongTimeout:     cfg.PongTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
