@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/mattn/go-isatty"
+	"github.com/peterbourgon/ff/v3"
+	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/frame"
+)
+
+func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
+	fs := newFlagSet("serve", "serve [flags]\n\nEvery flag can also be set as an environment variable M2MD_<FLAG>\n(upper case, dashes as underscores) or in a config file (--config; one\n'flag value' per line). Precedence: flags, then environment, then file.", stderr)
+	var (
+		cfg         daemon.Config
+		minSecurity string
+		secretsFile string
+		logLevel    string
+		logFormat   string
+	)
+	fs.String("config", "", "config file: one `flag value` pair per line, # comments")
+	fs.StringVar(&cfg.QUICAddr, "quic-addr", daemon.DefaultQUICAddr, "UDP `address` for QUIC (\"-\" disables)")
+	fs.StringVar(&cfg.WSAddr, "ws-addr", daemon.DefaultWSAddr, "TCP `address` for ws:// (\"-\" disables)")
+	fs.StringVar(&cfg.WSSAddr, "wss-addr", "", "TCP `address` for wss:// (TLS); off when empty")
+	fs.StringVar(&cfg.WSPath, "ws-path", daemon.DefaultWSPath, "HTTP `path` WebSocket clients connect to")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", daemon.DefaultAdminAddr, "TCP `address` for /healthz and /metrics (\"-\" disables)")
+	fs.StringVar(&cfg.CertFile, "tls-cert", "", "certificate `file` (PEM); default: a development certificate in --cert-dir")
+	fs.StringVar(&cfg.KeyFile, "tls-key", "", "private key `file` (PEM) for --tls-cert")
+	fs.StringVar(&cfg.CertDir, "cert-dir", daemon.DefaultCertDir, "`folder` where the development certificate is made and reused")
+	fs.StringVar(&minSecurity, "min-security", "none", "weakest frame security a client may choose: none, hmac or aead")
+	fs.StringVar(&secretsFile, "org-secrets-file", "", "`file` of 'org hex-secret' lines; when set, agents must authenticate")
+	fs.IntVar(&cfg.MaxSessions, "max-sessions", daemon.DefaultMaxSessions, "concurrent sessions before HELLO gets SERVER_BUSY")
+	fs.IntVar(&cfg.MaxPayload, "max-payload", daemon.DefaultMaxPayload, "largest DATA message in `bytes` (at most 16 MiB)")
+	fs.IntVar(&cfg.MaxOutstanding, "max-outstanding", daemon.DefaultMaxOutstanding, "requests in flight per session")
+	fs.IntVar(&cfg.SendQueueLen, "send-queue", daemon.DefaultSendQueueLen, "messages queued per session before the slow-consumer policy applies")
+	fs.DurationVar(&cfg.SlowConsumerGrace, "slow-consumer-grace", daemon.DefaultSlowGrace, "how long a full send queue is tolerated before the session is closed")
+	fs.DurationVar(&cfg.HelloTimeout, "hello-timeout", daemon.DefaultHelloTimeout, "HELLO must arrive within this")
+	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", daemon.DefaultSessionTimeout, "close a session silent this long (60s..1h)")
+	fs.DurationVar(&cfg.PingInterval, "ping-interval", daemon.DefaultPingInterval, "PING a session idle this long")
+	fs.DurationVar(&cfg.PongTimeout, "pong-timeout", daemon.DefaultPongTimeout, "a PONG must arrive within this")
+	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", daemon.DefaultShutdownGrace, "on SIGINT/SIGTERM, let in-flight requests finish this long")
+	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
+	fs.StringVar(&logFormat, "log-format", "auto", "json, console, or auto (console on a terminal)")
+
+	err := ff.Parse(fs, args,
+		ff.WithEnvVarPrefix("M2MD"),
+		ff.WithConfigFileFlag("config"),
+		ff.WithConfigFileParser(ff.PlainParser),
+	)
+	if err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usagef("%v", err)
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	switch minSecurity {
+	case "none":
+		cfg.MinSecurity = frame.SecurityNone
+	case "hmac":
+		cfg.MinSecurity = frame.SecurityHMAC
+	case "aead":
+		cfg.MinSecurity = frame.SecurityAEAD
+	default:
+		return usagef("--min-security must be none, hmac or aead, not %q", minSecurity)
+	}
+	if secretsFile != "" {
+		secrets, err := readOrgSecrets(secretsFile)
+		if err != nil {
+			return err
+		}
+		cfg.OrgSecrets = secrets
+	}
+	logger, err := newLogger(logLevel, logFormat, stderr)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = logger
+
+	srv, err := daemon.New(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return srv.Run(ctx)
+}
+
+// readOrgSecrets reads "org hexsecret" lines. Secrets stay out of flags so
+// they never show in a process listing.
+func readOrgSecrets(path string) (map[string][]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("org secrets: %w", err)
+	}
+	defer f.Close()
+	secrets := make(map[string][]byte)
+	sc := bufio.NewScanner(f)
+	for line := 1; sc.Scan(); line++ {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
+			continue
+		}
+		org, secretHex, ok := strings.Cut(text, " ")
+		if !ok {
+			return nil, fmt.Errorf("org secrets %s:%d: want 'org hex-secret'", path, line)
+		}
+		secret, err := hex.DecodeString(strings.TrimSpace(secretHex))
+		if err != nil || len(secret) < 16 {
+			return nil, fmt.Errorf("org secrets %s:%d: secret must be at least 16 bytes of hex", path, line)
+		}
+		secrets[org] = secret
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("org secrets: %w", err)
+	}
+	if len(secrets) == 0 {
+		return nil, fmt.Errorf("org secrets %s: no secrets", path)
+	}
+	return secrets, nil
+}
+
+func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
+	lvl, err := zerolog.ParseLevel(level)
+	if err != nil || level == "" {
+		return zerolog.Logger{}, usagef("--log-level must be debug, info, warn or error, not %q", level)
+	}
+	out := w
+	switch format {
+	case "json":
+	case "console":
+		out = zerolog.ConsoleWriter{Out: w}
+	case "auto":
+		if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+			out = zerolog.ConsoleWriter{Out: w}
+		}
+	default:
+		return zerolog.Logger{}, usagef("--log-format must be json, console or auto, not %q", format)
+	}
+	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
+}
