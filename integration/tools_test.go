@@ -1,0 +1,370 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/transport"
+)
+
+// Helpers shared by the end-to-end tests, beside the harness: bare
+// connections for hand-made handshakes, control messages, the admin
+// endpoints, and frames protected with a chosen sequence number.
+
+// dialConn opens a transport connection to d without any handshake.
+func dialConn(t testing.TB, d *testDaemon, tr string) transport.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var (
+		conn transport.Conn
+		err  error
+	)
+	if tr == "quic" {
+		conn, err = transport.DialQUIC(ctx, d.QUICAddr().String(), d.clientTLS(t), transport.Config{})
+	} else {
+		conn, err = transport.DialWS(ctx, d.url("ws"), nil, transport.Config{})
+	}
+	if err != nil {
+		t.Fatalf("dial %s: %v", tr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+// exchange sends msg on the control channel and returns the daemon's
+// parsed answer (ACCEPT or REJECT).
+func exchange(t testing.TB, conn transport.Conn, msg []byte) *negotiate.ControlMessage {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := conn.Send(ctx, transport.ControlChannel, msg); err != nil {
+		t.Fatalf("send first message: %v", err)
+	}
+	reply, err := conn.Receive(ctx)
+	if err != nil {
+		t.Fatalf("no answer to the first message: %v", err)
+	}
+	defer reply.Release()
+	cm, err := negotiate.ParseControl(reply.Data)
+	if err != nil {
+		t.Fatalf("answer is not a control message: %v", err)
+	}
+	return cm
+}
+
+// expectReject checks that cm is a REJECT with code and no session id, and
+// that the daemon then closes the connection.
+func expectReject(t testing.TB, conn transport.Conn, cm *negotiate.ControlMessage, code negotiate.RejectCode) {
+	t.Helper()
+	if cm.Type != negotiate.TypeReject || cm.Reject == nil {
+		t.Fatalf("got %s, want REJECT %s", cm.Type, code)
+	}
+	if cm.Reject.Code != code {
+		t.Fatalf("REJECT %s (%q), want %s", cm.Reject.Code, cm.Reject.Message, code)
+	}
+	if cm.SessionID != "" {
+		t.Fatalf("REJECT of a HELLO carries session id %q", cm.SessionID)
+	}
+	expectConnClosed(t, conn, 5*time.Second)
+}
+
+// expectConnClosed waits for the connection to end (any Receive error but a
+// timeout), failing on any message that arrives first.
+func expectConnClosed(t testing.TB, conn transport.Conn, timeout time.Duration) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	msg, err := conn.Receive(ctx)
+	if err == nil {
+		kind, _ := negotiate.MessageKind(msg.Data)
+		msg.Release()
+		t.Fatalf("got a %s message, want the connection closed", kind)
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("connection still open after %v", timeout)
+	}
+}
+
+// helloBytes builds the HELLO of cc.
+func helloBytes(t testing.TB, cc negotiate.ClientConfig, now time.Time) []byte {
+	t.Helper()
+	hs, err := negotiate.NewHello(cc, now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer hs.Close()
+	return append([]byte(nil), hs.Message()...)
+}
+
+// replaceOnce replaces old by new in msg, failing if old does not occur.
+func replaceOnce(t testing.TB, msg []byte, old, new string) []byte {
+	t.Helper()
+	s := string(msg)
+	if !strings.Contains(s, old) {
+		t.Fatalf("%q not found in %s", old, s)
+	}
+	return []byte(strings.Replace(s, old, new, 1))
+}
+
+// sendControl writes a control message on the control channel.
+func (a *rawAgent) sendControl(msg []byte) {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.conn.Send(ctx, transport.ControlChannel, msg); err != nil {
+		a.t.Fatalf("send control: %v", err)
+	}
+}
+
+// expectControl returns the next message, which must be the control
+// message typ; PINGs are answered and skipped unless typ is PING.
+func (a *rawAgent) expectControl(timeout time.Duration, typ negotiate.MessageType) *negotiate.ControlMessage {
+	a.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		r, cm, err := a.recv(time.Until(deadline))
+		if err == nil {
+			a.t.Fatalf("got DATA (flags %v, id %d, code %q) while waiting for %s", r.hdr.Flags, r.hdr.RequestID, r.code, typ)
+		}
+		if !errors.Is(err, errControl) {
+			a.t.Fatalf("waiting for %s: %v", typ, err)
+		}
+		if cm.SessionID != a.sess.ID {
+			a.t.Fatalf("%s names session %q, want %q", cm.Type, cm.SessionID, a.sess.ID)
+		}
+		if cm.Type == negotiate.TypePing && typ != negotiate.TypePing {
+			a.sendControl(negotiate.AppendPong(nil, a.sess.ID, time.Now()))
+			continue
+		}
+		if cm.Type != typ {
+			a.t.Fatalf("got %s, want %s", cm.Type, typ)
+		}
+		return cm
+	}
+}
+
+// expectClose waits for CLOSE with reason, acknowledges it and checks that
+// the daemon then closes the connection.
+func (a *rawAgent) expectClose(timeout time.Duration, reason negotiate.CloseReason) {
+	a.t.Helper()
+	cm := a.expectControl(timeout, negotiate.TypeClose)
+	if cm.Close == nil || cm.Close.Reason != reason {
+		a.t.Fatalf("CLOSE %+v, want reason %s", cm.Close, reason)
+	}
+	a.sendControl(negotiate.AppendClose(nil, a.sess.ID, time.Now(), reason, "ack"))
+	expectConnClosed(a.t, a.conn, 5*time.Second)
+}
+
+// expectSilence fails if any DATA arrives within d (control messages other
+// than PING fail too).
+func (a *rawAgent) expectSilence(d time.Duration) {
+	a.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		r, cm, err := a.recv(time.Until(deadline))
+		switch {
+		case err == nil:
+			a.t.Fatalf("unexpected DATA: flags %v id %d code %q", r.hdr.Flags, r.hdr.RequestID, r.code)
+		case errors.Is(err, errControl) && cm.Type == negotiate.TypePing:
+			a.sendControl(negotiate.AppendPong(nil, a.sess.ID, time.Now()))
+		case errors.Is(err, errControl):
+			a.t.Fatalf("unexpected %s", cm.Type)
+		case errors.Is(err, context.DeadlineExceeded):
+			return
+		default:
+			a.t.Fatalf("connection failed: %v", err)
+		}
+	}
+}
+
+// expectError waits for an error reply (REPLY|END, plus notice when set)
+// with code for request id.
+func (a *rawAgent) expectError(timeout time.Duration, id uint64, code string, notice bool) *received {
+	a.t.Helper()
+	r := a.recvData(timeout)
+	want := negotiate.FlagReply | negotiate.FlagEnd
+	if notice {
+		want |= negotiate.FlagNotice
+	}
+	if r.code != code || r.hdr.RequestID != id || r.hdr.Flags != want {
+		a.t.Fatalf("got code %q id %d flags %v, want %q id %d flags %v", r.code, r.hdr.RequestID, r.hdr.Flags, code, id, want)
+	}
+	return r
+}
+
+// encode makes the binary M2M v1 frame of body (unprotected, sequence 0).
+func encode(t testing.TB, body []byte) []byte {
+	t.Helper()
+	fr, err := frame.AppendEncode(nil, body, frame.Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fr
+}
+
+// protectAt stamps fr with sequence seq on channel ch and protects it with
+// the agent's send key, without touching the agent's own counters: for
+// frames the daemon is expected to refuse.
+func (a *rawAgent) protectAt(ch transport.ChannelID, fr []byte, seq uint64) []byte {
+	a.t.Helper()
+	out := make([]byte, len(fr), len(fr)+64)
+	copy(out, fr)
+	if err := frame.SetSequence(out, seq, uint32(ch)); err != nil {
+		a.t.Fatal(err)
+	}
+	if a.sendKey == nil {
+		return out
+	}
+	out, err := a.sendKey.Protect(out[:0], out)
+	if err != nil {
+		a.t.Fatal(err)
+	}
+	return out
+}
+
+// mustSend is send that fails the test on error.
+func (a *rawAgent) mustSend(ch transport.ChannelID, flags negotiate.DataFlags, id uint64, peer string, fr []byte) {
+	a.t.Helper()
+	if err := a.send(ch, flags, id, peer, fr); err != nil {
+		a.t.Fatalf("send: %v", err)
+	}
+}
+
+// sendRaw writes msg as is on ch.
+func (a *rawAgent) sendRaw(ch transport.ChannelID, msg []byte) {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.conn.Send(ctx, ch, msg); err != nil {
+		a.t.Fatalf("send: %v", err)
+	}
+}
+
+// roundTrip checks that req can reach prov by agent id and get an answer
+// back: the proof that both sessions still work.
+func roundTrip(t testing.TB, req, prov *rawAgent) {
+	t.Helper()
+	body := corpus(t, "req-chat-tiny-07.json")
+	_, id := req.request(prov.sess.AgentID, body)
+	got := prov.recvData(5 * time.Second)
+	if got.hdr.IsReply() || string(got.body) != string(body) {
+		t.Fatalf("provider got flags %v err %v", got.hdr.Flags, got.err)
+	}
+	resp := corpus(t, "resp-chat-01.json")
+	prov.reply(got.ch, got.hdr.RequestID, true, resp)
+	back := req.recvData(5 * time.Second)
+	if back.hdr.RequestID != id || !back.hdr.IsEnd() || string(back.body) != string(resp) {
+		t.Fatalf("requester got id %d flags %v code %q", back.hdr.RequestID, back.hdr.Flags, back.code)
+	}
+}
+
+// stopAndWait cancels the daemon and returns Run's result, leaving the
+// harness's cleanup satisfied.
+func stopAndWait(t testing.TB, d *testDaemon, timeout time.Duration) error {
+	t.Helper()
+	d.cancel()
+	return waitRun(t, d, timeout)
+}
+
+// waitRun waits for Run to return (after a cancel made elsewhere).
+func waitRun(t testing.TB, d *testDaemon, timeout time.Duration) error {
+	t.Helper()
+	select {
+	case err := <-d.done:
+		close(d.done) // the harness's stop then sees a closed channel: nothing to report
+		return err
+	case <-time.After(timeout):
+		t.Fatalf("Run did not return within %v", timeout)
+		return nil
+	}
+}
+
+// adminGet fetches path from the daemon's admin endpoint.
+func adminGet(t testing.TB, d *testDaemon, path string) (int, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.AdminAddr().String()+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// metric returns the sum of the series of name whose labels include every
+// "key=value" pair in labels (0 when none exists yet).
+func metric(t testing.TB, d *testDaemon, name string, labels ...string) float64 {
+	t.Helper()
+	code, body := adminGet(t, d, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: HTTP %d", code)
+	}
+	var sum float64
+	sc := bufio.NewScanner(strings.NewReader(body))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		series, value := line[:sp], line[sp+1:]
+		n, lbl, _ := strings.Cut(series, "{")
+		if n != name || !hasLabels(strings.TrimSuffix(lbl, "}"), labels) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+func hasLabels(lbl string, want []string) bool {
+	for _, w := range want {
+		k, v, _ := strings.Cut(w, "=")
+		if !strings.Contains(","+lbl+",", fmt.Sprintf(",%s=%q,", k, v)) {
+			return false
+		}
+	}
+	return true
+}
+
+// waitMetric polls until the metric reaches at least want (counters may be
+// bumped just after the message that reports them is sent).
+func waitMetric(t testing.TB, d *testDaemon, want float64, name string, labels ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := metric(t, d, name, labels...)
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s%v = %v, want at least %v", name, labels, got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
