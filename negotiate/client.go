@@ -60,7 +60,11 @@ func NewHello(cfg ClientConfig, now time.Time) (*ClientHandshake, error) {
 		},
 	}
 	if eff.Org != "" {
-		proof := helloProof(eff.AgentKey, eff.Org, eff.AgentID, pub, nonce, uint64(m.Timestamp))
+		proof, err := helloProof(eff.AgentKey, eff.Org, eff.AgentID, pub, nonce, uint64(m.Timestamp))
+		if err != nil {
+			h.Close()
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
 		m.Capabilities.Security.Org = eff.Org
 		m.Capabilities.Security.Proof = proof[:]
 	}

@@ -2,27 +2,15 @@ package negotiate
 
 import (
 	"crypto/ecdh"
-	"crypto/hkdf"
-	"crypto/hmac"
 	"crypto/rand"
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
 	"io"
+
+	"github.com/m2md/m2md/security"
 )
 
-// The handshake cryptography of docs/protocol.md §5, with the standard
-// library only. The security package implements the same derivations for
-// general use; these copies keep negotiate free of a dependency on it while
-// both are written, and the test vectors pin them to the same results.
-
-// Labels, exactly as they enter the hashes (ASCII, no terminator).
-const (
-	labelTranscript = "m2m/1 transcript"
-	labelC2S        = "m2m/1 client to daemon"
-	labelS2C        = "m2m/1 daemon to client"
-	labelHello      = "m2m/1 hello"
-)
+// The handshake cryptography of docs/protocol.md §5: ephemeral X25519 keys
+// here, the derivations in the security package.
 
 // ephemeralKey returns a fresh X25519 key. With r == nil it uses the
 // system's secure source; a non-nil r (tests and the documented example)
@@ -60,71 +48,36 @@ func sharedSecret(priv *ecdh.PrivateKey, peerPublic []byte) ([]byte, error) {
 	return priv.ECDH(pub)
 }
 
-// deriveAgentKey is HKDF-SHA256(ikm = master, salt = none, info =
-// "m2m/v1/{org}/{agent}", L = 32) (wire reference §4.4).
+// deriveAgentKey is the agent key of wire reference §4.4
+// (HKDF-SHA256(master, "m2m/v1/{org}/{agent}")).
 func deriveAgentKey(master []byte, org, agent string) ([]byte, error) {
-	return hkdf.Key(sha256.New, master, nil, "m2m/v1/"+org+"/"+agent, 32)
-}
-
-// helloProof is HMAC-SHA256(agent_key, "m2m/1 hello" ‖ u8 len(org) ‖ org ‖
-// u8 len(agent) ‖ agent ‖ public key ‖ nonce ‖ u64 BE timestamp). org and
-// agent are at most 128 bytes (validated by the callers).
-func helloProof(agentKey []byte, org, agent string, publicKey, nonce []byte, timestamp uint64) [ProofSize]byte {
-	m := hmac.New(sha256.New, agentKey)
-	m.Write([]byte(labelHello))
-	m.Write([]byte{byte(len(org))})
-	m.Write([]byte(org))
-	m.Write([]byte{byte(len(agent))})
-	m.Write([]byte(agent))
-	m.Write(publicKey)
-	m.Write(nonce)
-	var ts [8]byte
-	binary.BigEndian.PutUint64(ts[:], timestamp)
-	m.Write(ts[:])
-	var out [ProofSize]byte
-	m.Sum(out[:0])
-	return out
-}
-
-// transcriptHash is SHA-256("m2m/1 transcript" ‖ u32 BE len(H) ‖ H ‖ u32 BE
-// len(A) ‖ A) over the HELLO and ACCEPT envelopes as sent (kind byte excluded).
-func transcriptHash(hello, accept []byte) [32]byte {
-	h := sha256.New()
-	h.Write([]byte(labelTranscript))
-	var n [4]byte
-	binary.BigEndian.PutUint32(n[:], uint32(len(hello)))
-	h.Write(n[:])
-	h.Write(hello)
-	binary.BigEndian.PutUint32(n[:], uint32(len(accept)))
-	h.Write(n[:])
-	h.Write(accept)
-	var out [32]byte
-	h.Sum(out[:0])
-	return out
-}
-
-// frameKeys derives the two directional frame keys: prk = HKDF-Extract(salt
-// = transcript, ikm = shared ‖ agentKey), then HKDF-Expand with the two
-// direction labels. agentKey is empty when the session is not authenticated.
-func frameKeys(shared, agentKey []byte, transcript [32]byte) (c2s, s2c [FrameKeySize]byte, err error) {
-	ikm := make([]byte, 0, len(shared)+len(agentKey))
-	ikm = append(append(ikm, shared...), agentKey...)
-	defer clear(ikm)
-	prk, err := hkdf.Extract(sha256.New, ikm, transcript[:])
+	h, err := security.NewHierarchy(master, org)
 	if err != nil {
-		return c2s, s2c, err
+		return nil, err
 	}
-	defer clear(prk)
-	for _, d := range []struct {
-		label string
-		dst   *[FrameKeySize]byte
-	}{{labelC2S, &c2s}, {labelS2C, &s2c}} {
-		k, err := hkdf.Expand(sha256.New, prk, d.label, FrameKeySize)
-		if err != nil {
-			return c2s, s2c, fmt.Errorf("negotiate: frame key: %w", err)
-		}
-		copy(d.dst[:], k)
-		clear(k)
+	defer h.Wipe()
+	k, err := h.AgentKey(agent)
+	if err != nil {
+		return nil, err
 	}
-	return c2s, s2c, nil
+	out := append([]byte(nil), k[:]...)
+	k.Wipe()
+	return out, nil
+}
+
+// helloProof, transcriptHash and frameKeys are docs/protocol.md §5 as the
+// security package implements it; the wrappers keep this package's call
+// sites and types.
+func helloProof(agentKey []byte, org, agent string, publicKey, nonce []byte, timestamp uint64) ([ProofSize]byte, error) {
+	return security.HelloProof(agentKey, org, agent, publicKey, nonce, timestamp)
+}
+
+func transcriptHash(hello, accept []byte) [32]byte { return security.Transcript(hello, accept) }
+
+func frameKeys(shared, agentKey []byte, transcript [32]byte) (c2s, s2c [FrameKeySize]byte, err error) {
+	a, b, err := security.DeriveFrameKeys(shared, agentKey, transcript)
+	if err != nil {
+		return c2s, s2c, fmt.Errorf("negotiate: frame keys: %w", err)
+	}
+	return a, b, nil
 }

@@ -72,8 +72,8 @@ func TestProofLayout(t *testing.T) {
 	m := hmac.New(sha256.New, key)
 	m.Write(msg)
 	want := m.Sum(nil)
-	got := helloProof(key, "acme", "alice", pub, nonce, 1705520400000)
-	if !bytes.Equal(got[:], want) {
+	got, err := helloProof(key, "acme", "alice", pub, nonce, 1705520400000)
+	if err != nil || !bytes.Equal(got[:], want) {
 		t.Fatalf("proof %x, want %x", got, want)
 	}
 }

@@ -282,8 +282,8 @@ func (s *Server) authenticate(now time.Time, hello *ControlMessage) ([]byte, err
 	if err != nil {
 		return nil, rejectf(RejectSecurityPolicy, "authentication failed")
 	}
-	want := helloProof(agentKey, sec.Org, hello.Capabilities.AgentID, sec.PublicKey, sec.Nonce, uint64(hello.Timestamp))
-	if !hmac.Equal(want[:], sec.Proof) {
+	want, err := helloProof(agentKey, sec.Org, hello.Capabilities.AgentID, sec.PublicKey, sec.Nonce, uint64(hello.Timestamp))
+	if err != nil || !hmac.Equal(want[:], sec.Proof) {
 		clear(agentKey)
 		return nil, rejectf(RejectSecurityPolicy, "authentication failed")
 	}
