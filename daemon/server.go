@@ -140,12 +140,15 @@ func (s *Server) Run(ctx context.Context) error {
 	s.baseCtx = runCtx
 
 	var (
-		closers []func()
-		serveWG sync.WaitGroup
-		errc    = make(chan error, 4)
+		// closers stop the listeners when shutdown begins; adminClosers
+		// stop the admin endpoint only after the sessions are gone, so
+		// /healthz can report "draining" while requests finish.
+		closers, adminClosers []func()
+		serveWG               sync.WaitGroup
+		errc                  = make(chan error, 4)
 	)
 	defer func() {
-		for _, c := range closers {
+		for _, c := range append(closers, adminClosers...) {
 			c()
 		}
 		serveWG.Wait()
@@ -167,7 +170,7 @@ func (s *Server) Run(ctx context.Context) error {
 	wsHandler := transport.NewWSHandler(s.transportConfig(), func(c transport.Conn) { s.serveConn(c) })
 	mux := http.NewServeMux()
 	mux.Handle(s.cfg.WSPath, wsHandler)
-	startHTTP := func(name, addr string, tlsConf *tls.Config, h http.Handler) (net.Addr, error) {
+	startHTTP := func(name, addr string, tlsConf *tls.Config, h http.Handler, closers *[]func()) (net.Addr, error) {
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			return nil, fmt.Errorf("daemon: %s: %w", name, err)
@@ -176,7 +179,7 @@ func (s *Server) Run(ctx context.Context) error {
 			ln = tls.NewListener(ln, tlsConf)
 		}
 		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
-		closers = append(closers, func() {
+		*closers = append(*closers, func() {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()
 			_ = hs.Shutdown(sctx)
@@ -192,19 +195,19 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	var err error
 	if enabled(s.cfg.WSAddr) {
-		if s.wsAddr, err = startHTTP("ws", s.cfg.WSAddr, nil, mux); err != nil {
+		if s.wsAddr, err = startHTTP("ws", s.cfg.WSAddr, nil, mux, &closers); err != nil {
 			return err
 		}
 	}
 	if enabled(s.cfg.WSSAddr) {
 		wssTLS := s.tlsConf.Clone()
 		wssTLS.NextProtos = []string{"http/1.1"}
-		if s.wssAddr, err = startHTTP("wss", s.cfg.WSSAddr, wssTLS, mux); err != nil {
+		if s.wssAddr, err = startHTTP("wss", s.cfg.WSSAddr, wssTLS, mux, &closers); err != nil {
 			return err
 		}
 	}
 	if enabled(s.cfg.AdminAddr) {
-		if s.adminAddr, err = startHTTP("admin", s.cfg.AdminAddr, nil, s.adminHandler()); err != nil {
+		if s.adminAddr, err = startHTTP("admin", s.cfg.AdminAddr, nil, s.adminHandler(), &adminClosers); err != nil {
 			return err
 		}
 	}
