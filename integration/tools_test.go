@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
@@ -40,6 +41,20 @@ func dialConn(t testing.TB, d *testDaemon, tr string) transport.Conn {
 	}
 	t.Cleanup(func() { conn.Close() })
 	return conn
+}
+
+// dialQuick tries to connect within timeout and returns the error.
+func dialQuick(d *testDaemon, tr string, timeout time.Duration) (transport.Conn, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if tr == "quic" {
+		tc, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: d.Fingerprint()})
+		if err != nil {
+			return nil, err
+		}
+		return transport.DialQUIC(ctx, d.QUICAddr().String(), tc, transport.Config{HandshakeTimeout: timeout})
+	}
+	return transport.DialWS(ctx, d.url("ws"), nil, transport.Config{HandshakeTimeout: timeout})
 }
 
 // exchange sends msg on the control channel and returns the daemon's
@@ -94,6 +109,9 @@ func expectConnClosed(t testing.TB, conn transport.Conn, timeout time.Duration) 
 	if ctx.Err() != nil {
 		t.Fatalf("connection still open after %v", timeout)
 	}
+	// Close our end too, as an agent does: the daemon's QUIC close waits
+	// for it (up to the transport's linger) before the session is over.
+	conn.Close()
 }
 
 // helloBytes builds the HELLO of cc.

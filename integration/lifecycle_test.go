@@ -1,0 +1,316 @@
+package integration
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/negotiate"
+)
+
+// fastKeepalive: PING after 1 s of silence, 1 s for each PONG (the
+// protocol's minimums).
+func fastKeepalive(c *daemon.Config) {
+	c.PingInterval = time.Second
+	c.PongTimeout = time.Second
+}
+
+// TestAgentPing: a PING from the agent is answered with a PONG of the
+// session at once.
+func TestAgentPing(t *testing.T) {
+	d := startDaemon(t, nil)
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			a := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "pinger-" + tr})
+			for range 3 {
+				a.sendControl(negotiate.AppendPing(nil, a.sess.ID, time.Now()))
+				a.expectControl(2*time.Second, negotiate.TypePong)
+			}
+		})
+	}
+}
+
+// TestDaemonPingsIdleSession: the daemon PINGs a silent session every
+// PingInterval; an agent that answers stays up, one that keeps the session
+// busy itself is never PINGed, and one that never answers gets CLOSE
+// TIMEOUT after the third missed PONG (≈ 1 s + 3 × 1 s).
+func TestDaemonPingsIdleSession(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr+"/answers", func(t *testing.T) {
+			t.Parallel()
+			d := startDaemon(t, fastKeepalive)
+			a := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "answers-" + tr})
+			start := time.Now()
+			pings := 0
+			// Three PINGs, each answered: without the answers the third
+			// would already be the end of the session.
+			for pings < 3 {
+				r, cm, err := a.recv(3 * time.Second)
+				if !errors.Is(err, errControl) {
+					t.Fatalf("got DATA %v / %v, want PINGs", r, err)
+				}
+				if cm.Type != negotiate.TypePing {
+					t.Fatalf("got %s after %v, want only PINGs", cm.Type, time.Since(start))
+				}
+				if pings == 0 && time.Since(start) < 800*time.Millisecond {
+					t.Fatalf("first PING after %v of silence, want ≥ 1 s", time.Since(start))
+				}
+				pings++
+				a.sendControl(negotiate.AppendPong(nil, a.sess.ID, time.Now()))
+			}
+			if el := time.Since(start); el < 2500*time.Millisecond {
+				t.Fatalf("3 PINGs within %v, want one per second of silence", el)
+			}
+			// Still up and working.
+			a.sendControl(negotiate.AppendPing(nil, a.sess.ID, time.Now()))
+			a.expectControl(2*time.Second, negotiate.TypePong)
+		})
+		t.Run(tr+"/busy", func(t *testing.T) {
+			t.Parallel()
+			d := startDaemon(t, fastKeepalive)
+			a := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "busy-" + tr})
+			// The agent's own PING every 600 ms is traffic: the daemon's
+			// silence timer never runs out, so it never PINGs.
+			for range 6 {
+				a.sendControl(negotiate.AppendPing(nil, a.sess.ID, time.Now()))
+				a.expectControl(2*time.Second, negotiate.TypePong)
+				a.expectSilenceNoPing(600 * time.Millisecond)
+			}
+		})
+		t.Run(tr+"/silent", func(t *testing.T) {
+			t.Parallel()
+			d := startDaemon(t, fastKeepalive)
+			a := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "silent-" + tr})
+			start := time.Now()
+			var pingsAt []time.Duration
+			for {
+				r, cm, err := a.recv(10 * time.Second)
+				if !errors.Is(err, errControl) {
+					t.Fatalf("got DATA %v / %v after PINGs at %v", r, err, pingsAt)
+				}
+				if cm.Type == negotiate.TypePing {
+					pingsAt = append(pingsAt, time.Since(start))
+					continue
+				}
+				if cm.Type != negotiate.TypeClose || cm.Close.Reason != negotiate.ReasonTimeout {
+					t.Fatalf("got %s %+v, want CLOSE TIMEOUT", cm.Type, cm.Close)
+				}
+				break
+			}
+			closedAt := time.Since(start)
+			t.Logf("PINGs at %v, CLOSE TIMEOUT at %v", pingsAt, closedAt)
+			if len(pingsAt) != 3 {
+				t.Fatalf("%d PINGs before CLOSE, want 3", len(pingsAt))
+			}
+			if pingsAt[0] < 800*time.Millisecond || closedAt < 3500*time.Millisecond || closedAt > 8*time.Second {
+				t.Fatalf("timing: PINGs at %v, CLOSE at %v; want ≈1 s … CLOSE ≈4 s", pingsAt, closedAt)
+			}
+			a.sendControl(negotiate.AppendClose(nil, a.sess.ID, time.Now(), negotiate.ReasonTimeout, "ack"))
+			expectConnClosed(t, a.conn, 5*time.Second)
+			waitMetric(t, d, 1, "m2md_sessions_closed_total", "reason=TIMEOUT")
+		})
+	}
+}
+
+// expectSilenceNoPing fails on any message within d, PINGs included.
+func (a *rawAgent) expectSilenceNoPing(d time.Duration) {
+	a.t.Helper()
+	r, cm, err := a.recv(d)
+	switch {
+	case err == nil:
+		a.t.Fatalf("unexpected DATA: flags %v", r.hdr.Flags)
+	case errors.Is(err, errControl):
+		a.t.Fatalf("unexpected %s", cm.Type)
+	}
+}
+
+// TestAgentClose: the daemon acknowledges an agent's CLOSE with the same
+// reason (NORMAL when the payload names none) and closes the connection.
+func TestAgentClose(t *testing.T) {
+	d := startDaemon(t, nil)
+	cases := []struct {
+		name string
+		msg  func(sid string) []byte
+		want negotiate.CloseReason
+	}{
+		{"NORMAL", func(sid string) []byte {
+			return negotiate.AppendClose(nil, sid, time.Now(), negotiate.ReasonNormal, "done")
+		}, negotiate.ReasonNormal},
+		{"CLIENT_SHUTDOWN", func(sid string) []byte {
+			return negotiate.AppendClose(nil, sid, time.Now(), negotiate.ReasonClientShutdown, "bye")
+		}, negotiate.ReasonClientShutdown},
+		{"Rust empty payload", func(sid string) []byte {
+			return []byte("\x01" + `{"type":"CLOSE","session_id":"` + sid + `","payload":{},"timestamp":1705520400000}`)
+		}, negotiate.ReasonNormal},
+	}
+	for _, tr := range transports {
+		for _, c := range cases {
+			t.Run(tr+"/"+c.name, func(t *testing.T) {
+				before := metric(t, d, "m2md_sessions_closed_total", "reason="+string(c.want))
+				a := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "closer-" + tr})
+				a.sendControl(c.msg(a.sess.ID))
+				cm := a.expectControl(5*time.Second, negotiate.TypeClose)
+				if cm.Close == nil || cm.Close.Reason != c.want {
+					t.Fatalf("ack %+v, want reason %s", cm.Close, c.want)
+				}
+				expectConnClosed(t, a.conn, 5*time.Second)
+				waitMetric(t, d, before+1, "m2md_sessions_closed_total", "reason="+string(c.want))
+			})
+		}
+	}
+}
+
+// TestGracefulShutdown: cancelling Run stops new sessions and answers new
+// requests with `shutdown`, while a request in flight still gets its reply
+// from the provider; then every session gets CLOSE SERVER_SHUTDOWN, and Run
+// returns nil once the agents acknowledge, well before the grace ends.
+func TestGracefulShutdown(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			const grace = 10 * time.Second
+			d := startDaemon(t, func(c *daemon.Config) { c.ShutdownGrace = grace })
+			prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "drain-prov", Models: []string{"gpt-4o"}})
+			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "drain-req"})
+			_, first := req.request("", corpus(t, "req-chat-1k-01.json"))
+			dl := prov.recvData(5 * time.Second)
+
+			start := time.Now()
+			d.cancel()
+			// Draining is visible on /healthz; poll it to know the daemon
+			// has started refusing.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				code, body := adminGet(t, d, "/healthz")
+				if code == http.StatusServiceUnavailable && strings.Contains(body, "draining") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("/healthz still %d %s", code, body)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			_, second := req.request("", corpus(t, "req-chat-1k-01.json"))
+			req.expectError(5*time.Second, second, "shutdown", false)
+			// The request in flight completes.
+			prov.reply(dl.ch, dl.hdr.RequestID, false, chunk("drain", 0))
+			prov.reply(dl.ch, dl.hdr.RequestID, true, corpus(t, "resp-chat-06.json"))
+			if r := req.recvData(5 * time.Second); r.hdr.RequestID != first || r.hdr.IsEnd() || r.code != "" {
+				t.Fatalf("chunk during drain: id %d flags %v code %q", r.hdr.RequestID, r.hdr.Flags, r.code)
+			}
+			if r := req.recvData(5 * time.Second); r.hdr.RequestID != first || !r.hdr.IsEnd() || r.code != "" {
+				t.Fatalf("final reply during drain: id %d flags %v code %q", r.hdr.RequestID, r.hdr.Flags, r.code)
+			}
+			// A new connection is not accepted any more (QUIC: the listener
+			// is gone and the handshake times out; WebSocket: refused).
+			if conn, err := dialQuick(d, tr, time.Second); err == nil {
+				conn.Close()
+				t.Fatal("a new connection was accepted while draining")
+			}
+			prov.expectClose(5*time.Second, negotiate.ReasonServerShutdown)
+			req.expectClose(5*time.Second, negotiate.ReasonServerShutdown)
+			if err := waitRun(t, d, 10*time.Second); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			if el := time.Since(start); el > grace/2 {
+				t.Fatalf("shutdown took %v with nothing left in flight", el)
+			}
+		})
+	}
+}
+
+// TestShutdownWithSilentAgents: agents that neither finish their requests
+// nor acknowledge CLOSE cannot hold the daemon: Run returns nil after the
+// grace and the CLOSE timeout, and the requester learns `agent_gone`
+// or sees its session end.
+func TestShutdownWithSilentAgents(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			d := startDaemon(t, func(c *daemon.Config) {
+				c.ShutdownGrace = 500 * time.Millisecond
+				c.CloseTimeout = 500 * time.Millisecond
+			})
+			prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "mute-prov", Models: []string{"gpt-4o"}})
+			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "mute-req"})
+			req.request("", corpus(t, "req-chat-1k-01.json"))
+			prov.recvData(5 * time.Second)
+			start := time.Now()
+			if err := stopAndWait(t, d, 15*time.Second); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+			t.Logf("Run returned after %v", time.Since(start))
+			if el := time.Since(start); el > 8*time.Second {
+				t.Fatalf("Run took %v", el)
+			}
+			// Both connections are over (CLOSE unacknowledged, then closed).
+			for _, a := range []*rawAgent{prov, req} {
+				for {
+					_, cm, err := a.recv(5 * time.Second)
+					if errors.Is(err, errControl) {
+						if cm.Type != negotiate.TypeClose {
+							t.Fatalf("got %s", cm.Type)
+						}
+						continue
+					}
+					if err == nil {
+						continue // agent_gone for the requester is fine
+					}
+					break
+				}
+			}
+		})
+	}
+}
+
+// TestReplacedSession: a second session with the same agent id takes over:
+// the first gets CLOSE REPLACED, requests go to the new one, and the
+// requests the old one still held end with agent_gone.
+func TestReplacedSession(t *testing.T) {
+	d := startDaemon(t, nil)
+	for _, mode := range modes {
+		for _, tr := range transports {
+			t.Run(mode.String()+"/"+tr, func(t *testing.T) {
+				id := "dup-" + mode.String() + "-" + tr
+				old := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: id, Security: mode, Models: []string{"gpt-4o"}})
+				req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "dupreq-" + mode.String() + "-" + tr, Security: mode})
+				_, held := req.request("", corpus(t, "req-chat-1k-01.json"))
+				old.recvData(5 * time.Second)
+
+				repl := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: id, Security: mode, Models: []string{"gpt-4o"}})
+				cm := old.expectControl(5*time.Second, negotiate.TypeClose)
+				if cm.Close == nil || cm.Close.Reason != negotiate.ReasonReplaced {
+					t.Fatalf("old session got CLOSE %+v, want REPLACED", cm.Close)
+				}
+				// Route by model and by id: both reach the new session.
+				_, byModel := req.request("", corpus(t, "req-chat-1k-01.json"))
+				_, byID := req.request(id, corpus(t, "req-chat-tiny-01.json"))
+				for range 2 {
+					got := repl.recvData(5 * time.Second)
+					repl.reply(got.ch, got.hdr.RequestID, true, corpus(t, "resp-chat-06.json"))
+				}
+				replies := map[uint64]string{}
+				for range 2 {
+					r := req.recvData(5 * time.Second)
+					replies[r.hdr.RequestID] = r.code
+				}
+				if c, ok := replies[byModel]; !ok || c != "" {
+					t.Fatalf("request by model: %v", replies)
+				}
+				if c, ok := replies[byID]; !ok || c != "" {
+					t.Fatalf("request by id: %v", replies)
+				}
+				// The old session acknowledges; what it held is orphaned.
+				old.sendControl(negotiate.AppendClose(nil, old.sess.ID, time.Now(), negotiate.ReasonReplaced, "ack"))
+				expectConnClosed(t, old.conn, 5*time.Second)
+				gone := req.expectError(5*time.Second, held, "agent_gone", false)
+				if gone.peer != id {
+					t.Fatalf("agent_gone names peer %q, want %q", gone.peer, id)
+				}
+			})
+		}
+	}
+}
