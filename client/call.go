@@ -1,0 +1,354 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/transport"
+)
+
+// CallOption adjusts one request.
+type CallOption func(*callOptions)
+
+type callOptions struct {
+	to string
+}
+
+// To addresses the request to one agent instead of any agent serving the
+// model named in the body.
+func To(agentID string) CallOption {
+	return func(o *callOptions) { o.to = agentID }
+}
+
+// Response is the answer to Do.
+type Response struct {
+	// From is the agent that answered.
+	From string
+	// Body is the final reply's JSON.
+	Body []byte
+	// Chunks are the replies that came before the final one (a provider
+	// that streamed), in order; nil for a plain response.
+	Chunks [][]byte
+}
+
+// reply is one received reply frame, verified, waiting to be decoded.
+type reply struct {
+	msg   transport.Message
+	frame []byte // the plain frame, inside msg
+	peer  []byte // inside msg
+	end   bool
+	err   error // the frame was refused (ErrBadFrame)
+}
+
+// call is a request waiting for its replies. The reader pushes; one
+// consumer (Stream.Recv) takes.
+type call struct {
+	s      *session
+	id     uint64
+	ch     transport.ChannelID
+	limit  int
+	notify chan struct{}
+
+	mu        sync.Mutex
+	queue     []reply
+	queued    int // bytes of frames in queue
+	from      string
+	err       error // after the queue drains, what Recv returns
+	abandoned bool
+}
+
+func newCall(s *session, id uint64, ch transport.ChannelID) *call {
+	return &call{s: s, id: id, ch: ch, limit: s.c.cfg.StreamBuffer, notify: make(chan struct{}, 1)}
+}
+
+func (cl *call) signal() {
+	select {
+	case cl.notify <- struct{}{}:
+	default:
+	}
+}
+
+// push queues a reply; a reply nobody waits for is dropped.
+func (cl *call) push(r reply) {
+	cl.mu.Lock()
+	if cl.abandoned || cl.err != nil {
+		cl.mu.Unlock()
+		r.msg.Release()
+		cl.s.c.stats.late.Add(1)
+		return
+	}
+	if cl.from == "" && len(r.peer) > 0 {
+		cl.from = string(r.peer)
+	}
+	if len(cl.queue) > 0 && cl.queued+len(r.frame) > cl.limit {
+		cl.err = fmt.Errorf("%w: more than %d bytes waiting", ErrSlowConsumer, cl.limit)
+		cl.mu.Unlock()
+		r.msg.Release()
+		cl.s.c.stats.late.Add(1)
+		cl.signal()
+		return
+	}
+	cl.queue = append(cl.queue, r)
+	cl.queued += len(r.frame)
+	cl.mu.Unlock()
+	cl.signal()
+}
+
+// fail ends the call with err once the queued replies are read.
+func (cl *call) fail(err error) {
+	cl.mu.Lock()
+	if cl.err == nil {
+		cl.err = err
+	}
+	cl.mu.Unlock()
+	cl.signal()
+}
+
+// next waits for the next reply.
+func (cl *call) next(ctx context.Context) (reply, error) {
+	for {
+		cl.mu.Lock()
+		if len(cl.queue) > 0 {
+			r := cl.queue[0]
+			cl.queue[0] = reply{}
+			cl.queue = cl.queue[1:]
+			cl.queued -= len(r.frame)
+			cl.mu.Unlock()
+			return r, nil
+		}
+		err := cl.err
+		cl.mu.Unlock()
+		if err != nil {
+			return reply{}, err
+		}
+		select {
+		case <-cl.notify:
+		case <-ctx.Done():
+			return reply{}, ctx.Err()
+		}
+	}
+}
+
+// abandon drops what is queued; replies still to come are dropped as they
+// arrive. The call stays registered until its END, which returns the
+// channel to the pool: a channel with a request outstanding must not carry
+// the next one.
+func (cl *call) abandon() {
+	cl.mu.Lock()
+	if cl.abandoned {
+		cl.mu.Unlock()
+		return
+	}
+	cl.abandoned = true
+	if cl.err == nil {
+		cl.err = errStreamClosed
+	}
+	q := cl.queue
+	cl.queue, cl.queued = nil, 0
+	cl.mu.Unlock()
+	cl.signal()
+	for i := range q {
+		q[i].msg.Release()
+	}
+}
+
+// errStreamClosed is what a Recv blocked during Stream.Close returns.
+var errStreamClosed = errors.New("client: stream closed")
+
+func (cl *call) sender() string {
+	cl.mu.Lock()
+	defer cl.mu.Unlock()
+	return cl.from
+}
+
+// Stream is a request's sequence of replies: stream chunks, then the final
+// reply. It is not safe for concurrent use, except Close.
+type Stream struct {
+	ctx  context.Context
+	cl   *call
+	err  error // sticky: io.EOF after the final reply, or the failure
+	once sync.Once
+}
+
+// Recv returns the next reply's JSON, decoded. After the final reply it
+// returns io.EOF. An error reply (schema 0x10) is returned as a *RemoteError
+// and ends the stream, as does any other error: ErrConnectionLost, ErrClosed,
+// ErrBadFrame (the frame did not verify or decode), ErrSlowConsumer, or the
+// context's error. Each error is returned again by later calls.
+func (st *Stream) Recv() ([]byte, error) {
+	body, _, err := st.recv()
+	return body, err
+}
+
+func (st *Stream) recv() (body []byte, end bool, err error) {
+	if st.err != nil {
+		return nil, false, st.err
+	}
+	r, err := st.cl.next(st.ctx)
+	if err != nil {
+		st.finish(err)
+		return nil, false, err
+	}
+	body, err = st.cl.s.decodeReply(r, st.lim())
+	switch {
+	case err != nil:
+		st.finish(err)
+		return nil, false, err
+	case r.end:
+		st.finish(io.EOF)
+	}
+	return body, r.end, nil
+}
+
+func (st *Stream) lim() frame.Limits { return st.cl.s.decLim }
+
+// From is the agent that answered; "" before the first reply, or when only
+// the daemon answered.
+func (st *Stream) From() string { return st.cl.sender() }
+
+// Close abandons the stream: replies still queued or to come are dropped.
+// It is safe to call more than once and at the same time as Recv.
+func (st *Stream) Close() error {
+	st.once.Do(st.cl.abandon)
+	return nil
+}
+
+func (st *Stream) finish(err error) {
+	st.err = err
+	st.Close()
+}
+
+// decodeReply turns a queued reply into JSON, or into the error it carries,
+// and releases its buffer.
+func (s *session) decodeReply(r reply, lim frame.Limits) ([]byte, error) {
+	defer r.msg.Release()
+	if r.err != nil {
+		return nil, r.err
+	}
+	if !isM2M(r.frame) {
+		return nil, fmt.Errorf("%w: TokenNative reply", ErrUnsupportedFrame)
+	}
+	if r.frame[frame.OffSchema] == byte(frame.SchemaError) {
+		return nil, decodeErrorFrame(string(r.peer), r.frame, lim)
+	}
+	body, err := frame.AppendDecode(nil, r.frame, lim)
+	if err != nil {
+		s.c.stats.badFrames.Add(1)
+		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+	}
+	s.c.stats.jsonReceived.Add(uint64(len(body)))
+	return body, nil
+}
+
+// Do sends a request and returns its final reply. body is the request's
+// JSON (an OpenAI-style chat request: its "model" routes it to an agent
+// serving that model, unless To names the agent). Chunks a provider streams
+// before its final reply are collected in Response.Chunks, up to
+// Options.MaxResponseSize in all.
+//
+// Errors: a *RemoteError for an error reply (errors.As), ErrConnectionLost
+// when the session ended first, ErrClosed after Close, ErrBadFrame for a
+// reply that did not verify or decode, ErrTooLarge, the context's error.
+// Do does not retry.
+func (c *Client) Do(ctx context.Context, body []byte, opts ...CallOption) (*Response, error) {
+	st, err := c.Stream(ctx, body, opts...)
+	if err != nil {
+		return nil, err
+	}
+	defer st.Close()
+	resp := &Response{}
+	total := 0
+	for {
+		b, end, err := st.recv()
+		if err != nil {
+			return nil, err
+		}
+		total += len(b)
+		if total > c.cfg.MaxResponseSize {
+			return nil, fmt.Errorf("%w: response above %d bytes", ErrTooLarge, c.cfg.MaxResponseSize)
+		}
+		if end {
+			resp.From, resp.Body = st.From(), b
+			return resp, nil
+		}
+		resp.Chunks = append(resp.Chunks, b)
+	}
+}
+
+// Stream sends a request and returns its replies one by one, for providers
+// that stream (Do collects them instead). ctx bounds the whole stream, not
+// just this call. Close the Stream when done with it, whether or not Recv
+// reached io.EOF.
+func (c *Client) Stream(ctx context.Context, body []byte, opts ...CallOption) (*Stream, error) {
+	return c.start(ctx, body, false, opts)
+}
+
+// SendFrame sends a pre-encoded binary frame as a request and returns its
+// replies. An M2M v1 frame must be plain (security byte 00): it gets its
+// channel's sequence number and the session's protection like any request,
+// but is otherwise sent as it is, so tests can send payloads that do not
+// decode. Other bytes (a TokenNative frame) are sent unchanged and need
+// security mode none. frame is not retained.
+func (c *Client) SendFrame(ctx context.Context, frame []byte, opts ...CallOption) (*Stream, error) {
+	return c.start(ctx, frame, true, opts)
+}
+
+// start sends one request and registers it for its replies.
+func (c *Client) start(ctx context.Context, payload []byte, raw bool, opts []CallOption) (*Stream, error) {
+	var co callOptions
+	for _, o := range opts {
+		o(&co)
+	}
+	s, err := c.current(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id := c.newRequestID()
+	o, err := newOutgoing(0, id, co.to, len(payload))
+	if err != nil {
+		return nil, err
+	}
+	defer o.free()
+	if raw {
+		*o.buf = append(*o.buf, payload...)
+	} else if err := o.encodeJSON(payload, s.encLim); err != nil {
+		return nil, err
+	}
+
+	ch, err := s.conn.AcquireChannel(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, s.sendErr()
+	}
+	cl := newCall(s, id, ch)
+	if err := s.addCall(cl); err != nil {
+		s.conn.ReleaseChannel(ch)
+		return nil, err
+	}
+	if err := s.sendMessage(ch, o); err != nil {
+		s.removeCall(cl)
+		// Ignored by the transport if the channel broke mid-write.
+		s.conn.ReleaseChannel(ch)
+		return nil, err
+	}
+	c.stats.requests.Add(1)
+	if !raw {
+		c.stats.jsonSent.Add(uint64(len(payload)))
+	}
+	return &Stream{ctx: ctx, cl: cl}, nil
+}
+
+// newRequestID returns the next request id: per client, never 0.
+func (c *Client) newRequestID() uint64 {
+	for {
+		if id := c.nextID.Add(1); id != 0 {
+			return id
+		}
+	}
+}

@@ -1,0 +1,60 @@
+// Package client is the Go library agents use to talk to the m2md daemon
+// (docs/protocol.md): to send LLM API requests to whichever agent serves a
+// model, and to serve models themselves.
+//
+// A requester dials, sends JSON and gets JSON back:
+//
+//	c, err := client.Dial(ctx, "quic://daemon:4433", client.Options{PinSHA256: fp})
+//	resp, err := c.Do(ctx, []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hi"}]}`))
+//	// resp.Body is the provider's final reply, resp.From its agent id
+//
+// Stream returns the replies one by one (stream chunks, then the final one),
+// To addresses one agent instead of the model's providers, and SendFrame
+// sends a frame encoded elsewhere. A provider announces its models and
+// answers through a Handler, much like net/http:
+//
+//	c, err := client.Dial(ctx, url, client.Options{
+//		AgentID: "gpu-1",
+//		Models:  []string{"llama-3-70b"},
+//		Handler: client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
+//			w.Chunk(…)
+//			w.Respond(…)
+//		}),
+//	})
+//
+// # What the library does for the caller
+//
+// Bodies travel as M2M v1 binary frames (package frame: Brotli-compressed
+// from 100 bytes on), protected in the session's negotiated mode (none,
+// HMAC-SHA256 or ChaCha20-Poly1305 with per-direction keys from the
+// handshake), each carrying its channel's sequence number so that a replayed
+// or reordered frame is refused. Over QUIC every request has a stream of its
+// own from a pool of long-lived streams, so requests never queue behind each
+// other; over WebSocket they share the one connection. One goroutine per
+// session reads and dispatches, verifying each frame; decoding happens in the
+// goroutine that asked for it (Stream.Recv, the handler), so a large reply
+// does not hold up the others. Handlers run in their own goroutines, at most
+// Options.MaxConcurrentHandlers at once; beyond that the requester is told
+// provider_busy rather than the connection stalling.
+//
+// The session is kept alive as the protocol prescribes: PINGs are answered,
+// a silent daemon is PINGed and given up on after three missed PONGs, and a
+// CLOSE from the daemon is acknowledged. With Options.Reconnect the client
+// then reconnects with jittered exponential backoff, handshakes again and so
+// re-registers its models; requests in flight fail with ErrConnectionLost
+// (never hang) and new ones wait for the new session. A CLOSE with reason
+// REPLACED (another session took this agent id) is final, as is Close.
+//
+// # Errors
+//
+// Error replies (schema 0x10, from the daemon or the provider) are returned
+// as *RemoteError with their code (CodeNoRoute, CodeAgentGone, …). Frames
+// that fail verification, the sequence check or decoding give ErrBadFrame,
+// wrapping the security, negotiate or frame error. ErrConnectionLost,
+// ErrClosed, ErrTooLarge, ErrSlowConsumer, ErrDeliveryCancelled and the
+// context's errors cover the rest. Dial returns the handshake's errors
+// (*negotiate.RejectError, negotiate.ErrBadAccept) as they are.
+//
+// Session reports the negotiated parameters, and Stats counts frames and
+// bytes on the wire against JSON bytes, which is the compression achieved.
+package client

@@ -1,0 +1,145 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
+	"github.com/m2md/m2md/transport"
+)
+
+// scriptConn is a connection whose daemon side is a script: onHello turns
+// the client's HELLO into the messages the client then receives, in that
+// order, which is how a test can make DATA overtake ACCEPT as QUIC streams
+// may. Everything else the client sends is collected in sent.
+type scriptConn struct {
+	onHello func(hello []byte) []transport.Message
+	inbox   chan transport.Message
+	sent    chan transport.Message
+	done    chan struct{}
+	once    sync.Once
+}
+
+func newScriptConn(onHello func([]byte) []transport.Message) *scriptConn {
+	return &scriptConn{onHello: onHello, inbox: make(chan transport.Message, 16), sent: make(chan transport.Message, 16), done: make(chan struct{})}
+}
+
+func (c *scriptConn) Receive(ctx context.Context) (transport.Message, error) {
+	select {
+	case m := <-c.inbox:
+		return m, nil
+	case <-c.done:
+		return transport.Message{}, transport.ErrClosed
+	case <-ctx.Done():
+		return transport.Message{}, ctx.Err()
+	}
+}
+
+func (c *scriptConn) Send(ctx context.Context, ch transport.ChannelID, msg []byte) error {
+	msg = bytes.Clone(msg)
+	if k, _ := negotiate.MessageKind(msg); k == negotiate.KindControl {
+		cm, err := negotiate.ParseControl(msg)
+		switch {
+		case err != nil:
+		case cm.Type == negotiate.TypeHello:
+			for _, m := range c.onHello(msg) {
+				c.inbox <- m
+			}
+			return nil
+		case cm.Type == negotiate.TypeClose: // acknowledge
+			c.inbox <- transport.Message{Data: negotiate.AppendClose(nil, cm.SessionID, time.Now(), cm.Close.Reason, "")}
+			return nil
+		}
+	}
+	select {
+	case c.sent <- transport.Message{Channel: ch, Data: msg}:
+		return nil
+	case <-c.done:
+		return transport.ErrClosed
+	}
+}
+
+func (c *scriptConn) AcquireChannel(context.Context) (transport.ChannelID, error) { return 4, nil }
+func (c *scriptConn) ReleaseChannel(transport.ChannelID)                          {}
+func (c *scriptConn) SetReadLimit(int64)                                          {}
+func (c *scriptConn) Transport() string                                           { return "quic" }
+func (c *scriptConn) RemoteAddr() net.Addr                                        { return nil }
+func (c *scriptConn) Close() error {
+	c.once.Do(func() { close(c.done) })
+	return nil
+}
+
+// A request delivered on a daemon stream that arrives before ACCEPT is kept
+// and served once the session exists, not taken for a broken handshake.
+func TestDataBeforeAccept(t *testing.T) {
+	leakCheck(t)
+	srv, err := negotiate.NewServer(negotiate.ServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	body := chatRequest("m", "early bird")
+	var daemonSend, daemonRecv *security.FrameKey
+	conn := newScriptConn(func(hello []byte) []transport.Message {
+		ns, accept, err := srv.Accept(time.Now(), hello, false)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		daemonSend, _ = security.NewFrameKey(frame.SecurityAEAD, ns.SendKey())
+		daemonRecv, _ = security.NewFrameKey(frame.SecurityAEAD, ns.ReceiveKey())
+		fr, _ := frame.AppendEncode(nil, body, frame.Limits{})
+		frame.SetSequence(fr, 1, 1)
+		fr, _ = daemonSend.Protect(nil, fr)
+		data, _ := negotiate.AppendData(nil, 0, 77, "someone", fr)
+		return []transport.Message{{Channel: 1, Data: data}, {Channel: transport.ControlChannel, Data: accept}}
+	})
+
+	cfg, err := newConfig("quic://127.0.0.1:1", Options{Security: frame.SecurityAEAD, InsecureSkipVerifyDevOnly: true,
+		Handler: HandlerFunc(func(ctx context.Context, req *Request, w ResponseWriter) {
+			if req.From != "someone" || req.ID != 77 {
+				t.Errorf("request %+v", req)
+			}
+			w.Respond(req.Body)
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(cfg)
+	c.dialer = func(context.Context) (transport.Conn, error) { return conn, nil }
+	if err := c.run(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := c.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+
+	select {
+	case m := <-conn.sent:
+		hdr, fr, err := negotiate.ParseData(m.Data)
+		if err != nil || m.Channel != 1 || hdr.RequestID != 77 || hdr.Flags != negotiate.FlagReply|negotiate.FlagEnd {
+			t.Fatalf("reply %+v on %d: %v", hdr, m.Channel, err)
+		}
+		plain, err := daemonRecv.Open(nil, fr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seq, ch, _ := frame.Sequence(plain); seq != 1 || ch != 1 {
+			t.Fatalf("reply sequence %d on channel %d", seq, ch)
+		}
+		got, err := frame.AppendDecode(nil, plain, frame.Limits{})
+		if err != nil || !bytes.Equal(got, body) {
+			t.Fatalf("reply %s, %v", got, err)
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the early request was not served")
+	}
+}

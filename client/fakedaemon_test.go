@@ -1,0 +1,674 @@
+package client
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/m2md/m2md/certs"
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
+	"github.com/m2md/m2md/transport"
+)
+
+// The fake daemon below is built only from the lower-level packages
+// (transport, negotiate.Server, security, frame) and runs over real loopback
+// sockets. It does what the client needs a peer for: the handshake, verified
+// and re-protected frames with per-channel sequence numbers, routing between
+// agents by model or agent id, PING/PONG, CLOSE in both directions, and a
+// few test models whose behaviour the daemon plays itself:
+//
+//	echo      the request JSON comes back as the final reply
+//	stream    max_tokens chunks {"i":k}, the last one with END
+//	error     an error reply with code "test_error"
+//	garbage   a reply whose payload does not decode (CRC broken), properly protected
+//	hang      no reply until releaseHangs
+//
+// Any other model is routed to a connected agent serving it (no_route when
+// none), and replies are routed back; a requester that disconnects gets its
+// providers a NOTICE requester_gone, a provider that disconnects gets its
+// requesters agent_gone.
+
+const testTimeout = 20 * time.Second
+
+var (
+	tlsOnce   sync.Once
+	serverTLS *tls.Config
+	certPin   string
+	tlsErr    error
+	certDir   string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if certDir != "" {
+		os.RemoveAll(certDir)
+	}
+	os.Exit(code)
+}
+
+func testTLS(t testing.TB) (*tls.Config, string) {
+	t.Helper()
+	tlsOnce.Do(func() {
+		if certDir, tlsErr = os.MkdirTemp("", "m2md-client-test-*"); tlsErr != nil {
+			return
+		}
+		var cert tls.Certificate
+		cert, certPin, tlsErr = certs.EnsureDevCert(certDir)
+		serverTLS = certs.ServerTLSConfig(cert)
+	})
+	if tlsErr != nil {
+		t.Fatal(tlsErr)
+	}
+	return serverTLS, certPin
+}
+
+type fakeConfig struct {
+	server     negotiate.ServerConfig
+	noPong     bool // leave PINGs unanswered
+	noCloseAck bool // leave CLOSE unacknowledged
+}
+
+type fakeDaemon struct {
+	t       testing.TB
+	cfg     fakeConfig
+	srv     *negotiate.Server
+	qln     *transport.QUICListener
+	hs      *httptest.Server
+	quicURL string
+	wsURL   string
+	pin     string
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	nextDelivery atomic.Uint64
+	pings        atomic.Int64 // PINGs received
+	pongs        chan struct{}
+
+	mu      sync.Mutex
+	byAgent map[string]*fakeSession
+	all     map[*fakeSession]struct{}
+	hellos  map[string]int
+	closes  map[string][]negotiate.CloseReason // CLOSE reasons received, per agent
+	hangs   []hang
+	changed chan struct{} // closed and replaced on every session change
+}
+
+type hang struct {
+	fs *fakeSession
+	id uint64
+	ch transport.ChannelID
+}
+
+type route struct {
+	req    *fakeSession
+	reqID  uint64
+	reqCh  transport.ChannelID
+	provCh transport.ChannelID
+}
+
+type fakeSession struct {
+	d      *fakeDaemon
+	conn   transport.Conn
+	id     string
+	agent  string
+	models []string
+	mode   frame.Security
+	send   *security.FrameKey
+	recv   *security.FrameKey
+	seqs   *negotiate.Sequences
+
+	chMu    sync.Mutex
+	chLocks map[transport.ChannelID]*sync.Mutex
+
+	ready chan struct{} // closed once ACCEPT is sent
+
+	mu         sync.Mutex
+	deliveries map[uint64]route
+	closeSent  bool
+	ended      bool
+}
+
+func newFakeDaemon(t testing.TB, cfg fakeConfig) *fakeDaemon {
+	t.Helper()
+	stls, pin := testTLS(t)
+	srv, err := negotiate.NewServer(cfg.server)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &fakeDaemon{
+		t: t, cfg: cfg, srv: srv, pin: pin,
+		pongs:   make(chan struct{}, 16),
+		byAgent: make(map[string]*fakeSession),
+		all:     make(map[*fakeSession]struct{}),
+		hellos:  make(map[string]int),
+		closes:  make(map[string][]negotiate.CloseReason),
+		changed: make(chan struct{}),
+	}
+	d.ctx, d.cancel = context.WithCancel(context.Background())
+	if d.qln, err = transport.ListenQUIC("127.0.0.1:0", stls, transport.Config{}); err != nil {
+		t.Fatal(err)
+	}
+	d.quicURL = "quic://" + d.qln.Addr().String()
+	d.wg.Go(func() {
+		for {
+			conn, err := d.qln.Accept(d.ctx)
+			if err != nil {
+				return
+			}
+			d.wg.Go(func() { d.serve(conn) })
+		}
+	})
+	d.hs = httptest.NewUnstartedServer(transport.NewWSHandler(transport.Config{}, d.serve))
+	d.hs.Config.ErrorLog = log.New(io.Discard, "", 0)
+	d.hs.Start()
+	d.wsURL = "ws" + strings.TrimPrefix(d.hs.URL, "http") + "/m2m"
+	t.Cleanup(d.close)
+	return d
+}
+
+// url returns the daemon's URL for transport "quic" or "ws".
+func (d *fakeDaemon) url(tr string) string {
+	if tr == "quic" {
+		return d.quicURL
+	}
+	return d.wsURL
+}
+
+func (d *fakeDaemon) close() {
+	d.cancel()
+	d.qln.Close()
+	d.dropAll()
+	d.hs.CloseClientConnections()
+	d.hs.Close()
+	d.wg.Wait()
+	d.srv.Close()
+}
+
+func (d *fakeDaemon) notify() {
+	close(d.changed)
+	d.changed = make(chan struct{})
+}
+
+// serve runs one connection: handshake, then the session until it ends.
+func (d *fakeDaemon) serve(conn transport.Conn) {
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(d.ctx, testTimeout)
+	msg, err := conn.Receive(ctx)
+	cancel()
+	if err != nil {
+		return
+	}
+	ns, reply, err := d.srv.Accept(time.Now(), msg.Data, false)
+	msg.Release()
+	if ns == nil {
+		conn.Send(d.ctx, transport.ControlChannel, reply)
+		return
+	}
+	conn.SetReadLimit(int64(ns.Params.MaxPayload) + 512)
+	fs := &fakeSession{
+		d: d, conn: conn, id: ns.ID, agent: ns.AgentID, mode: ns.Params.SecurityMode,
+		seqs:       negotiate.NewSequences(4096),
+		chLocks:    make(map[transport.ChannelID]*sync.Mutex),
+		deliveries: make(map[uint64]route),
+		ready:      make(chan struct{}),
+	}
+	if ns.Peer != nil {
+		fs.models = ns.Peer.Models
+	}
+	if fs.mode != frame.SecurityNone {
+		if fs.send, err = security.NewFrameKey(fs.mode, ns.SendKey()); err != nil {
+			d.t.Error(err)
+			return
+		}
+		if fs.recv, err = security.NewFrameKey(fs.mode, ns.ReceiveKey()); err != nil {
+			d.t.Error(err)
+			return
+		}
+	}
+	ns.Wipe()
+
+	// Registered before ACCEPT goes out, so that the agent is routable by
+	// the time its Dial returns; nothing is sent to it before ACCEPT (ready).
+	d.mu.Lock()
+	old := d.byAgent[fs.agent]
+	d.byAgent[fs.agent] = fs
+	d.all[fs] = struct{}{}
+	d.hellos[fs.agent]++
+	d.notify()
+	d.mu.Unlock()
+	if old != nil {
+		old.sendClose(negotiate.ReasonReplaced)
+	}
+	err = conn.Send(d.ctx, transport.ControlChannel, reply)
+	close(fs.ready)
+	if err == nil {
+		fs.readLoop()
+	}
+
+	fs.mu.Lock()
+	fs.ended = true
+	fs.mu.Unlock()
+	d.mu.Lock()
+	if d.byAgent[fs.agent] == fs {
+		delete(d.byAgent, fs.agent)
+	}
+	delete(d.all, fs)
+	d.notify()
+	d.mu.Unlock()
+	d.sessionGone(fs)
+}
+
+// sessionGone tells the peers of a finished session: its requesters get
+// agent_gone, the providers serving it a NOTICE requester_gone.
+func (d *fakeDaemon) sessionGone(fs *fakeSession) {
+	fs.mu.Lock()
+	deliveries := fs.deliveries
+	fs.deliveries = map[uint64]route{}
+	fs.mu.Unlock()
+	for _, r := range deliveries {
+		r.req.sendError(r.reqCh, negotiate.FlagReply|negotiate.FlagEnd, r.reqID, fs.agent, CodeAgentGone, "provider disconnected")
+	}
+	d.mu.Lock()
+	others := make([]*fakeSession, 0, len(d.all))
+	for o := range d.all {
+		others = append(others, o)
+	}
+	d.mu.Unlock()
+	for _, prov := range others {
+		prov.mu.Lock()
+		var gone []uint64
+		var chans []transport.ChannelID
+		for id, r := range prov.deliveries {
+			if r.req == fs {
+				gone = append(gone, id)
+				chans = append(chans, r.provCh)
+				delete(prov.deliveries, id)
+			}
+		}
+		prov.mu.Unlock()
+		for i, id := range gone {
+			prov.sendError(chans[i], negotiate.FlagReply|negotiate.FlagEnd|negotiate.FlagNotice, id, "", CodeRequesterGone, "requester disconnected")
+		}
+	}
+}
+
+func (fs *fakeSession) readLoop() {
+	d := fs.d
+	for {
+		msg, err := fs.conn.Receive(d.ctx)
+		if err != nil {
+			return
+		}
+		kind, err := negotiate.MessageKind(msg.Data)
+		if err != nil {
+			msg.Release()
+			return
+		}
+		if kind == negotiate.KindControl {
+			cm, err := negotiate.ParseControl(msg.Data)
+			msg.Release()
+			if err != nil {
+				d.t.Errorf("fake daemon: bad control message from %s: %v", fs.agent, err)
+				return
+			}
+			if cm.SessionID != fs.id {
+				d.t.Errorf("fake daemon: %s names session %q, want %q", cm.Type, cm.SessionID, fs.id)
+				return
+			}
+			switch cm.Type {
+			case negotiate.TypePing:
+				d.pings.Add(1)
+				if !d.cfg.noPong {
+					fs.sendControl(negotiate.AppendPong(nil, fs.id, time.Now()))
+				}
+			case negotiate.TypePong:
+				select {
+				case d.pongs <- struct{}{}:
+				default:
+				}
+			case negotiate.TypeClose:
+				d.mu.Lock()
+				d.closes[fs.agent] = append(d.closes[fs.agent], cm.Close.Reason)
+				d.notify()
+				d.mu.Unlock()
+				fs.mu.Lock()
+				wasSent := fs.closeSent
+				fs.closeSent = true
+				fs.mu.Unlock()
+				if !wasSent && !d.cfg.noCloseAck {
+					fs.sendControl(negotiate.AppendClose(nil, fs.id, time.Now(), cm.Close.Reason, ""))
+				}
+				if !d.cfg.noCloseAck || wasSent {
+					return
+				}
+			default:
+				d.t.Errorf("fake daemon: unexpected %s", cm.Type)
+				return
+			}
+			continue
+		}
+		fs.handleData(msg)
+	}
+}
+
+// open verifies a frame and checks its sequence, as the daemon must.
+func (fs *fakeSession) open(ch transport.ChannelID, fr []byte) ([]byte, error) {
+	if fs.mode == frame.SecurityNone || !isM2M(fr) {
+		return fr, nil
+	}
+	plain, err := fs.recv.Open(fr[:0], fr)
+	if err != nil {
+		return nil, err
+	}
+	seq, fch, err := frame.Sequence(plain)
+	if err != nil {
+		return nil, err
+	}
+	return plain, fs.seqs.CheckReceive(uint32(ch), fch, seq)
+}
+
+func (fs *fakeSession) handleData(msg transport.Message) {
+	defer msg.Release()
+	d := fs.d
+	hdr, fr, err := negotiate.ParseData(msg.Data)
+	if err != nil {
+		d.t.Errorf("fake daemon: bad DATA from %s: %v", fs.agent, err)
+		return
+	}
+	ch := msg.Channel
+	plain, err := fs.open(ch, fr)
+	if err != nil {
+		if !hdr.IsReply() {
+			fs.sendError(ch, negotiate.FlagReply|negotiate.FlagEnd, hdr.RequestID, "", refusalCode(err), err.Error())
+		} else {
+			d.t.Errorf("fake daemon: reply from %s refused: %v", fs.agent, err)
+		}
+		return
+	}
+	if hdr.IsReply() {
+		fs.routeReply(hdr, plain)
+		return
+	}
+	if len(hdr.Peer) > 0 {
+		d.mu.Lock()
+		prov := d.byAgent[string(hdr.Peer)]
+		d.mu.Unlock()
+		if prov == nil {
+			fs.sendError(ch, negotiate.FlagReply|negotiate.FlagEnd, hdr.RequestID, "", CodeUnknownAgent, "no such agent")
+			return
+		}
+		d.deliver(fs, hdr.RequestID, ch, prov, plain)
+		return
+	}
+	var h frame.Header
+	if err := frame.ReadHeader(plain, &h); err != nil {
+		fs.sendError(ch, negotiate.FlagReply|negotiate.FlagEnd, hdr.RequestID, "", CodeBadFrame, err.Error())
+		return
+	}
+	id := hdr.RequestID
+	const end = negotiate.FlagReply | negotiate.FlagEnd
+	switch model := string(h.Model); model {
+	case "echo":
+		body, err := frame.AppendDecode(nil, plain, frame.Limits{})
+		if err != nil {
+			fs.sendError(ch, end, id, "", CodeBadFrame, err.Error())
+			return
+		}
+		fs.sendJSON(ch, end, id, "", body)
+	case "stream":
+		body, err := frame.AppendDecode(nil, plain, frame.Limits{})
+		if err != nil {
+			fs.sendError(ch, end, id, "", CodeBadFrame, err.Error())
+			return
+		}
+		var req struct {
+			MaxTokens int `json:"max_tokens"`
+		}
+		json.Unmarshal(body, &req)
+		for i := range req.MaxTokens {
+			flags := negotiate.FlagReply
+			if i == req.MaxTokens-1 {
+				flags = end
+			}
+			if err := fs.sendJSON(ch, flags, id, "", fmt.Appendf(nil, `{"i":%d}`, i)); err != nil {
+				return
+			}
+		}
+	case "error":
+		fs.sendError(ch, end, id, "", "test_error", "boom")
+	case "garbage":
+		reply, err := frame.AppendEncode(nil, []byte(`{"id":"chatcmpl-x","choices":[{"message":{"content":"ok"}}]}`), frame.Limits{})
+		if err != nil {
+			d.t.Error(err)
+			return
+		}
+		reply[len(reply)-2] ^= 0x01 // a payload byte, still UTF-8: the CRC no longer matches
+		fs.sendFrame(ch, end, id, "", reply)
+	case "hang":
+		d.mu.Lock()
+		d.hangs = append(d.hangs, hang{fs, id, ch})
+		d.notify()
+		d.mu.Unlock()
+	default:
+		prov := d.provider(model, fs)
+		if prov == nil {
+			fs.sendError(ch, end, id, "", CodeNoRoute, "no agent serves "+model)
+			return
+		}
+		d.deliver(fs, id, ch, prov, plain)
+	}
+}
+
+// provider returns a session serving model other than requester.
+func (d *fakeDaemon) provider(model string, requester *fakeSession) *fakeSession {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, fs := range d.byAgent {
+		if fs != requester && slices.Contains(fs.models, model) {
+			return fs
+		}
+	}
+	return nil
+}
+
+// deliver forwards a request to prov on a channel of the daemon's own.
+func (d *fakeDaemon) deliver(req *fakeSession, reqID uint64, reqCh transport.ChannelID, prov *fakeSession, plain []byte) {
+	provCh, err := prov.conn.AcquireChannel(d.ctx)
+	if err != nil {
+		req.sendError(reqCh, negotiate.FlagReply|negotiate.FlagEnd, reqID, "", CodeAgentGone, err.Error())
+		return
+	}
+	id := d.nextDelivery.Add(1)
+	prov.mu.Lock()
+	prov.deliveries[id] = route{req: req, reqID: reqID, reqCh: reqCh, provCh: provCh}
+	prov.mu.Unlock()
+	fr := slices.Clone(plain)
+	if err := prov.sendFrame(provCh, 0, id, req.agent, fr); err != nil {
+		req.sendError(reqCh, negotiate.FlagReply|negotiate.FlagEnd, reqID, "", CodeAgentGone, err.Error())
+	}
+}
+
+// routeReply forwards a provider's reply to its requester.
+func (fs *fakeSession) routeReply(hdr negotiate.DataHeader, plain []byte) {
+	fs.mu.Lock()
+	r, ok := fs.deliveries[hdr.RequestID]
+	if ok && hdr.IsEnd() {
+		delete(fs.deliveries, hdr.RequestID)
+	}
+	fs.mu.Unlock()
+	if !ok {
+		return // a late reply to a finished delivery
+	}
+	if hdr.IsEnd() {
+		fs.conn.ReleaseChannel(r.provCh)
+	}
+	r.req.sendFrame(r.reqCh, hdr.Flags, r.reqID, fs.agent, slices.Clone(plain))
+}
+
+func (fs *fakeSession) chLock(ch transport.ChannelID) *sync.Mutex {
+	fs.chMu.Lock()
+	defer fs.chMu.Unlock()
+	m := fs.chLocks[ch]
+	if m == nil {
+		m = new(sync.Mutex)
+		fs.chLocks[ch] = m
+	}
+	return m
+}
+
+// sendFrame stamps, protects and sends a plain frame (which it may modify).
+func (fs *fakeSession) sendFrame(ch transport.ChannelID, flags negotiate.DataFlags, id uint64, peer string, plain []byte) error {
+	<-fs.ready
+	m := fs.chLock(ch)
+	m.Lock()
+	defer m.Unlock()
+	if isM2M(plain) {
+		seq, err := fs.seqs.NextSend(uint32(ch))
+		if err != nil {
+			return err
+		}
+		if err := frame.SetSequence(plain, seq, uint32(ch)); err != nil {
+			return err
+		}
+		if fs.send != nil {
+			if plain, err = fs.send.Protect(nil, plain); err != nil {
+				return err
+			}
+		}
+	}
+	msg, err := negotiate.AppendData(nil, flags, id, peer, plain)
+	if err != nil {
+		return err
+	}
+	return fs.conn.Send(fs.d.ctx, ch, msg)
+}
+
+func (fs *fakeSession) sendJSON(ch transport.ChannelID, flags negotiate.DataFlags, id uint64, peer string, body []byte) error {
+	fr, err := frame.AppendEncode(nil, body, frame.Limits{})
+	if err != nil {
+		return err
+	}
+	return fs.sendFrame(ch, flags, id, peer, fr)
+}
+
+func (fs *fakeSession) sendError(ch transport.ChannelID, flags negotiate.DataFlags, id uint64, peer, code, text string) error {
+	fr, err := frame.AppendErrorFrame(nil, code, text)
+	if err != nil {
+		return err
+	}
+	return fs.sendFrame(ch, flags, id, peer, fr)
+}
+
+func (fs *fakeSession) sendControl(msg []byte) error {
+	<-fs.ready
+	return fs.conn.Send(fs.d.ctx, transport.ControlChannel, msg)
+}
+
+// sendClose sends CLOSE with reason; the session ends with the ack.
+func (fs *fakeSession) sendClose(reason negotiate.CloseReason) {
+	fs.mu.Lock()
+	already := fs.closeSent
+	fs.closeSent = true
+	fs.mu.Unlock()
+	if !already {
+		fs.sendControl(negotiate.AppendClose(nil, fs.id, time.Now(), reason, "test"))
+	}
+}
+
+// Hooks for tests.
+
+// session waits for agent's current session.
+func (d *fakeDaemon) session(agent string) *fakeSession {
+	d.t.Helper()
+	var fs *fakeSession
+	d.waitFor(func() bool { fs = d.byAgent[agent]; return fs != nil }, "session of "+agent)
+	return fs
+}
+
+// waitFor waits until cond (called with d.mu held) holds.
+func (d *fakeDaemon) waitFor(cond func() bool, what string) {
+	d.t.Helper()
+	deadline := time.NewTimer(testTimeout)
+	defer deadline.Stop()
+	for {
+		d.mu.Lock()
+		ok, ch := cond(), d.changed
+		d.mu.Unlock()
+		if ok {
+			return
+		}
+		select {
+		case <-ch:
+		case <-deadline.C:
+			d.t.Fatalf("fake daemon: timed out waiting for %s", what)
+		}
+	}
+}
+
+func (d *fakeDaemon) helloCount(agent string) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.hellos[agent]
+}
+
+func (d *fakeDaemon) closeReasons(agent string) []negotiate.CloseReason {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return slices.Clone(d.closes[agent])
+}
+
+func (d *fakeDaemon) sessions() []*fakeSession {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	out := make([]*fakeSession, 0, len(d.all))
+	for fs := range d.all {
+		out = append(out, fs)
+	}
+	return out
+}
+
+// dropAll cuts every connection without CLOSE.
+func (d *fakeDaemon) dropAll() {
+	for _, fs := range d.sessions() {
+		fs.conn.Close()
+	}
+}
+
+// closeAll sends CLOSE with reason to every session.
+func (d *fakeDaemon) closeAll(reason negotiate.CloseReason) {
+	for _, fs := range d.sessions() {
+		fs.sendClose(reason)
+	}
+}
+
+// releaseHangs answers every "hang" request now.
+func (d *fakeDaemon) releaseHangs() {
+	d.mu.Lock()
+	hs := d.hangs
+	d.hangs = nil
+	d.mu.Unlock()
+	for _, h := range hs {
+		h.fs.sendJSON(h.ch, negotiate.FlagReply|negotiate.FlagEnd, h.id, "", []byte(`{"late":true}`))
+	}
+}
+
+// waitHangs waits until n "hang" requests are pending.
+func (d *fakeDaemon) waitHangs(n int) {
+	d.t.Helper()
+	d.waitFor(func() bool { return len(d.hangs) >= n }, fmt.Sprintf("%d hanging requests", n))
+}

@@ -1,0 +1,196 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/transport"
+)
+
+// Handler serves the requests the daemon delivers to this agent.
+//
+// ServeM2M runs in its own goroutine, at most Options.MaxConcurrentHandlers
+// at a time. It answers through w: any number of Chunk calls, then Respond
+// or Error. If it returns without either, the requester gets error
+// no_response; if it panics, handler_panic. ctx is cancelled when the
+// delivery ends early (the daemon's notice: the requester is gone, its queue
+// is full; the session ended; the client is closing): the handler should
+// then return promptly, as writes fail with ErrDeliveryCancelled anyway.
+type Handler interface {
+	ServeM2M(ctx context.Context, req *Request, w ResponseWriter)
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, req *Request, w ResponseWriter)
+
+// ServeM2M calls f.
+func (f HandlerFunc) ServeM2M(ctx context.Context, req *Request, w ResponseWriter) { f(ctx, req, w) }
+
+// Request is a request delivered to this agent.
+type Request struct {
+	// From is the requester's agent id.
+	From string
+	// ID is the daemon's number for this delivery (for logs).
+	ID uint64
+	// Model is the model named in the frame's routing header; "" when the
+	// request was addressed to this agent without one.
+	Model string
+	// Stream reports that the request asked for streaming ("stream": true).
+	Stream bool
+	// Body is the request's JSON, decoded; the handler owns it.
+	Body []byte
+}
+
+// ResponseWriter answers one delivered request. Its methods are safe for
+// concurrent use; each returns once the reply is written to the transport.
+type ResponseWriter interface {
+	// Chunk sends a stream chunk (a reply without END).
+	Chunk(json []byte) error
+	// Respond sends the final reply (END).
+	Respond(json []byte) error
+	// Error sends an error reply (schema 0x10, END) with an OpenAI-style
+	// body {"error":{"message":…,"type":"m2md_error","code":…}}; the
+	// requester gets it as a *RemoteError.
+	Error(code, message string) error
+}
+
+// delivery is one request being served.
+type delivery struct {
+	s    *session
+	id   uint64
+	ch   transport.ChannelID
+	from string
+	ctx  context.Context
+	stop context.CancelCauseFunc
+
+	mu   sync.Mutex
+	done bool // the final reply was sent
+}
+
+func newDelivery(s *session, id uint64, ch transport.ChannelID, from string) *delivery {
+	ctx, stop := context.WithCancelCause(s.c.life)
+	return &delivery{s: s, id: id, ch: ch, from: from, ctx: ctx, stop: stop}
+}
+
+// cancel ends the delivery early with cause (nil: it finished).
+func (d *delivery) cancel(cause error) { d.stop(cause) }
+
+func (d *delivery) Chunk(json []byte) error {
+	return d.write(negotiate.FlagReply, json, "", "")
+}
+
+func (d *delivery) Respond(json []byte) error {
+	return d.write(negotiate.FlagReply|negotiate.FlagEnd, json, "", "")
+}
+
+func (d *delivery) Error(code, message string) error {
+	if code == "" {
+		code = "error"
+	}
+	return d.write(negotiate.FlagReply|negotiate.FlagEnd, nil, code, message)
+}
+
+func (d *delivery) write(flags negotiate.DataFlags, json []byte, code, message string) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return ErrResponded
+	}
+	if d.ctx.Err() != nil {
+		return d.cancelledErr()
+	}
+	var err error
+	if code != "" {
+		err = d.s.sendError(d.ch, d.id, code, message)
+	} else {
+		err = d.s.sendJSON(d.ch, flags, d.id, json)
+	}
+	if err == nil && flags&negotiate.FlagEnd != 0 {
+		d.done = true
+	}
+	return err
+}
+
+func (d *delivery) cancelledErr() error {
+	cause := context.Cause(d.ctx)
+	if errors.Is(cause, ErrDeliveryCancelled) {
+		return cause
+	}
+	return fmt.Errorf("%w: %w", ErrDeliveryCancelled, cause)
+}
+
+func (d *delivery) finished() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.done
+}
+
+// serve decodes a delivered request and runs the handler on it.
+func (s *session) serve(d *delivery, msg transport.Message, plain []byte) {
+	c := s.c
+	defer func() {
+		d.cancel(nil)
+		s.removeDelivery(d)
+		<-c.sem
+		c.handlers.Done()
+	}()
+	req, err := s.decodeRequest(d, msg, plain)
+	if err != nil {
+		if werr := d.Error(CodeBadFrame, err.Error()); werr != nil {
+			s.log.Debug().Err(werr).Msg("could not refuse delivery")
+		}
+		return
+	}
+	if s.runHandler(d, req) {
+		return
+	}
+	if !d.finished() && d.ctx.Err() == nil {
+		d.Error(CodeNoResponse, "the handler returned without a final reply")
+	}
+}
+
+// runHandler calls the handler, turning a panic into an error reply; it
+// reports whether the handler panicked.
+func (s *session) runHandler(d *delivery, req *Request) (panicked bool) {
+	defer func() {
+		if p := recover(); p != nil {
+			buf := make([]byte, 4096)
+			buf = buf[:runtime.Stack(buf, false)]
+			s.log.Error().Interface("panic", p).Bytes("stack", buf).Uint64("delivery", d.id).Msg("handler panicked")
+			d.Error(CodeHandlerPanic, "the handler failed")
+			panicked = true
+		}
+	}()
+	s.c.cfg.Handler.ServeM2M(d.ctx, req, d)
+	return false
+}
+
+// decodeRequest decodes a delivered frame and releases its message.
+func (s *session) decodeRequest(d *delivery, msg transport.Message, plain []byte) (*Request, error) {
+	defer msg.Release()
+	if !isM2M(plain) {
+		return nil, fmt.Errorf("%w: TokenNative request", ErrUnsupportedFrame)
+	}
+	var h frame.Header
+	if err := frame.ReadHeader(plain, &h); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+	}
+	body, err := frame.AppendDecode(nil, plain, s.decLim)
+	if err != nil {
+		s.c.stats.badFrames.Add(1)
+		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+	}
+	s.c.stats.jsonReceived.Add(uint64(len(body)))
+	return &Request{
+		From:   d.from,
+		ID:     d.id,
+		Model:  string(h.Model),
+		Stream: (h.Schema == frame.SchemaRequest || h.Schema == frame.SchemaEmbeddingRequest) && h.Flags.StreamRequested(),
+		Body:   body,
+	}, nil
+}

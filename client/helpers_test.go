@@ -1,0 +1,79 @@
+package client
+
+import (
+	"context"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+var transports = []string{"quic", "ws"}
+
+func testCtx(t testing.TB) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// dial connects a client to d over transport tr; it is closed at cleanup.
+func dial(t testing.TB, d *fakeDaemon, tr string, opts Options) *Client {
+	t.Helper()
+	if opts.PinSHA256 == "" && opts.TLSConfig == nil {
+		opts.PinSHA256 = d.pin
+	}
+	if os.Getenv("M2MD_TEST_LOG") != "" {
+		opts.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)
+	}
+	c, err := Dial(testCtx(t), d.url(tr), opts)
+	if err != nil {
+		t.Fatalf("Dial %s: %v", tr, err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// chatRequest is a small request for model.
+func chatRequest(model, content string) []byte {
+	return []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"` + content + `"}]}`)
+}
+
+// checkNoLeaks fails t if goroutines of this package or of the transport
+// are still running; it waits a while for them to finish.
+func checkNoLeaks(t testing.TB) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		leaked := leakedGoroutines()
+		if leaked == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines left running:\n%s", leaked)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func leakedGoroutines() string {
+	buf := make([]byte, 4<<20)
+	buf = buf[:runtime.Stack(buf, true)]
+	var out strings.Builder
+	for i, g := range strings.Split(string(buf), "\n\n") {
+		if i == 0 {
+			continue // this goroutine
+		}
+		if !strings.Contains(g, "m2md/m2md/client.") && !strings.Contains(g, "m2md/m2md/transport.") {
+			continue
+		}
+		if strings.Contains(g, "testing.tRunner") || strings.Contains(g, "client.TestMain") {
+			continue // the tests themselves
+		}
+		out.WriteString(g)
+		out.WriteString("\n\n")
+	}
+	return out.String()
+}

@@ -1,0 +1,289 @@
+package client
+
+import (
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/certs"
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
+	"github.com/m2md/m2md/transport"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxConcurrentHandlers = 256
+	DefaultReconnectMin          = 100 * time.Millisecond
+	DefaultReconnectMax          = 30 * time.Second
+	DefaultMaxResponseSize       = 16 << 20
+	// DefaultStreamBuffer bounds the bytes of replies waiting in one
+	// Stream for Recv.
+	DefaultStreamBuffer = 32 << 20
+	// DefaultQUICPort is used when a quic:// URL has no port.
+	DefaultQUICPort = "4433"
+)
+
+// Options configures a Client. The zero value is a working requester:
+// a random agent id, algorithm m2m, no frame protection, TLS verified
+// against the system roots, no reconnection.
+type Options struct {
+	// AgentID is the address other agents send to: 1–128 characters of
+	// [A-Za-z0-9_-]. Default "agent-" and 16 random hex digits. It stays the
+	// same across reconnections.
+	AgentID string
+	// Models this agent serves. Requests naming one of them may be routed
+	// here, so a provider also needs a Handler.
+	Models []string
+	// Handler serves the requests delivered to this agent. Without one,
+	// such requests are answered with error no_handler.
+	Handler Handler
+	// MaxConcurrentHandlers bounds the Handler calls running at once.
+	// A delivery beyond it is answered at once with error provider_busy:
+	// waiting would stall the connection's reader and with it the replies
+	// to this agent's own requests. Default 256.
+	MaxConcurrentHandlers int
+
+	// Algorithms offered in HELLO. Default m2m. This client encodes and
+	// decodes m2m only; offering tokennative lets SendFrame send TokenNative
+	// frames (security none), whose replies Recv refuses with
+	// ErrUnsupportedFrame.
+	Algorithms []negotiate.Algorithm
+	// Encoding is the preferred TokenNative tokenizer. Default Cl100kBase.
+	Encoding negotiate.Encoding
+	// Security is the protection of DATA frames: frame.SecurityNone,
+	// SecurityHMAC or SecurityAEAD. The daemon grants it or rejects.
+	Security frame.Security
+	// MaxPayload is the largest frame this agent accepts: 0 (the daemon's
+	// limit) or 1,024 to 16 MiB.
+	MaxPayload int
+
+	// Org, with AgentKey or OrgSecret, authenticates the agent when the
+	// daemon requires it (docs/protocol.md §5.2). AgentKey is the 32-byte
+	// key HKDF(org master, "m2m/v1/{org}/{agent_id}") the org hands this
+	// agent; OrgSecret is the org master secret itself, from which the key
+	// is derived here (convenient in development, but whoever holds it can
+	// act as any agent of the org). Give one of the two.
+	Org       string
+	AgentKey  []byte
+	OrgSecret []byte
+
+	// TLS verification of the daemon for quic:// and wss:// (package
+	// certs): CAFile replaces the system roots, PinSHA256 pins the leaf
+	// certificate (what the daemon prints at start-up), ServerName overrides
+	// the name checked. InsecureSkipVerifyDevOnly accepts any certificate:
+	// the traffic is encrypted but anyone on the path can impersonate the
+	// daemon. TLSConfig, when set, is used as it is instead of all of these.
+	CAFile                    string
+	PinSHA256                 string
+	ServerName                string
+	InsecureSkipVerifyDevOnly bool
+	TLSConfig                 *tls.Config
+
+	// Reconnect re-establishes the session after it ends (the connection
+	// dropped, CLOSE SERVER_SHUTDOWN, TIMEOUT, ERROR, NORMAL), waiting an
+	// exponentially growing, jittered delay between ReconnectMin (default
+	// 100 ms) and ReconnectMax (default 30 s) before each attempt. The new
+	// HELLO registers Models again. Never after CLOSE REPLACED (another
+	// session took this agent id) or a REJECT that cannot change
+	// (VERSION_MISMATCH, NO_COMMON_ALGORITHM). Requests in flight when the
+	// session ends fail with ErrConnectionLost; requests started while
+	// reconnecting wait for the new session (bounded by their context).
+	Reconnect    bool
+	ReconnectMin time.Duration
+	ReconnectMax time.Duration
+
+	// MaxResponseSize bounds what Do collects for one request (all stream
+	// chunks and the final reply). Default 16 MiB.
+	MaxResponseSize int
+	// StreamBuffer bounds the bytes of received replies a Stream holds
+	// for Recv; beyond it the stream fails with ErrSlowConsumer.
+	// Default 32 MiB.
+	StreamBuffer int
+
+	// Transport tunes the connection (queues, QUIC idle timeout, handshake
+	// timeout); its zero value is the transport's default.
+	Transport transport.Config
+
+	// Logger receives structured logs (connection events at info, protocol
+	// trouble at warn, notices at debug); never payloads or keys. The zero
+	// value discards them.
+	Logger zerolog.Logger
+}
+
+// target is a parsed daemon URL.
+type target struct {
+	scheme string // quic, ws, wss
+	addr   string // host:port for QUIC, the URL for WebSocket
+}
+
+func parseTarget(raw string) (target, error) {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return target{}, fmt.Errorf("client: daemon URL: %w", err)
+	}
+	if u.Host == "" {
+		return target{}, fmt.Errorf("client: daemon URL %q has no host", raw)
+	}
+	switch u.Scheme {
+	case "quic":
+		if u.Path != "" && u.Path != "/" || u.RawQuery != "" || u.Fragment != "" || u.User != nil {
+			return target{}, fmt.Errorf("client: quic URL %q: only quic://host:port", raw)
+		}
+		host, port := u.Hostname(), u.Port()
+		if port == "" {
+			port = DefaultQUICPort
+		}
+		return target{scheme: "quic", addr: net.JoinHostPort(host, port)}, nil
+	case "ws", "wss":
+		return target{scheme: u.Scheme, addr: u.String()}, nil
+	default:
+		return target{}, fmt.Errorf("client: daemon URL %q: scheme must be quic, ws or wss", raw)
+	}
+}
+
+// config is Options validated and completed, plus what Dial derived.
+type config struct {
+	Options
+	target   target
+	tls      *tls.Config // nil for ws://
+	agentKey []byte      // nil without authentication
+	hello    negotiate.ClientConfig
+}
+
+func newConfig(rawURL string, o Options) (*config, error) {
+	t, err := parseTarget(rawURL)
+	if err != nil {
+		return nil, err
+	}
+	c := &config{Options: o, target: t}
+	if c.AgentID == "" {
+		var b [8]byte
+		if _, err := rand.Read(b[:]); err != nil {
+			return nil, fmt.Errorf("client: agent id: %w", err)
+		}
+		c.AgentID = "agent-" + hex.EncodeToString(b[:])
+	}
+	if !negotiate.ValidAgentID(c.AgentID) {
+		return nil, fmt.Errorf("client: agent id %q: want 1-128 characters of [A-Za-z0-9_-]", c.AgentID)
+	}
+	if c.MaxConcurrentHandlers <= 0 {
+		c.MaxConcurrentHandlers = DefaultMaxConcurrentHandlers
+	}
+	if len(c.Algorithms) == 0 {
+		c.Algorithms = []negotiate.Algorithm{negotiate.AlgorithmM2M}
+	}
+	if c.ReconnectMin <= 0 {
+		c.ReconnectMin = DefaultReconnectMin
+	}
+	if c.ReconnectMax <= 0 {
+		c.ReconnectMax = DefaultReconnectMax
+	}
+	if c.ReconnectMax < c.ReconnectMin {
+		c.ReconnectMax = c.ReconnectMin
+	}
+	if c.MaxResponseSize <= 0 {
+		c.MaxResponseSize = DefaultMaxResponseSize
+	}
+	if c.StreamBuffer <= 0 {
+		c.StreamBuffer = DefaultStreamBuffer
+	}
+	c.Models = slices.Clone(c.Models)
+	c.Algorithms = slices.Clone(c.Algorithms)
+
+	if err := c.setupAuth(); err != nil {
+		return nil, err
+	}
+	if t.scheme != "ws" {
+		if c.TLSConfig != nil {
+			c.tls = c.TLSConfig.Clone()
+		} else if c.tls, err = certs.ClientTLSConfig(certs.ClientOptions{
+			CAFile:             c.CAFile,
+			PinSHA256:          c.PinSHA256,
+			InsecureSkipVerify: c.InsecureSkipVerifyDevOnly,
+			ServerName:         c.ServerName,
+		}); err != nil {
+			return nil, fmt.Errorf("client: TLS: %w", err)
+		}
+	}
+
+	c.hello = negotiate.ClientConfig{
+		AgentID:    c.AgentID,
+		Algorithms: c.Algorithms,
+		MaxPayload: c.MaxPayload,
+		Security:   c.Security,
+		Org:        c.Org,
+		Models:     c.Models,
+	}
+	if c.Encoding != "" {
+		c.hello.PreferredEncoding = c.Encoding
+		c.hello.Encodings = []negotiate.Encoding{c.Encoding}
+		for _, e := range []negotiate.Encoding{negotiate.EncodingCl100k, negotiate.EncodingO200k} {
+			if e != c.Encoding {
+				c.hello.Encodings = append(c.hello.Encodings, e)
+			}
+		}
+	}
+	// A first HELLO built now reports a bad configuration (models, sizes,
+	// mode) from Dial rather than from the first connection attempt.
+	hs, err := negotiate.NewHello(c.helloConfig(), time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	hs.Close()
+	return c, nil
+}
+
+// setupAuth checks the authentication options and derives the agent key
+// from an org secret.
+func (c *config) setupAuth() error {
+	switch {
+	case c.Org == "" && len(c.AgentKey) == 0 && len(c.OrgSecret) == 0:
+		return nil
+	case c.Org == "":
+		return fmt.Errorf("client: AgentKey or OrgSecret given without Org")
+	case len(c.AgentKey) > 0 && len(c.OrgSecret) > 0:
+		return fmt.Errorf("client: give AgentKey or OrgSecret, not both")
+	case len(c.AgentKey) > 0:
+		if len(c.AgentKey) != 32 {
+			return fmt.Errorf("client: AgentKey is %d bytes, want 32", len(c.AgentKey))
+		}
+		c.agentKey = slices.Clone(c.AgentKey)
+	case len(c.OrgSecret) > 0:
+		h, err := security.NewHierarchy(c.OrgSecret, c.Org)
+		if err != nil {
+			return fmt.Errorf("client: org secret: %w", err)
+		}
+		defer h.Wipe()
+		k, err := h.AgentKey(c.AgentID)
+		if err != nil {
+			return fmt.Errorf("client: agent key: %w", err)
+		}
+		c.agentKey = slices.Clone(k[:])
+		k.Wipe()
+	default:
+		return fmt.Errorf("client: Org %q needs AgentKey or OrgSecret", c.Org)
+	}
+	// Keep no more copies than needed: Options is the caller's.
+	c.Options.AgentKey, c.Options.OrgSecret = nil, nil
+	return nil
+}
+
+// helloConfig returns the HELLO configuration with the agent key (which
+// NewHello copies and its handshake wipes).
+func (c *config) helloConfig() negotiate.ClientConfig {
+	h := c.hello
+	h.AgentKey = c.agentKey
+	return h
+}
+
+// wipe clears the client's copy of the agent key.
+func (c *config) wipe() { clear(c.agentKey) }

@@ -1,0 +1,322 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
+	"github.com/m2md/m2md/transport"
+)
+
+// readLoop receives every message of the session and dispatches it. It only
+// verifies, sequence-checks and routes frames; decoding payloads happens in
+// the goroutine that wants them (Stream.Recv, the handler's), so one large
+// reply never holds up the others.
+func (s *session) readLoop() {
+	defer s.wg.Done()
+	early := s.early
+	s.early = nil
+	for i := range early {
+		s.handleData(early[i])
+	}
+	for {
+		msg, err := s.conn.Receive(s.ctx)
+		if err != nil {
+			if chErr := (*transport.ChannelError)(nil); errors.As(err, &chErr) {
+				// A stream reset or broken framing: a protocol violation,
+				// except while closing, when the daemon tearing the
+				// connection down may reset streams before the
+				// acknowledgement on the control stream has been read.
+				if !s.closing.Load() {
+					s.protocolError(err)
+				}
+				continue
+			}
+			if s.ctx.Err() == nil {
+				s.end(fmt.Errorf("client: connection: %w", err))
+			}
+			return
+		}
+		kind, err := negotiate.MessageKind(msg.Data)
+		switch {
+		case err != nil:
+			msg.Release()
+			s.protocolError(err)
+		case kind == negotiate.KindControl:
+			s.handleControl(msg)
+		default:
+			s.handleData(msg)
+		}
+	}
+}
+
+// handleControl acts on PING, PONG and CLOSE; anything else is a protocol
+// violation in an established session.
+func (s *session) handleControl(msg transport.Message) {
+	cm, err := negotiate.ParseControl(msg.Data)
+	ch := msg.Channel
+	msg.Release()
+	if err != nil {
+		s.protocolError(err)
+		return
+	}
+	if ch != transport.ControlChannel {
+		s.protocolError(fmt.Errorf("%w: %s on data channel %d", negotiate.ErrUnexpectedMessage, cm.Type, ch))
+		return
+	}
+	if err := s.info.check(cm); err != nil {
+		s.protocolError(err)
+		return
+	}
+
+	s.ctrlMu.Lock()
+	now := time.Now()
+	act, err := s.m.Received(now, negotiate.KindControl, cm.Type)
+	if err != nil {
+		s.ctrlMu.Unlock()
+		if !errors.Is(err, negotiate.ErrAfterClose) && !errors.Is(err, negotiate.ErrClosed) {
+			s.protocolError(err)
+		}
+		return
+	}
+	switch act {
+	case negotiate.ActionPong:
+		err = s.sendControlLocked(negotiate.AppendPong(nil, s.info.ID, now))
+		s.ctrlMu.Unlock()
+		if err != nil {
+			s.end(fmt.Errorf("client: send PONG: %w", err))
+		}
+	case negotiate.ActionCloseAck:
+		// The daemon closes: acknowledge with the same reason, then go.
+		s.closing.Store(true)
+		reason, text := cm.Close.Reason, cm.Close.Message
+		s.sendControlLocked(negotiate.AppendClose(nil, s.info.ID, now, reason, ""))
+		s.ctrlMu.Unlock()
+		s.log.Info().Str("reason", string(reason)).Str("message", text).Msg("daemon closed the session")
+		s.end(&negotiate.CloseError{Reason: reason, Message: text})
+	case negotiate.ActionDisconnect:
+		// The acknowledgement of this side's CLOSE.
+		cause := s.closeCause
+		s.ctrlMu.Unlock()
+		s.mu.Lock()
+		s.acked = true
+		s.mu.Unlock()
+		s.end(cause)
+	default:
+		s.ctrlMu.Unlock()
+	}
+}
+
+// check verifies that a control message names this session.
+func (i *SessionInfo) check(cm *negotiate.ControlMessage) error {
+	if cm.SessionID != i.ID {
+		return fmt.Errorf("%w: %s for session %q", negotiate.ErrSessionMismatch, cm.Type, cm.SessionID)
+	}
+	return nil
+}
+
+// handleData verifies a DATA message's frame and hands it to the request it
+// answers, or to the handler.
+func (s *session) handleData(msg transport.Message) {
+	s.ctrlMu.Lock()
+	_, err := s.m.Received(time.Now(), negotiate.KindData, "")
+	s.ctrlMu.Unlock()
+	if err != nil {
+		msg.Release()
+		if !errors.Is(err, negotiate.ErrAfterClose) && !errors.Is(err, negotiate.ErrClosed) {
+			s.protocolError(err)
+		}
+		return
+	}
+	hdr, fr, err := negotiate.ParseData(msg.Data)
+	if err != nil {
+		msg.Release()
+		s.protocolError(err)
+		return
+	}
+	st := &s.c.stats
+	st.framesReceived.Add(1)
+	st.wireReceived.Add(uint64(len(msg.Data)))
+	plain, ferr := s.open(msg.Channel, fr)
+	if ferr != nil {
+		st.badFrames.Add(1)
+		s.log.Warn().Err(ferr).Uint64("request_id", hdr.RequestID).Bool("reply", hdr.IsReply()).Msg("frame refused")
+	}
+	switch {
+	case hdr.IsNotice():
+		s.handleNotice(hdr, plain, ferr)
+		msg.Release()
+	case hdr.IsReply():
+		s.handleReply(hdr, msg, plain, ferr)
+	default:
+		s.handleRequest(hdr, msg, plain, ferr)
+	}
+}
+
+// open verifies or decrypts a received frame in place and checks its
+// sequence number (docs/protocol.md §5.3). In mode none only the mode is
+// checked: sequence numbers are written but not checked there.
+func (s *session) open(ch transport.ChannelID, fr []byte) ([]byte, error) {
+	if !isM2M(fr) {
+		if s.mode != frame.SecurityNone {
+			return nil, fmt.Errorf("%w: unprotected non-M2M frame in a %s session", ErrBadFrame, s.mode)
+		}
+		return fr, nil
+	}
+	if s.mode == frame.SecurityNone {
+		if m, err := security.Mode(fr); err != nil || m != frame.SecurityNone {
+			return nil, fmt.Errorf("%w: frame in mode %s in a session of mode none: %w", ErrBadFrame, m, security.ErrWrongMode)
+		}
+		return fr, nil
+	}
+	plain, err := s.recvKey.Open(fr[:0], fr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+	}
+	seq, fch, err := frame.Sequence(plain)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+	}
+	chs, err := s.channel(ch)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+	}
+	if err := chs.seq.CheckReceive(fch, seq); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+	}
+	return plain, nil
+}
+
+// isM2M reports whether fr starts like an M2M v1 frame (TokenNative frames
+// start with their tokenizer byte).
+func isM2M(fr []byte) bool {
+	return len(fr) >= frame.PrefixLen && string(fr[:frame.PrefixLen]) == frame.Prefix
+}
+
+// refusalCode names a refused frame in an error reply.
+func refusalCode(err error) string {
+	switch {
+	case errors.Is(err, negotiate.ErrReplay):
+		return CodeReplay
+	case errors.Is(err, security.ErrVerificationFailed), errors.Is(err, security.ErrDecryptionFailed),
+		errors.Is(err, security.ErrWrongMode), errors.Is(err, security.ErrUnknownMode):
+		return CodeBadTag
+	default:
+		return CodeBadFrame
+	}
+}
+
+// handleReply queues a reply for the request it answers. The END reply ends
+// the request here, not when its reader gets to it, so the channel goes back
+// to the pool at once.
+func (s *session) handleReply(hdr negotiate.DataHeader, msg transport.Message, plain []byte, ferr error) {
+	s.mu.Lock()
+	cl := s.calls[hdr.RequestID]
+	if cl != nil && hdr.IsEnd() {
+		delete(s.calls, hdr.RequestID)
+	}
+	s.mu.Unlock()
+	if cl == nil {
+		s.c.stats.late.Add(1)
+		msg.Release()
+		return
+	}
+	if hdr.IsEnd() {
+		s.conn.ReleaseChannel(cl.ch)
+	}
+	s.c.stats.replies.Add(1)
+	cl.push(reply{msg: msg, frame: plain, peer: hdr.Peer, end: hdr.IsEnd(), err: ferr})
+}
+
+// handleNotice stops the handler of the delivery the notice is about.
+func (s *session) handleNotice(hdr negotiate.DataHeader, plain []byte, ferr error) {
+	s.c.stats.notices.Add(1)
+	var cause error = &RemoteError{Code: "unreadable_notice"}
+	if ferr == nil {
+		cause = decodeErrorFrame("", plain, s.decLim)
+	}
+	s.mu.Lock()
+	d := s.deliveries[hdr.RequestID]
+	s.mu.Unlock()
+	s.log.Debug().Uint64("delivery", hdr.RequestID).Bool("known", d != nil).AnErr("notice", cause).Msg("notice")
+	if d != nil {
+		d.cancel(fmt.Errorf("%w: %w", ErrDeliveryCancelled, cause))
+	}
+}
+
+// decodeErrorFrame turns an error frame into the error it reports.
+func decodeErrorFrame(from string, fr []byte, lim frame.Limits) error {
+	body, err := frame.AppendDecode(nil, fr, lim)
+	if err != nil {
+		return fmt.Errorf("%w: %w", ErrBadFrame, err)
+	}
+	if fr[frame.OffSchema] != byte(frame.SchemaError) {
+		return fmt.Errorf("%w: notice of schema %#02x, want an error frame", ErrBadFrame, fr[frame.OffSchema])
+	}
+	rerr, err := parseRemoteError(from, body)
+	if err != nil {
+		return err
+	}
+	return rerr
+}
+
+// handleRequest starts the handler for a delivery, or answers at once when
+// it cannot run: a refused frame, no handler, too many handlers running.
+func (s *session) handleRequest(hdr negotiate.DataHeader, msg transport.Message, plain []byte, ferr error) {
+	id, ch := hdr.RequestID, msg.Channel
+	c := s.c
+	c.stats.deliveries.Add(1)
+	refuse := func(code, text string) {
+		msg.Release()
+		if err := s.sendError(ch, id, code, text); err != nil {
+			s.log.Debug().Err(err).Msg("could not refuse delivery")
+		}
+	}
+	switch {
+	case ferr != nil:
+		refuse(refusalCode(ferr), ferr.Error())
+		return
+	case c.cfg.Handler == nil:
+		refuse(CodeNoHandler, "agent "+c.cfg.AgentID+" serves no requests")
+		return
+	}
+	select {
+	case c.sem <- struct{}{}:
+	default:
+		c.stats.busy.Add(1)
+		refuse(CodeProviderBusy, "agent "+c.cfg.AgentID+" is running its maximum of handlers")
+		return
+	}
+	d := newDelivery(s, id, ch, string(hdr.Peer))
+	s.mu.Lock()
+	switch {
+	case s.ended:
+		s.mu.Unlock()
+		<-c.sem
+		d.cancel(nil)
+		msg.Release()
+		return
+	case s.deliveries[id] != nil:
+		s.mu.Unlock()
+		<-c.sem
+		d.cancel(nil)
+		refuse(CodeDuplicateRequest, "delivery id already in progress")
+		return
+	}
+	s.deliveries[id] = d
+	s.mu.Unlock()
+	c.handlers.Add(1)
+	go s.serve(d, msg, plain)
+}
+
+// removeDelivery forgets a finished delivery.
+func (s *session) removeDelivery(d *delivery) {
+	s.mu.Lock()
+	if s.deliveries[d.id] == d {
+		delete(s.deliveries, d.id)
+	}
+	s.mu.Unlock()
+}

@@ -1,0 +1,154 @@
+package client
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/bufpool"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/transport"
+)
+
+// frameSlack is room for a frame's headers beyond its JSON (the routing or
+// response header is at most a few hundred bytes) plus protection, so that
+// a pooled buffer is rarely outgrown.
+const frameSlack = 640
+
+// outgoing is a DATA message being built in a pooled buffer: the header at
+// [0:hdrLen], the frame after it.
+type outgoing struct {
+	buf    *[]byte
+	hdrLen int
+}
+
+func newOutgoing(flags negotiate.DataFlags, id uint64, peer string, sizeHint int) (outgoing, error) {
+	buf := bufpool.Get(negotiate.MaxDataHeaderLen + sizeHint + frameSlack)
+	b, err := negotiate.AppendDataHeader((*buf)[:0], flags, id, peer)
+	if err != nil {
+		bufpool.Put(buf)
+		return outgoing{}, fmt.Errorf("client: %w", err)
+	}
+	*buf = b
+	return outgoing{buf: buf, hdrLen: len(b)}, nil
+}
+
+func (o outgoing) free() { bufpool.Put(o.buf) }
+
+// encodeJSON appends the frame carrying json (schema chosen from the JSON,
+// or SchemaError when errorFrame).
+func (o outgoing) encodeJSON(json []byte, lim frame.Limits) error {
+	b, err := frame.AppendEncode(*o.buf, json, lim)
+	if err != nil {
+		if errors.Is(err, frame.ErrLimit) {
+			return fmt.Errorf("%w: %w", ErrTooLarge, err)
+		}
+		return fmt.Errorf("client: encode: %w", err)
+	}
+	*o.buf = b
+	return nil
+}
+
+// sendMessage numbers, protects and writes an outgoing DATA message on ch.
+// An M2M v1 frame gets the channel's next sequence number and channel id in
+// its reserved bytes and is then protected in the session's mode (in place:
+// the tag or nonce goes into the buffer's spare room); other frames
+// (TokenNative) go as they are.
+//
+// The frame is written with the session's context, not the caller's: once a
+// sequence number is taken the frame must reach the wire, or the channel's
+// numbering would have a hole the daemon refuses as a replay.
+func (s *session) sendMessage(ch transport.ChannelID, o outgoing) error {
+	fr := (*o.buf)[o.hdrLen:]
+	m2m := isM2M(fr)
+	size := len(fr)
+	if m2m {
+		size += s.overhead
+	}
+	if size > s.maxPayload {
+		return fmt.Errorf("%w: frame of %d bytes exceeds the negotiated max_payload %d", ErrTooLarge, size, s.maxPayload)
+	}
+	chs, err := s.channel(ch)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	chs.mu.Lock()
+	defer chs.mu.Unlock()
+	if s.closing.Load() {
+		return s.sendErr()
+	}
+	if m2m {
+		if len(fr) < frame.MinFrameLen {
+			return fmt.Errorf("client: %w: frame of %d bytes", frame.ErrTruncated, len(fr))
+		}
+		if s.sendKey != nil && fr[frame.OffSecurity] != byte(frame.SecurityNone) {
+			// Refused before a number is taken: the frame would not protect.
+			return fmt.Errorf("client: frame already in mode %s; send plain frames", frame.Security(fr[frame.OffSecurity]))
+		}
+		if err := frame.SetSequence(fr, chs.seq.NextSend(), uint32(ch)); err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+		if s.sendKey != nil {
+			if cap(fr)-len(fr) < s.overhead {
+				*o.buf = slices.Grow(*o.buf, s.overhead)
+				fr = (*o.buf)[o.hdrLen:]
+			}
+			p, err := s.sendKey.Protect(fr[:0], fr)
+			if err != nil {
+				// The number is spent; the next frame on this channel will
+				// be refused as a replay. Only a malformed frame from
+				// SendFrame gets here.
+				return fmt.Errorf("client: protect: %w", err)
+			}
+			*o.buf = (*o.buf)[:o.hdrLen+len(p)]
+		}
+	}
+	msg := *o.buf
+	if err := s.conn.Send(s.ctx, ch, msg); err != nil {
+		if s.ctx.Err() != nil {
+			return s.sendErr()
+		}
+		if errors.Is(err, transport.ErrClosed) {
+			// The reader will notice too and end the session.
+			return lostError(fmt.Errorf("client: send: %w", err))
+		}
+		return fmt.Errorf("client: send: %w", err)
+	}
+	st := &s.c.stats
+	st.framesSent.Add(1)
+	st.wireSent.Add(uint64(len(msg)))
+	return nil
+}
+
+// sendJSON sends json as one DATA message.
+func (s *session) sendJSON(ch transport.ChannelID, flags negotiate.DataFlags, id uint64, json []byte) error {
+	o, err := newOutgoing(flags, id, "", len(json))
+	if err != nil {
+		return err
+	}
+	defer o.free()
+	if err := o.encodeJSON(json, s.encLim); err != nil {
+		return err
+	}
+	if err := s.sendMessage(ch, o); err != nil {
+		return err
+	}
+	s.c.stats.jsonSent.Add(uint64(len(json)))
+	return nil
+}
+
+// sendError sends an error reply (REPLY|END, schema 0x10) to request id.
+func (s *session) sendError(ch transport.ChannelID, id uint64, code, text string) error {
+	o, err := newOutgoing(negotiate.FlagReply|negotiate.FlagEnd, id, "", len(code)+len(text)+64)
+	if err != nil {
+		return err
+	}
+	defer o.free()
+	b, err := frame.AppendErrorFrame(*o.buf, code, text)
+	if err != nil {
+		return fmt.Errorf("client: %w", err)
+	}
+	*o.buf = b
+	return s.sendMessage(ch, o)
+}

@@ -1,0 +1,497 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
+	"github.com/m2md/m2md/transport"
+)
+
+// maxChannels bounds the session's sequence table: the daemon's streams
+// towards this agent plus this agent's own, both bounded by the transports'
+// stream limits (1,000 each by default).
+const maxChannels = 4096
+
+// maxEarly bounds the DATA messages kept while waiting for ACCEPT.
+const maxEarly = 256
+
+// closeAckGrace is how much longer than the protocol's 5 s a Close waits
+// before giving up on the session's own timer.
+const closeAckGrace = time.Second
+
+var (
+	errKeepalive = errors.New("client: daemon did not answer PING (session timed out)")
+	errNoAck     = errors.New("client: CLOSE not acknowledged within 5 s")
+)
+
+// session is one connection and its established m2md session. The reader
+// goroutine owns receiving and dispatching; the timer goroutine runs the
+// keepalive and the CLOSE deadline; any goroutine may send.
+type session struct {
+	c    *Client
+	conn transport.Conn
+	info SessionInfo
+	log  zerolog.Logger
+
+	mode             frame.Security
+	sendKey, recvKey *security.FrameKey // nil in mode none
+	overhead         int                // bytes protection adds to a frame
+	maxPayload       int
+	encLim, decLim   frame.Limits
+	seqs             *negotiate.Sequences
+
+	// ctx ends when the session ends: it bounds every Send and Receive.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	// ctrlMu guards the state machine and orders control messages: once
+	// CLOSE is sent nothing else may follow it.
+	ctrlMu     sync.Mutex
+	m          *negotiate.Machine
+	closeCause error // why this side sent CLOSE
+	poke       chan struct{}
+	// closing is set once CLOSE was sent or the session ended: DATA stops.
+	closing atomic.Bool
+
+	chMu  sync.Mutex
+	chans map[transport.ChannelID]*channel
+
+	// early holds DATA that overtook ACCEPT, for the reader to handle first.
+	early   []transport.Message
+	started atomic.Bool
+
+	mu         sync.Mutex
+	calls      map[uint64]*call
+	deliveries map[uint64]*delivery
+	ended      bool
+	cause      error
+	acked      bool // this side's CLOSE was acknowledged
+	done       chan struct{}
+
+	wg sync.WaitGroup // reader and timer
+}
+
+// channel is one channel's send side: numbering, protecting and writing a
+// frame happen under mu, so sequence numbers reach the wire in order.
+type channel struct {
+	mu  sync.Mutex
+	seq *negotiate.ChannelSequence
+}
+
+// dial opens a connection to the daemon.
+func (c *Client) dial(ctx context.Context) (transport.Conn, error) {
+	if c.dialer != nil {
+		return c.dialer(ctx)
+	}
+	t := c.cfg.target
+	if t.scheme == "quic" {
+		return transport.DialQUIC(ctx, t.addr, c.cfg.tls, c.cfg.Transport)
+	}
+	return transport.DialWS(ctx, t.addr, c.cfg.tls, c.cfg.Transport)
+}
+
+// connect dials and runs the handshake; the session is not started.
+func (c *Client) connect(ctx context.Context) (*session, error) {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	s, err := c.handshake(ctx, conn)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// handshake sends HELLO and waits (at most negotiate.HelloTimeout) for
+// ACCEPT or REJECT.
+func (c *Client) handshake(ctx context.Context, conn transport.Conn) (*session, error) {
+	now := time.Now()
+	m := negotiate.NewMachine(negotiate.RoleClient, now)
+	hs, err := negotiate.NewHello(c.cfg.helloConfig(), now)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	defer hs.Close()
+	ctx, cancel := context.WithTimeout(ctx, negotiate.HelloTimeout)
+	defer cancel()
+	// DATA that overtakes ACCEPT (see below) may be as large as this agent
+	// offered to accept; the negotiated limit replaces this after ACCEPT.
+	if c.cfg.MaxPayload > 0 {
+		conn.SetReadLimit(int64(c.cfg.MaxPayload) + 512)
+	} else {
+		conn.SetReadLimit(transport.MaxReadLimit)
+	}
+	if err := conn.Send(ctx, transport.ControlChannel, hs.Message()); err != nil {
+		return nil, fmt.Errorf("client: send HELLO: %w", err)
+	}
+	if err := m.HelloSent(now); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	// Over QUIC, DATA the daemon sends right after ACCEPT (a request routed
+	// to this agent the moment it registered) travels on another stream and
+	// may overtake it. Such messages wait here and are handled once the
+	// session exists.
+	var early []transport.Message
+	keep := false
+	defer func() {
+		if !keep {
+			for i := range early {
+				early[i].Release()
+			}
+		}
+	}()
+	var msg transport.Message
+	for {
+		if msg, err = conn.Receive(ctx); err != nil {
+			return nil, fmt.Errorf("client: waiting for ACCEPT: %w", err)
+		}
+		if msg.Channel == transport.ControlChannel {
+			break
+		}
+		if k, _ := negotiate.MessageKind(msg.Data); k != negotiate.KindData || len(early) == maxEarly {
+			msg.Release()
+			return nil, fmt.Errorf("client: %w: message on channel %d before ACCEPT", negotiate.ErrUnexpectedMessage, msg.Channel)
+		}
+		early = append(early, msg)
+	}
+	defer msg.Release()
+	cm, err := negotiate.ParseControl(msg.Data)
+	if err != nil {
+		return nil, fmt.Errorf("client: %w: %w", negotiate.ErrBadAccept, err)
+	}
+	if _, err := m.Received(time.Now(), negotiate.KindControl, cm.Type); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+	ns, err := hs.Accept(msg.Data)
+	if err != nil {
+		return nil, fmt.Errorf("client: handshake: %w", err)
+	}
+	defer ns.Wipe() // the FrameKeys below hold their own copies
+	established := time.Now()
+	if err := m.Established(ns.Params, established); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
+	}
+
+	s := &session{
+		c:          c,
+		conn:       conn,
+		m:          m,
+		mode:       ns.Params.SecurityMode,
+		maxPayload: ns.Params.MaxPayload,
+		seqs:       negotiate.NewSequences(maxChannels),
+		poke:       make(chan struct{}, 1),
+		chans:      make(map[transport.ChannelID]*channel),
+		calls:      make(map[uint64]*call),
+		deliveries: make(map[uint64]*delivery),
+		done:       make(chan struct{}),
+		info: SessionInfo{
+			ID:          ns.ID,
+			AgentID:     ns.AgentID,
+			Transport:   conn.Transport(),
+			RemoteAddr:  conn.RemoteAddr(),
+			Params:      ns.Params,
+			Established: established,
+		},
+	}
+	if ns.Peer != nil {
+		s.info.Daemon = ns.Peer.AgentID
+	}
+	switch s.mode {
+	case frame.SecurityHMAC:
+		s.overhead = security.HMACOverhead
+	case frame.SecurityAEAD:
+		s.overhead = security.AEADOverhead
+	}
+	if s.mode != frame.SecurityNone {
+		if s.sendKey, err = security.NewFrameKey(s.mode, ns.SendKey()); err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+		if s.recvKey, err = security.NewFrameKey(s.mode, ns.ReceiveKey()); err != nil {
+			return nil, fmt.Errorf("client: %w", err)
+		}
+	}
+	// A frame this side encodes must still fit max_payload once protected.
+	s.encLim = frame.Limits{MaxMessage: s.maxPayload - s.overhead}
+	s.decLim = frame.Limits{MaxMessage: s.maxPayload}
+	conn.SetReadLimit(int64(s.maxPayload) + 512)
+	s.log = c.log.With().Str("session", ns.ID).Str("transport", s.info.Transport).Logger()
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.early, keep = early, true
+	return s, nil
+}
+
+// start runs the session's goroutines.
+func (s *session) start() {
+	s.started.Store(true)
+	s.wg.Add(2)
+	go s.readLoop()
+	go s.timerLoop()
+	s.log.Info().Str("daemon", s.info.Daemon).Str("mode", s.mode.String()).
+		Int("max_payload", s.maxPayload).Msg("session established")
+}
+
+// isEnded reports whether the session is over.
+func (s *session) isEnded() bool {
+	select {
+	case <-s.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// endCause returns why the session ended.
+func (s *session) endCause() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cause
+}
+
+// lostError is what requests in flight get when the session ends.
+func lostError(cause error) error {
+	if errors.Is(cause, ErrClosed) {
+		return cause
+	}
+	return fmt.Errorf("%w: %w", ErrConnectionLost, cause)
+}
+
+// sendErr is what a send gets once the session is closing or over.
+func (s *session) sendErr() error {
+	s.mu.Lock()
+	cause := s.cause
+	s.mu.Unlock()
+	if cause == nil {
+		s.ctrlMu.Lock()
+		cause = s.closeCause
+		s.ctrlMu.Unlock()
+	}
+	if cause == nil {
+		cause = negotiate.ErrClosed
+	}
+	return lostError(cause)
+}
+
+// end finishes the session: the connection is closed, requests in flight
+// fail, handlers are cancelled. It is idempotent and must not be called
+// with ctrlMu held.
+func (s *session) end(cause error) {
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	s.ended = true
+	s.cause = cause
+	calls, deliveries := s.calls, s.deliveries
+	s.calls, s.deliveries = nil, nil
+	s.mu.Unlock()
+
+	s.closing.Store(true)
+	s.cancel()
+	if !s.started.Load() {
+		for i := range s.early {
+			s.early[i].Release()
+		}
+		s.early = nil
+	}
+	s.ctrlMu.Lock()
+	s.m.Disconnected()
+	s.ctrlMu.Unlock()
+
+	lost := lostError(cause)
+	for _, cl := range calls {
+		cl.fail(lost)
+	}
+	for _, d := range deliveries {
+		d.cancel(lost)
+	}
+	s.conn.Close()
+	s.log.Info().Err(cause).Msg("session ended")
+	close(s.done)
+}
+
+// shutdown sends CLOSE with reason and waits for the acknowledgement (at
+// most negotiate.CloseTimeout), then ends the session and waits for its
+// goroutines. cause is what requests still in flight get.
+func (s *session) shutdown(reason negotiate.CloseReason, cause error) error {
+	if s.sendClose(reason, cause) {
+		t := time.NewTimer(negotiate.CloseTimeout + closeAckGrace)
+		select {
+		case <-s.done:
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	s.end(cause)
+	s.wg.Wait()
+	s.mu.Lock()
+	acked := s.acked
+	s.mu.Unlock()
+	if !acked && s.closeCauseIs(cause) {
+		return errNoAck
+	}
+	return nil
+}
+
+// closeCauseIs reports whether this side's CLOSE was sent with cause (as
+// opposed to the session having ended some other way first).
+func (s *session) closeCauseIs(cause error) bool {
+	s.ctrlMu.Lock()
+	defer s.ctrlMu.Unlock()
+	return s.closeCause == cause
+}
+
+// sendClose sends CLOSE if the session is established, and reports whether
+// it did. The acknowledgement (or the 5 s timer) ends the session.
+func (s *session) sendClose(reason negotiate.CloseReason, cause error) bool {
+	s.ctrlMu.Lock()
+	defer s.ctrlMu.Unlock()
+	if s.m.CanSend(negotiate.KindControl, negotiate.TypeClose) != nil {
+		return false
+	}
+	now := time.Now()
+	// No more DATA from here on, so flip before the CLOSE is on the wire.
+	s.closing.Store(true)
+	msg := negotiate.AppendClose(nil, s.info.ID, now, reason, "")
+	if err := s.conn.Send(s.ctx, transport.ControlChannel, msg); err != nil {
+		return false
+	}
+	if err := s.m.CloseSent(reason, now); err != nil {
+		return false
+	}
+	s.closeCause = cause
+	s.pokeTimer()
+	return true
+}
+
+// protocolError answers a daemon that broke the protocol with CLOSE ERROR
+// (§2, §7); the session then ends with the acknowledgement or after 5 s.
+func (s *session) protocolError(err error) {
+	s.log.Warn().Err(err).Msg("protocol violation by the daemon, closing")
+	cause := fmt.Errorf("client: protocol violation by the daemon: %w", err)
+	if !s.sendClose(negotiate.ReasonError, cause) {
+		s.end(cause)
+	}
+}
+
+func (s *session) pokeTimer() {
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
+}
+
+// sendControlLocked sends a control message; ctrlMu is held.
+func (s *session) sendControlLocked(msg []byte) error {
+	return s.conn.Send(s.ctx, transport.ControlChannel, msg)
+}
+
+// timerLoop runs the machine's timers: PING after silence, CLOSE TIMEOUT
+// after missed PONGs or the session timeout, giving up on a CLOSE that is
+// not acknowledged. It wakes at the machine's deadline; waking early (the
+// deadline moved on because something arrived) costs one Tick.
+func (s *session) timerLoop() {
+	defer s.wg.Done()
+	t := time.NewTimer(time.Hour)
+	defer t.Stop()
+	for {
+		s.ctrlMu.Lock()
+		now := time.Now()
+		act := s.m.Tick(now)
+		var sendErr error
+		switch act {
+		case negotiate.ActionPing:
+			sendErr = s.sendControlLocked(negotiate.AppendPing(nil, s.info.ID, now))
+		case negotiate.ActionClose:
+			// The machine is Closing with reason TIMEOUT.
+			s.closing.Store(true)
+			s.closeCause = errKeepalive
+			sendErr = s.sendControlLocked(negotiate.AppendClose(nil, s.info.ID, now, s.m.CloseReason(), "no answer to PING"))
+		}
+		deadline := s.m.Deadline()
+		s.ctrlMu.Unlock()
+
+		switch {
+		case act == negotiate.ActionDisconnect:
+			s.mu.Lock()
+			cause := s.cause
+			s.mu.Unlock()
+			if cause == nil {
+				s.ctrlMu.Lock()
+				cause = s.closeCause
+				s.ctrlMu.Unlock()
+			}
+			if cause == nil {
+				cause = errKeepalive
+			}
+			s.end(cause)
+			return
+		case sendErr != nil:
+			s.end(sendErr)
+			return
+		case act == negotiate.ActionPing:
+			s.log.Debug().Msg("silence: PING sent")
+		case act == negotiate.ActionClose:
+			s.log.Warn().Msg("daemon did not answer PING: CLOSE TIMEOUT sent")
+		}
+
+		wait := time.Hour
+		if !deadline.IsZero() {
+			wait = max(time.Until(deadline), time.Millisecond)
+		}
+		t.Reset(wait)
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.poke:
+		case <-t.C:
+		}
+	}
+}
+
+// channel returns the send and sequence state of channel id.
+func (s *session) channel(id transport.ChannelID) (*channel, error) {
+	s.chMu.Lock()
+	defer s.chMu.Unlock()
+	if ch, ok := s.chans[id]; ok {
+		return ch, nil
+	}
+	seq, err := s.seqs.Channel(uint32(id))
+	if err != nil {
+		return nil, err
+	}
+	ch := &channel{seq: seq}
+	s.chans[id] = ch
+	return ch, nil
+}
+
+// addCall registers a request waiting for replies.
+func (s *session) addCall(cl *call) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ended {
+		return lostError(s.cause)
+	}
+	s.calls[cl.id] = cl
+	return nil
+}
+
+// removeCall forgets a request whose send failed.
+func (s *session) removeCall(cl *call) {
+	s.mu.Lock()
+	if s.calls[cl.id] == cl {
+		delete(s.calls, cl.id)
+	}
+	s.mu.Unlock()
+}
