@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/andybalholm/brotli"
 )
@@ -152,5 +153,107 @@ func BenchmarkBrotliText(b *testing.B) {
 				b.Fatal(err)
 			}
 		}
+	})
+}
+
+// The paired benchmarks below run an M2M operation and its baseline
+// alternately in the same loop and report the ratio of their times, so
+// that load from other processes on a shared machine affects both alike.
+// ns/op is the cost of the pair.
+
+func BenchmarkRatioEncodeToBrotliQ5(b *testing.B) {
+	forEachDoc(b, func(b *testing.B, json []byte) {
+		dst := make([]byte, 0, 2*len(json)+1024)
+		var buf bytes.Buffer
+		buf.Grow(2 * len(json))
+		w := brotli.NewWriterOptions(&buf, brotli.WriterOptions{Quality: frameQuality, LGWin: brotliWindowLog})
+		var m2m, base time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			if _, err := AppendEncode(dst, json, Limits{}); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			buf.Reset()
+			w.Reset(&buf)
+			if _, err := w.Write(json); err != nil {
+				b.Fatal(err)
+			}
+			if err := w.Close(); err != nil {
+				b.Fatal(err)
+			}
+			t2 := time.Now()
+			m2m += t1.Sub(t0)
+			base += t2.Sub(t1)
+		}
+		b.ReportMetric(float64(m2m)/float64(base), "m2m/brotli")
+	})
+}
+
+func BenchmarkRatioDecodeToBrotliDecompress(b *testing.B) {
+	forEachDoc(b, func(b *testing.B, json []byte) {
+		frame := mustEncode(b, string(json))
+		h := mustReadHeader(b, frame)
+		payload := frame[h.PayloadOffset()+8:]
+		dst := make([]byte, 0, len(json))
+		var src bytes.Reader
+		r := brotli.NewReader(&src)
+		out := make([]byte, len(json)+1)
+		var m2m, base time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			if _, err := AppendDecode(dst, frame, Limits{}); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			src.Reset(payload)
+			_ = r.Reset(&src)
+			if n, err := io.ReadFull(r, out); err != io.ErrUnexpectedEOF || n != len(json) {
+				b.Fatalf("read %d bytes: %v", n, err)
+			}
+			t2 := time.Now()
+			m2m += t1.Sub(t0)
+			base += t2.Sub(t1)
+		}
+		b.ReportMetric(float64(m2m)/float64(base), "m2m/brotli")
+	})
+}
+
+func BenchmarkRatioDecodeToReadHeader(b *testing.B) {
+	forEachDoc(b, func(b *testing.B, json []byte) {
+		frame := mustEncode(b, string(json))
+		text := mustEncodeText(b, string(json))
+		dst := make([]byte, 0, len(json))
+		var h Header
+		var decode, header, decodeText, textHeader time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			if _, err := AppendDecode(dst, frame, Limits{}); err != nil {
+				b.Fatal(err)
+			}
+			t1 := time.Now()
+			for range 100 {
+				if err := ReadHeader(frame, &h); err != nil {
+					b.Fatal(err)
+				}
+			}
+			t2 := time.Now()
+			if _, err := AppendDecodeText(dst, text, Limits{}); err != nil {
+				b.Fatal(err)
+			}
+			t3 := time.Now()
+			for range 100 {
+				if err := ReadTextHeader(text, &h); err != nil {
+					b.Fatal(err)
+				}
+			}
+			t4 := time.Now()
+			decode += t1.Sub(t0)
+			header += t2.Sub(t1)
+			decodeText += t3.Sub(t2)
+			textHeader += t4.Sub(t3)
+		}
+		b.ReportMetric(100*float64(decode)/float64(header), "decode/header")
+		b.ReportMetric(100*float64(decodeText)/float64(textHeader), "decodeText/textHeader")
 	})
 }

@@ -216,7 +216,7 @@ func appendRouting(out []byte, sum *jsonscan.Summary) ([]byte, Flags, error) {
 		flags |= FlagStreamRequested
 	}
 	for _, f := range requestFlags {
-		if sum.Keys&f.keys != 0 {
+		if sum.Keys.HasAny(f.keys) {
 			flags |= f.flag
 		}
 	}

@@ -255,6 +255,9 @@ func TestTopLevelKeys(t *testing.T) {
 		if err != nil || got != tt.want {
 			t.Errorf("%s: got %b, %v; want %b", tt.in, got, err, tt.want)
 		}
+		if got.HasAny(KeyModel|KeyMessages|KeyChoices) != (tt.want&(KeyModel|KeyMessages|KeyChoices) != 0) {
+			t.Errorf("%s: HasAny is wrong", tt.in)
+		}
 		has, err := HasTopLevelKey([]byte(tt.in), Limits{}, "model")
 		if err != nil || has != got.Has(KeyModel) {
 			t.Errorf("%s: HasTopLevelKey(model) = %v, %v", tt.in, has, err)

@@ -32,6 +32,9 @@ const (
 // Has reports whether all keys in k are in the set.
 func (s Key) Has(k Key) bool { return s&k == k }
 
+// HasAny reports whether some key in k is in the set.
+func (s Key) HasAny(k Key) bool { return s&k != 0 }
+
 // U64 is a number that may or may not be an unsigned integer.
 type U64 struct {
 	Value uint64
