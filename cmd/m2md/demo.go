@@ -1,0 +1,220 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/m2md/m2md/certs"
+	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/frame"
+)
+
+// The demo: one terminal runs `m2md serve`, a second `m2md demo provider`
+// (an agent serving the corpus's models with canned answers), a third
+// `m2md demo requester` (an agent sending the corpus's requests to whoever
+// serves their model), which prints what each request cost on the wire.
+
+func runDemo(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usagef("demo needs a role: provider or requester")
+	}
+	switch args[0] {
+	case "provider":
+		return runDemoProvider(args[1:], stdout, stderr)
+	case "requester":
+		return runDemoRequester(args[1:], stdout, stderr)
+	}
+	return usagef("demo role must be provider or requester, not %q", args[0])
+}
+
+type demoFlags struct {
+	url, pin, certFile, security string
+}
+
+func (d *demoFlags) register(fs interface {
+	StringVar(*string, string, string, string)
+}) {
+	fs.StringVar(&d.url, "url", "quic://127.0.0.1:4433", "daemon URL: quic://host:port, ws://host:port/m2m or wss://…")
+	fs.StringVar(&d.pin, "pin", "", "SHA-256 fingerprint of the daemon's certificate (default: read from --cert)")
+	fs.StringVar(&d.certFile, "cert", filepath.Join("certs", certs.DevCertFile), "the daemon's development certificate, to pin")
+	fs.StringVar(&d.security, "security", "aead", "frame protection: none, hmac or aead")
+}
+
+func (d *demoFlags) options() (client.Options, error) {
+	var opt client.Options
+	switch d.security {
+	case "none":
+	case "hmac":
+		opt.Security = frame.SecurityHMAC
+	case "aead":
+		opt.Security = frame.SecurityAEAD
+	default:
+		return opt, usagef("--security must be none, hmac or aead")
+	}
+	if strings.HasPrefix(d.url, "ws://") {
+		return opt, nil
+	}
+	opt.PinSHA256 = d.pin
+	if opt.PinSHA256 == "" {
+		fp, err := certFingerprint(d.certFile)
+		if err != nil {
+			return opt, fmt.Errorf("no --pin and no certificate to pin (%v): start `m2md serve` in this folder first, or pass --pin", err)
+		}
+		opt.PinSHA256 = fp
+	}
+	return opt, nil
+}
+
+func certFingerprint(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	blk, _ := pem.Decode(b)
+	if blk == nil {
+		return "", errors.New("no PEM block")
+	}
+	if _, err := x509.ParseCertificate(blk.Bytes); err != nil {
+		return "", err
+	}
+	return certs.Fingerprint(blk.Bytes), nil
+}
+
+// demoModels are the models the corpus's requests name.
+var demoModels = []string{
+	"gpt-4o", "gpt-4o-mini", "gpt-4-turbo", "gpt-3.5-turbo", "o1", "o1-mini", "o3-mini",
+	"claude-3-5-sonnet", "meta-llama/llama-3.1-8b", "meta-llama/llama-3.3-70b",
+	"mistralai/mistral-large", "mistralai/mixtral-8x7b", "text-embedding-3-small", "text-embedding-3-large",
+}
+
+func runDemoProvider(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("demo provider", "demo provider [flags]\n\nServes the corpus's models with canned chat completions (streamed when asked).", stderr)
+	var df demoFlags
+	df.register(fs)
+	agent := fs.String("agent", "demo-provider", "agent id")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	opt, err := df.options()
+	if err != nil {
+		return err
+	}
+	opt.AgentID, opt.Models, opt.Reconnect = *agent, demoModels, true
+	opt.Handler = client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
+		answer := fmt.Sprintf("This is %s answering a %d-byte request for %s from %s.", *agent, len(req.Body), req.Model, req.From)
+		if req.Stream {
+			for i, word := range strings.Fields(answer) {
+				if err := w.Chunk(demoChunk(req.Model, i, word+" ")); err != nil {
+					return
+				}
+			}
+		}
+		_ = w.Respond(demoCompletion(req.Model, answer, len(req.Body)/4))
+	})
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	c, err := client.Dial(ctx, df.url, opt)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	s := c.Session()
+	fmt.Fprintf(stdout, "provider %s connected over %s (session %s, security %s), serving %d models; Ctrl-C to stop\n",
+		s.AgentID, s.Transport, s.ID, s.Params.SecurityMode, len(demoModels))
+	select {
+	case <-ctx.Done():
+	case <-c.Done():
+		return c.Err()
+	}
+	st := c.Stats()
+	fmt.Fprintf(stdout, "served %d requests; received %d wire bytes for %d JSON bytes (%.2fx)\n",
+		st.Deliveries, st.WireBytesReceived, st.JSONBytesReceived, st.ReceiveRatio())
+	return nil
+}
+
+func demoCompletion(model, text string, promptTokens int) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"id": fmt.Sprintf("chatcmpl-demo%d", time.Now().UnixNano()), "object": "chat.completion",
+		"created": time.Now().Unix(), "model": model,
+		"choices": []any{map[string]any{"index": 0, "message": map[string]any{"role": "assistant", "content": text}, "finish_reason": "stop"}},
+		"usage":   map[string]any{"prompt_tokens": promptTokens, "completion_tokens": len(strings.Fields(text)), "total_tokens": promptTokens + len(strings.Fields(text))},
+	})
+	return b
+}
+
+func demoChunk(model string, i int, word string) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"id": "chatcmpl-demo", "object": "chat.completion.chunk", "created": time.Now().Unix(), "model": model,
+		"choices": []any{map[string]any{"index": 0, "delta": map[string]any{"content": word}, "finish_reason": nil}},
+	})
+	return b
+}
+
+func runDemoRequester(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("demo requester", "demo requester [flags]\n\nSends every request of a corpus folder to whoever serves its model and prints the bytes on the wire.", stderr)
+	var df demoFlags
+	df.register(fs)
+	dir := fs.String("corpus", filepath.Join("testdata", "corpus"), "folder of JSON requests (req-*.json)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	opt, err := df.options()
+	if err != nil {
+		return err
+	}
+	opt.AgentID = "demo-requester"
+	files, _ := filepath.Glob(filepath.Join(*dir, "req-*.json"))
+	sort.Strings(files)
+	if len(files) == 0 {
+		return fmt.Errorf("no req-*.json in %s", *dir)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	c, err := client.Dial(dctx, df.url, opt)
+	cancel()
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	s := c.Session()
+	fmt.Fprintf(stdout, "requester connected over %s, security %s\n\n", s.Transport, s.Params.SecurityMode)
+	fmt.Fprintf(stdout, "%-28s %-26s %9s %9s %7s %9s\n", "request", "model", "JSON B", "wire B", "ratio", "latency")
+	for _, f := range files {
+		body, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		before := c.Stats()
+		start := time.Now()
+		rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		resp, err := c.Do(rctx, body)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(stdout, "%-28s error: %v\n", filepath.Base(f), err)
+			continue
+		}
+		after := c.Stats()
+		wire := after.WireBytesSent - before.WireBytesSent
+		var model struct{ Model string }
+		_ = json.Unmarshal(body, &model)
+		fmt.Fprintf(stdout, "%-28s %-26s %9d %9d %6.2fx %9s   ← %s (%d B)\n", filepath.Base(f), model.Model, len(body), wire,
+			float64(len(body))/float64(max(wire, 1)), time.Since(start).Round(10*time.Microsecond), resp.From, len(resp.Body))
+	}
+	st := c.Stats()
+	fmt.Fprintf(stdout, "\nsent %d JSON bytes as %d wire bytes (%.2fx); received %d JSON bytes as %d wire bytes (%.2fx)\n",
+		st.JSONBytesSent, st.WireBytesSent, st.SendRatio(), st.JSONBytesReceived, st.WireBytesReceived, st.ReceiveRatio())
+	return nil
+}
