@@ -219,6 +219,13 @@ func (se *session) readLoop() {
 			continue
 		}
 		if kind == negotiate.KindData {
+			if msg.Channel == transport.ControlChannel && se.transport == "quic" {
+				// QUIC's stream 0 carries control messages only
+				// (docs/protocol.md §1); WebSocket has no other channel.
+				msg.Release()
+				se.protocolError("DATA on the control stream")
+				continue
+			}
 			now := time.Now()
 			se.mu.Lock()
 			_, err := se.machine.Received(now, negotiate.KindData, "")
