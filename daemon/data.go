@@ -3,12 +3,14 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/internal/bufpool"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/router"
+	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -30,6 +32,11 @@ func (se *session) handleData(msg transport.Message, start time.Time) {
 	se.m.framesIn[algo].Inc()
 	se.m.bytesIn[algo].Add(float64(len(msg.Data)))
 
+	// max_payload bounds the frame as sent (docs/protocol.md §3.2 step 4);
+	// it is checked after verification, so an authentic frame still
+	// advances its channel's sequence and the sender's next frame is in
+	// step.
+	wireLen := len(fr)
 	var h frame.Header
 	if algo == 0 {
 		if se.recvKey != nil {
@@ -54,6 +61,10 @@ func (se *session) handleData(msg transport.Message, start time.Time) {
 		}
 	} else if se.recvKey != nil {
 		se.refuse(msg.Channel, &dh, "bad_tag", "TokenNative frames cannot be protected; session mode is "+se.mode())
+		return
+	}
+	if limit := se.neg.Params.MaxPayload; wireLen > limit {
+		se.refuse(msg.Channel, &dh, "too_large", fmt.Sprintf("frame of %d bytes exceeds this session's max_payload %d", wireLen, limit))
 		return
 	}
 
@@ -100,6 +111,12 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 	}
 	if algo == 1 && prov.sendKey != nil {
 		fail("bad_frame", "receiver's session requires protected frames; TokenNative cannot be protected")
+		return
+	}
+	if n, limit := prov.outLen(fr, algo), prov.neg.Params.MaxPayload; n > limit {
+		// Sent anyway, it would break the provider's connection (its read
+		// limit is max_payload + 512) or hand it more than it agreed to.
+		fail("too_large", fmt.Sprintf("frame of %d bytes exceeds provider %s's max_payload %d", n, prov.agent, limit))
 		return
 	}
 	actx, cancel := context.WithTimeout(prov.ctx, 5*time.Second)
@@ -172,6 +189,20 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 		}
 		return
 	}
+	if n, limit := req.outLen(fr, algo), req.neg.Params.MaxPayload; n > limit {
+		srv.metrics.routingFailures.WithLabelValues("too_large").Inc()
+		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, "too_large", fmt.Sprintf("reply of %d bytes exceeds requester %s's max_payload %d", n, req.agent, limit), "")
+		// The requester would miss part of the answer: end its request
+		// now rather than let it wait for an END that means nothing.
+		// Later replies to the delivery are unknown and dropped.
+		if !end {
+			if rep, err = srv.router.Abort(se.rs, dh.RequestID); err != nil {
+				return
+			}
+		}
+		req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, "too_large", "provider's reply exceeds this session's max_payload", se.agent)
+		return
+	}
 	m, _ := buildData(transport.ChannelID(rep.Channel), flags, rep.RequestID, se.agent, fr, algo)
 	if !req.enqueue(m) {
 		m.free()
@@ -180,6 +211,21 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 		return
 	}
 	srv.metrics.routingSeconds.Observe(time.Since(start).Seconds())
+}
+
+// outLen is the size fr (a plain M2M frame, or TokenNative) will have on
+// this session's wire once the writer has protected it.
+func (se *session) outLen(fr []byte, algo int8) int {
+	if algo != 0 {
+		return len(fr)
+	}
+	switch se.neg.Params.SecurityMode {
+	case frame.SecurityHMAC:
+		return len(fr) + security.HMACOverhead
+	case frame.SecurityAEAD:
+		return len(fr) + security.AEADOverhead
+	}
+	return len(fr)
 }
 
 // refuse answers a frame the daemon will not route: an error reply for a
