@@ -72,6 +72,12 @@ func ListenQUIC(addr string, tlsConf *tls.Config, cfg Config) (*QUICListener, er
 
 // Accept waits for the next connection whose handshake has completed.
 // After Close it fails with ErrClosed.
+//
+// The client's control stream (stream 0) reaches the daemon with its first
+// message, HELLO, so it may not exist yet when Accept returns: Receive
+// simply delivers HELLO when it comes, and a Send on ControlChannel before
+// then waits for it (bounded by its context). The daemon's 30 s HELLO
+// timeout is a Receive with a deadline.
 func (l *QUICListener) Accept(ctx context.Context) (Conn, error) {
 	qc, err := l.ln.Accept(ctx)
 	if err != nil {
