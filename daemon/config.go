@@ -30,6 +30,11 @@ const (
 	DefaultSlowGrace      = 5 * time.Second
 	DefaultMaxOutstanding = 1024
 
+	DefaultMaxSessionsPerIP     = 100
+	DefaultNewSessionsPerMinute = 100
+	DefaultMessagesPerMinute    = 1000
+	DefaultBytesPerSecond       = 10_000_000
+
 	minSessionTimeout = 60 * time.Second
 	maxSessionTimeout = time.Hour
 )
@@ -77,6 +82,21 @@ type Config struct {
 	// as provider.
 	MaxOutstanding int
 
+	// MaxSessionsPerIP bounds the connections (handshaking or established)
+	// one source address may hold. NewSessionsPerMinute bounds how many it
+	// may open per minute (a minute's worth may come at once). Beyond either,
+	// HELLO is answered REJECT RATE_LIMITED. Defaults 100 and 100; a negative
+	// value means unlimited.
+	MaxSessionsPerIP     int
+	NewSessionsPerMinute int
+	// MessagesPerMinute and BytesPerSecond bound what one session may send
+	// (token buckets: a minute's messages, a second's bytes may come in a
+	// burst). A DATA message beyond them is refused with error rate_limited;
+	// a control message is dropped. Defaults 1000/min and 10 MB/s; negative
+	// means unlimited (load tests want that).
+	MessagesPerMinute int
+	BytesPerSecond    int
+
 	HelloTimeout   time.Duration // HELLO must arrive within this. Default 30 s.
 	SessionTimeout time.Duration // nothing received for this long closes the session. Default 5 min, 60 s–1 h.
 	PingInterval   time.Duration // idle time before the daemon PINGs. Default 60 s.
@@ -122,6 +142,15 @@ func (c Config) withDefaults() (Config, error) {
 	setInt(&c.MaxOutstanding, DefaultMaxOutstanding)
 	setInt(&c.MaxMissedPongs, DefaultMaxMissedPongs)
 	setInt(&c.SendQueueLen, DefaultSendQueueLen)
+	setLimit := func(p *int, def int) {
+		if *p == 0 {
+			*p = def
+		}
+	}
+	setLimit(&c.MaxSessionsPerIP, DefaultMaxSessionsPerIP)
+	setLimit(&c.NewSessionsPerMinute, DefaultNewSessionsPerMinute)
+	setLimit(&c.MessagesPerMinute, DefaultMessagesPerMinute)
+	setLimit(&c.BytesPerSecond, DefaultBytesPerSecond)
 	setDur := func(p *time.Duration, def time.Duration) {
 		if *p <= 0 {
 			*p = def

@@ -30,6 +30,7 @@ type metrics struct {
 	queueDrops        *prometheus.CounterVec
 	routingSeconds    prometheus.Histogram
 	sessionsClosed    *prometheus.CounterVec
+	limited           *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -73,6 +74,9 @@ func newMetrics() *metrics {
 			Name: "m2md_routing_seconds", Help: "Time from a DATA message read to its forward queued.",
 			Buckets: prometheus.ExponentialBuckets(0.000001, 2, 20),
 		}),
+		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "m2md_limited_total", Help: "Connections refused or messages refused/dropped by a configured limit, by limit.",
+		}, []string{"limit"}),
 		sessionsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "m2md_sessions_closed_total", Help: "Sessions ended, by CLOSE reason.",
 		}, []string{"reason"}),
@@ -82,7 +86,7 @@ func newMetrics() *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.sessions, m.sessionsTotal, m.handshakeFailures, m.handshakeSeconds,
 		m.framesIn, m.framesOut, m.bytesIn, m.bytesOut,
-		m.routingFailures, m.framesRefused, m.queueDrops, m.routingSeconds, m.sessionsClosed,
+		m.routingFailures, m.framesRefused, m.queueDrops, m.routingSeconds, m.sessionsClosed, m.limited,
 	)
 	return m
 }

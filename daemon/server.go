@@ -31,6 +31,9 @@ type Server struct {
 	tlsConf     *tls.Config
 	fingerprint string
 
+	adm      *admission
+	limitLog *logOnce
+
 	draining atomic.Bool
 	ready    chan struct{}
 
@@ -69,6 +72,8 @@ func New(cfg Config) (*Server, error) {
 		router:   router.New[*session](router.Config{MaxRequests: cfg.MaxOutstanding, MaxDeliveries: cfg.MaxOutstanding}),
 		ready:    make(chan struct{}),
 		sessions: make(map[*session]struct{}),
+		adm:      newAdmission(cfg.MaxSessionsPerIP, cfg.NewSessionsPerMinute),
+		limitLog: newLogOnce(time.Minute),
 	}
 	if err := s.setupTLS(); err != nil {
 		return nil, err
@@ -213,6 +218,20 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.logStart()
 	close(s.ready)
+	serveWG.Add(1)
+	go func() {
+		defer serveWG.Done()
+		t := time.NewTicker(30 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case now := <-t.C:
+				s.adm.sweep(now)
+			case <-runCtx.Done():
+				return
+			}
+		}
+	}()
 
 	select {
 	case <-ctx.Done():
@@ -223,7 +242,21 @@ func (s *Server) Run(ctx context.Context) error {
 	}
 	s.shutdown(closers)
 	closers = nil
+	cancelRun()
 	return nil
+}
+
+// limitHit counts a limit and logs it, once per peer and limit a minute.
+func (s *Server) limitHit(limit string, peer net.Addr, session string) {
+	s.metrics.limited.WithLabelValues(limit).Inc()
+	ip := addrIP(peer).String()
+	if s.limitLog.allow(limit+"|"+ip, time.Now()) {
+		ev := s.log.Warn().Str("limit", limit).Str("ip", ip)
+		if session != "" {
+			ev = ev.Str("session", session)
+		}
+		ev.Msg("limit exceeded (logged once a minute per peer)")
+	}
 }
 
 func (s *Server) logStart() {

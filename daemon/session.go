@@ -47,6 +47,7 @@ type session struct {
 	closeReason atomic.Value // negotiate.CloseReason of the session's end
 	wake        chan struct{}
 	writerDone  chan struct{}
+	rates       sessionRates // touched by the reader only
 }
 
 func (se *session) mode() string { return se.neg.Params.SecurityMode.String() }
@@ -62,6 +63,14 @@ func (s *Server) serveConn(conn transport.Conn) {
 		return
 	}
 	start := time.Now()
+	release, limit := s.adm.admit(conn.RemoteAddr(), start)
+	if limit != "" {
+		s.limitHit(limit, conn.RemoteAddr(), "")
+		s.metrics.handshakeFailures.WithLabelValues(tname, string(negotiate.RejectRateLimited)).Inc()
+		s.rejectConn(conn, negotiate.RejectRateLimited, "too many sessions from your address ("+limit+")")
+		return
+	}
+	defer release()
 	hctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.HelloTimeout)
 	msg, err := conn.Receive(hctx)
 	cancel()
@@ -107,6 +116,17 @@ func (s *Server) serveConn(conn transport.Conn) {
 	se.run()
 }
 
+// rejectConn answers a connection refused before its handshake: it waits
+// briefly for the HELLO so the client learns why, then sends REJECT.
+func (s *Server) rejectConn(conn transport.Conn, code negotiate.RejectCode, why string) {
+	ctx, cancel := context.WithTimeout(s.baseCtx, time.Second)
+	defer cancel()
+	if msg, err := conn.Receive(ctx); err == nil {
+		msg.Release()
+		_ = conn.Send(ctx, transport.ControlChannel, negotiate.AppendReject(nil, time.Now(), code, why))
+	}
+}
+
 func (s *Server) sendHandshakeReply(conn transport.Conn, reply []byte) error {
 	ctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.CloseTimeout)
 	defer cancel()
@@ -129,6 +149,7 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 		ctrl:       make(chan outMsg, 8),
 		wake:       make(chan struct{}, 1),
 		writerDone: make(chan struct{}),
+		rates:      newSessionRates(s.cfg.MessagesPerMinute, s.cfg.BytesPerSecond, p.MaxPayload),
 	}
 	se.log = log.With().Str("session", neg.ID).Str("agent", neg.AgentID).Logger()
 	if err := se.machine.Established(p, time.Now()); err != nil {
@@ -216,6 +237,16 @@ func (se *session) readLoop() {
 		if err != nil {
 			msg.Release()
 			se.protocolError("unknown message kind")
+			continue
+		}
+		if limit := se.rates.allow(time.Now(), len(msg.Data)); limit != "" {
+			se.srv.limitHit(limit, se.conn.RemoteAddr(), se.neg.ID)
+			if kind == negotiate.KindData {
+				if dh, _, err := negotiate.ParseData(msg.Data); err == nil {
+					se.refuse(msg.Channel, &dh, "rate_limited", "session exceeds its "+limit)
+				}
+			}
+			msg.Release()
 			continue
 		}
 		if kind == negotiate.KindData {

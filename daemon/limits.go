@@ -1,0 +1,171 @@
+package daemon
+
+import (
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Limit names, as they appear in m2md_limited_total and in logs.
+const (
+	limitSessionsPerIP    = "sessions_per_ip"
+	limitNewSessionsPerIP = "new_sessions_per_ip"
+	limitMessageRate      = "message_rate"
+	limitByteRate         = "byte_rate"
+)
+
+// admission enforces the per-source-IP limits on connections: how many
+// sessions (handshaking ones included, so idle connections that never send
+// HELLO count) one address may hold, and how many it may open per minute.
+type admission struct {
+	maxPerIP  int // < 0: unlimited
+	perMinute int // < 0: unlimited
+
+	mu    sync.Mutex
+	perIP map[netip.Addr]*ipEntry
+}
+
+type ipEntry struct {
+	sessions int
+	opens    *rate.Limiter
+	lastSeen time.Time
+}
+
+func newAdmission(maxPerIP, perMinute int) *admission {
+	return &admission{maxPerIP: maxPerIP, perMinute: perMinute, perIP: make(map[netip.Addr]*ipEntry)}
+}
+
+// admit counts a new connection from addr. It returns the limit refused
+// ("" when admitted) and, when admitted, the release to call when the
+// connection ends.
+func (a *admission) admit(addr net.Addr, now time.Time) (release func(), limit string) {
+	ip := addrIP(addr)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e := a.perIP[ip]
+	if e == nil {
+		e = &ipEntry{}
+		if a.perMinute > 0 {
+			// A full minute's allowance may be spent at once; it refills
+			// at perMinute per minute.
+			e.opens = rate.NewLimiter(rate.Limit(float64(a.perMinute)/60), a.perMinute)
+		}
+		a.perIP[ip] = e
+	}
+	e.lastSeen = now
+	if a.maxPerIP > 0 && e.sessions >= a.maxPerIP {
+		return nil, limitSessionsPerIP
+	}
+	if e.opens != nil && !e.opens.AllowN(now, 1) {
+		return nil, limitNewSessionsPerIP
+	}
+	e.sessions++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			a.mu.Lock()
+			e.sessions--
+			a.mu.Unlock()
+		})
+	}, ""
+}
+
+// sweep forgets addresses with no session that have not been seen for a
+// minute (their open allowance has refilled), so the table stays bounded by
+// the addresses active in the last minute.
+func (a *admission) sweep(now time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for ip, e := range a.perIP {
+		if e.sessions == 0 && now.Sub(e.lastSeen) > time.Minute {
+			delete(a.perIP, ip)
+		}
+	}
+}
+
+func (a *admission) size() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return len(a.perIP)
+}
+
+func addrIP(addr net.Addr) netip.Addr {
+	switch a := addr.(type) {
+	case *net.UDPAddr:
+		ip, _ := netip.AddrFromSlice(a.IP)
+		return ip.Unmap()
+	case *net.TCPAddr:
+		ip, _ := netip.AddrFromSlice(a.IP)
+		return ip.Unmap()
+	}
+	if ap, err := netip.ParseAddrPort(addr.String()); err == nil {
+		return ap.Addr().Unmap()
+	}
+	return netip.Addr{}
+}
+
+// sessionRates are one session's message and byte allowances (token
+// buckets: a minute's messages and a second's bytes may arrive in a burst).
+type sessionRates struct {
+	msgs  *rate.Limiter // nil: unlimited
+	bytes *rate.Limiter
+}
+
+func newSessionRates(msgsPerMinute, bytesPerSecond, maxMessage int) sessionRates {
+	var r sessionRates
+	if msgsPerMinute > 0 {
+		r.msgs = rate.NewLimiter(rate.Limit(float64(msgsPerMinute)/60), msgsPerMinute)
+	}
+	if bytesPerSecond > 0 {
+		// The burst must hold the largest message, or it could never pass.
+		r.bytes = rate.NewLimiter(rate.Limit(bytesPerSecond), max(bytesPerSecond, maxMessage))
+	}
+	return r
+}
+
+// allow spends the allowance for one message of n bytes, or reports which
+// limit it exceeds.
+func (r *sessionRates) allow(now time.Time, n int) string {
+	if r.msgs != nil && !r.msgs.AllowN(now, 1) {
+		return limitMessageRate
+	}
+	if r.bytes != nil && !r.bytes.AllowN(now, n) {
+		return limitByteRate
+	}
+	return ""
+}
+
+// logOnce reports whether an event for key should be logged now: at most
+// once per window, so an abusive peer cannot flood the log.
+type logOnce struct {
+	window time.Duration
+	mu     sync.Mutex
+	last   map[string]time.Time
+}
+
+func newLogOnce(window time.Duration) *logOnce {
+	return &logOnce{window: window, last: make(map[string]time.Time)}
+}
+
+func (l *logOnce) allow(key string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t, ok := l.last[key]; ok && now.Sub(t) < l.window {
+		return false
+	}
+	if len(l.last) >= 10_000 {
+		for k, t := range l.last {
+			if now.Sub(t) >= l.window {
+				delete(l.last, k)
+			}
+		}
+		if len(l.last) >= 10_000 {
+			return false // under a flood of distinct peers, stay quiet
+		}
+	}
+	l.last[key] = now
+	return true
+}

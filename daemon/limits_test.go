@@ -1,0 +1,92 @@
+package daemon
+
+import (
+	"net"
+	"testing"
+	"time"
+)
+
+func TestAdmissionPerIP(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	a := newAdmission(2, 3)
+	ip1 := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 1}
+	ip2 := &net.UDPAddr{IP: net.ParseIP("::1"), Port: 2}
+	r1, l := a.admit(ip1, now)
+	r2, l2 := a.admit(ip1, now)
+	if l != "" || l2 != "" {
+		t.Fatalf("first two refused: %q %q", l, l2)
+	}
+	if _, l := a.admit(ip1, now); l != limitSessionsPerIP {
+		t.Fatalf("third concurrent: %q", l)
+	}
+	if _, l := a.admit(ip2, now); l != "" {
+		t.Fatalf("other address refused: %q", l)
+	}
+	r1()
+	r1() // idempotent
+	// One slot is free again; the third open of the minute is allowed, the
+	// fourth is not.
+	r3, l := a.admit(ip1, now)
+	if l != "" {
+		t.Fatalf("third open: %q", l)
+	}
+	r3()
+	if _, l := a.admit(ip1, now); l != limitNewSessionsPerIP {
+		t.Fatalf("fourth open in a minute: %q", l)
+	}
+	// 20 s later one open has refilled (3 per minute).
+	if rel, l := a.admit(ip1, now.Add(21*time.Second)); l != "" {
+		t.Fatalf("after refill: %q", l)
+	} else {
+		rel()
+	}
+	r2()
+	a.sweep(now.Add(2 * time.Minute))
+	if n := a.size(); n != 1 { // ip2 still holds a session
+		t.Fatalf("sweep left %d entries, want 1", n)
+	}
+}
+
+func TestAdmissionUnlimited(t *testing.T) {
+	a := newAdmission(-1, -1)
+	addr := &net.TCPAddr{IP: net.ParseIP("10.0.0.1")}
+	for i := 0; i < 1000; i++ {
+		if _, l := a.admit(addr, time.Now()); l != "" {
+			t.Fatalf("refused at %d: %s", i, l)
+		}
+	}
+}
+
+func TestSessionRates(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	r := newSessionRates(60, 1000, 500)
+	for i := 0; i < 60; i++ {
+		if l := r.allow(now, 1); l != "" {
+			t.Fatalf("message %d refused: %s", i, l)
+		}
+	}
+	if l := r.allow(now, 1); l != limitMessageRate {
+		t.Fatalf("61st message in a burst: %q", l)
+	}
+	later := now.Add(10 * time.Second) // 10 messages refilled
+	if l := r.allow(later, 2000); l != limitByteRate {
+		t.Fatalf("2000 bytes against a 1000 B/s bucket: %q", l)
+	}
+	unlimited := newSessionRates(-1, -1, 1<<20)
+	if l := unlimited.allow(now, 1<<30); l != "" {
+		t.Fatalf("unlimited refused: %s", l)
+	}
+	// A single maximal message always fits the byte burst.
+	big := newSessionRates(-1, 1000, 1<<20)
+	if l := big.allow(now, 1<<20); l != "" {
+		t.Fatalf("max-size message refused: %s", l)
+	}
+}
+
+func TestLogOnce(t *testing.T) {
+	l := newLogOnce(time.Minute)
+	now := time.Now()
+	if !l.allow("a", now) || l.allow("a", now.Add(time.Second)) || !l.allow("b", now) || !l.allow("a", now.Add(2*time.Minute)) {
+		t.Fatal("logOnce does not log once per key and window")
+	}
+}
