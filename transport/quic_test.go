@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -405,5 +406,23 @@ func wantChannelErr(ch ChannelID, is error) func(*testing.T, error) {
 		if is != nil && !errors.Is(err, is) {
 			t.Fatalf("err = %v, want %v", err, is)
 		}
+	}
+}
+
+func TestQUICDialHandshakeTimeout(t *testing.T) {
+	// A UDP socket that never answers.
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Close()
+	_, ctls := testTLSConfigs(t)
+	start := time.Now()
+	_, err = DialQUIC(context.Background(), pc.LocalAddr().String(), ctls, Config{HandshakeTimeout: 200 * time.Millisecond})
+	if err == nil {
+		t.Fatal("DialQUIC to a silent socket succeeded")
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("DialQUIC gave up after %v with HandshakeTimeout 200ms", d)
 	}
 }
