@@ -1,6 +1,8 @@
 package daemon
 
 import (
+	"sync"
+
 	"github.com/m2md/m2md/internal/bufpool"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
@@ -30,4 +32,63 @@ const tailroom = 32
 func (m *outMsg) free() {
 	bufpool.Put(m.buf)
 	m.buf = nil
+}
+
+// sendQueue is a session's bounded queue of messages for its writer. It is
+// a slice rather than a buffered channel so that an idle session costs no
+// memory for it (a channel of 1,024 outMsg would preallocate ~48 KiB per
+// session), and so that the writer can take everything pending at once.
+type sendQueue struct {
+	maxLen   int
+	maxBytes int
+
+	mu      sync.Mutex
+	items   []outMsg
+	bytes   int
+	waiting chan struct{} // capacity 1: "items is not empty"
+}
+
+func newSendQueue(maxLen, maxBytes int) *sendQueue {
+	return &sendQueue{maxLen: maxLen, maxBytes: maxBytes, waiting: make(chan struct{}, 1)}
+}
+
+// push adds m unless the queue is full by count or by bytes (one message is
+// always accepted into an empty queue, however large).
+func (q *sendQueue) push(m outMsg) bool {
+	n := len(*m.buf)
+	q.mu.Lock()
+	if len(q.items) >= q.maxLen || (len(q.items) > 0 && q.bytes+n > q.maxBytes) {
+		q.mu.Unlock()
+		return false
+	}
+	q.items = append(q.items, m)
+	q.bytes += n
+	q.mu.Unlock()
+	select {
+	case q.waiting <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// takeAll moves every queued message to batch (reused by the caller) and
+// empties the queue.
+func (q *sendQueue) takeAll(batch []outMsg) []outMsg {
+	q.mu.Lock()
+	batch = append(batch, q.items...)
+	clear(q.items)
+	if cap(q.items) > 64 {
+		q.items = nil // let a burst's backing array go
+	} else {
+		q.items = q.items[:0]
+	}
+	q.bytes = 0
+	q.mu.Unlock()
+	return batch
+}
+
+func (q *sendQueue) stats() (n, bytes int) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.items), q.bytes
 }

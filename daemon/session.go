@@ -26,7 +26,6 @@ type session struct {
 	rs        *router.Session[*session]
 	log       zerolog.Logger
 	m         *sessionMetrics
-	maxQueue  int // bytes
 
 	// recvKey opens frames from the agent, sendKey protects frames to it;
 	// both nil in security mode none.
@@ -39,9 +38,8 @@ type session struct {
 	mu      sync.Mutex // guards machine
 	machine *negotiate.Machine
 
-	queue       chan outMsg // DATA and errors, bounded
+	queue       *sendQueue  // DATA and errors, bounded
 	ctrl        chan outMsg // control messages, written first
-	queuedBytes atomic.Int64
 	slowSince   atomic.Int64 // unix nanos the queue was first found full; 0 if not
 	closing     atomic.Bool  // CLOSE sent or received, or teardown began
 	closeReason atomic.Value // negotiate.CloseReason of the session's end
@@ -142,10 +140,9 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 		neg:        neg,
 		agent:      neg.AgentID,
 		m:          s.metrics.forTransport(conn.Transport()),
-		maxQueue:   max(s.cfg.MaxPayload*2, 4<<20),
 		seqs:       negotiate.NewSequences(0),
 		machine:    negotiate.NewMachine(negotiate.RoleServer, time.Now()),
-		queue:      make(chan outMsg, s.cfg.SendQueueLen),
+		queue:      newSendQueue(s.cfg.SendQueueLen, max(s.cfg.MaxPayload*2, 4<<20)),
 		ctrl:       make(chan outMsg, 8),
 		wake:       make(chan struct{}, 1),
 		writerDone: make(chan struct{}),
@@ -384,20 +381,11 @@ func (se *session) enqueue(m outMsg) bool {
 		se.srv.metrics.queueDrops.WithLabelValues("receiver_closing").Inc()
 		return false
 	}
-	n := int64(len(*m.buf))
-	if q := se.queuedBytes.Add(n); q > int64(se.maxQueue) && q != n {
-		se.queuedBytes.Add(-n)
+	if !se.queue.push(m) {
 		se.full()
 		return false
 	}
-	select {
-	case se.queue <- m:
-		return true
-	default:
-		se.queuedBytes.Add(-n)
-		se.full()
-		return false
-	}
+	return true
 }
 
 func (se *session) full() {
@@ -406,7 +394,8 @@ func (se *session) full() {
 	since := se.slowSince.Load()
 	if since == 0 {
 		se.slowSince.CompareAndSwap(0, now)
-		se.log.Warn().Int("queued", len(se.queue)).Int64("queued_bytes", se.queuedBytes.Load()).Msg("send queue full: slow consumer")
+		n, bytes := se.queue.stats()
+		se.log.Warn().Int("queued", n).Int("queued_bytes", bytes).Msg("send queue full: slow consumer")
 		return
 	}
 	if time.Duration(now-since) > se.srv.cfg.SlowConsumerGrace {
@@ -418,13 +407,14 @@ func (se *session) full() {
 
 // drainQueues frees what the writer left behind, counting undelivered DATA.
 func (se *session) drainQueues(reason string) {
+	for _, m := range se.queue.takeAll(nil) {
+		if m.algo >= 0 {
+			se.srv.metrics.queueDrops.WithLabelValues(reason).Inc()
+		}
+		m.free()
+	}
 	for {
 		select {
-		case m := <-se.queue:
-			if m.algo >= 0 {
-				se.srv.metrics.queueDrops.WithLabelValues(reason).Inc()
-			}
-			m.free()
 		case m := <-se.ctrl:
 			m.free()
 		default:

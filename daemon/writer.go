@@ -25,6 +25,7 @@ func (se *session) writeLoop() {
 		timer.Reset(time.Until(d))
 	}
 	rearm()
+	var batch []outMsg
 	for {
 		select {
 		case m := <-se.ctrl:
@@ -37,16 +38,30 @@ func (se *session) writeLoop() {
 		case m := <-se.ctrl:
 			se.write(m)
 			rearm()
-		case m := <-se.queue:
-			se.queuedBytes.Add(-int64(len(*m.buf)))
-			se.write(m)
-			if se.slowSince.Load() != 0 && len(se.queue) < cap(se.queue)/2 {
-				se.slowSince.Store(0)
+		case <-se.queue.waiting:
+			batch = se.queue.takeAll(batch[:0])
+			se.slowSince.Store(0) // the queue had room again
+			for i, m := range batch {
+				// Control messages (a CLOSE, a PONG) overtake a long batch.
+				se.writePendingControl()
+				se.write(m)
+				batch[i] = outMsg{}
 			}
 		case <-timer.C:
 			se.tick()
 			rearm()
 		case <-se.ctx.Done():
+			return
+		}
+	}
+}
+
+func (se *session) writePendingControl() {
+	for {
+		select {
+		case m := <-se.ctrl:
+			se.write(m)
+		default:
 			return
 		}
 	}
