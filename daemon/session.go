@@ -38,8 +38,8 @@ type session struct {
 	mu      sync.Mutex // guards machine
 	machine *negotiate.Machine
 
-	queue       *sendQueue  // DATA and errors, bounded
-	ctrl        chan outMsg // control messages, written first
+	queue       *sendQueue   // DATA and errors, bounded
+	ctrl        chan outMsg  // control messages, written first
 	slowSince   atomic.Int64 // unix nanos the queue was first found full; 0 if not
 	closing     atomic.Bool  // CLOSE sent or received, or teardown began
 	closeReason atomic.Value // negotiate.CloseReason of the session's end
