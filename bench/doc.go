@@ -1,0 +1,56 @@
+// Package bench measures m2md the way users do: the load generator behind
+// `m2md bench load` and the codec comparison behind `m2md bench codec`.
+//
+// # Load
+//
+// RunLoad sends request/response round trips through a daemon, a running
+// one (LoadConfig.Target, quic://, ws://, wss://) or one it starts in this
+// process. It brings both ends: echo providers, agents that serve the
+// payloads' models and answer each request with its own frame after a
+// configurable service time, and requester connections. Agents speak the
+// protocol with its own building blocks (transport, negotiate, security,
+// frame): handshake, DATA headers, per-channel sequence numbers and frame
+// protection in the chosen security mode, exactly what the protocol asks of
+// an agent, while frames are encoded once before the run and echoes are
+// compared byte for byte rather than decoded, so that the generator costs as
+// little as it can and every reply is still checked.
+//
+// Two load shapes: a closed loop (Concurrency requests in flight, each sent
+// when the previous one of its worker ends) and an open loop (Rate requests
+// per second on a fixed schedule). In the open loop latency runs from each
+// request's intended send time, as in wrk2, so a target that falls behind
+// cannot hide the wait by slowing the generator down (coordinated
+// omission). Latencies go to HDR histograms (p50, p90, p99, p99.9, max at
+// 0.1% precision) and to a per-interval timeline for charts.
+//
+// LoadConfig.Baseline runs the same load through a bare relay built on the
+// same transport library with the same stream design (QUIC: a pooled
+// stream per request in flight; WebSocket: one connection) but none of the
+// M2M protocol: no negotiation, no DATA or frame headers, no security. It
+// reads an 8-byte tag per message, the least a relay that multiplexes many
+// requesters over few providers can read, and forwards the payload
+// untouched. The ratio of the two runs is the protocol's cost.
+// LoadConfig.Echo runs the generator against a target that echoes each
+// message at once: the generator's own ceiling on this machine.
+//
+// With the daemon in this process, CPU time (getrusage) and allocations
+// (runtime.MemStats) are the process's: daemon and generator together,
+// which the baseline run measures the same way. For the daemon's own
+// figures run it as a separate process (`m2md serve`) and give its
+// Prometheus endpoint (LoadConfig.DaemonMetrics). Goroutines carry pprof
+// labels role=daemon, role=relay or role=loadgen, so a CPU profile
+// (LoadConfig.CPUProfile) splits by role with `go tool pprof -tags`.
+//
+// Everything runs on loopback unless a Target says otherwise, and every run
+// ends: measurement and warm-up are bounded, requests time out, and a hard
+// deadline covers set-up and tear-down.
+//
+// # Codec comparison
+//
+// RunCodec encodes every document of a corpus in every wire form (raw
+// JSON, gzip+Base64, Brotli+Base64, zstd, M2M v1 text and binary,
+// TokenNative text and binary for cl100k and o200k), checks that each
+// decodes back byte for byte, and records the bytes, the cl100k tokens of
+// the text forms and the encode and decode times; CodecReport sums them per
+// size class and writes tables, CSV, JSON and a chart.
+package bench

@@ -1,0 +1,55 @@
+package bench
+
+import (
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// maxLatency is the largest latency a histogram tracks exactly; larger
+// values are recorded as maxLatency (they are timeouts in all but name).
+const maxLatency = time.Minute
+
+// newHistogram returns a histogram of nanosecond latencies from 1 ns to a
+// minute with three significant digits: 0.1% error at every scale, which
+// is what makes p99.9 trustworthy without keeping every sample.
+func newHistogram() *hdrhistogram.Histogram {
+	return hdrhistogram.New(1, int64(maxLatency), 3)
+}
+
+func recordLatency(h *hdrhistogram.Histogram, d time.Duration) {
+	if d < 1 {
+		d = 1
+	}
+	if d > maxLatency {
+		d = maxLatency
+	}
+	_ = h.RecordValue(int64(d)) // cannot fail: d is in range
+}
+
+// Latency summarises a latency histogram, in microseconds.
+type Latency struct {
+	Count  int64   `json:"count"`
+	MeanUS float64 `json:"mean_us"`
+	P50US  float64 `json:"p50_us"`
+	P90US  float64 `json:"p90_us"`
+	P99US  float64 `json:"p99_us"`
+	P999US float64 `json:"p999_us"`
+	MaxUS  float64 `json:"max_us"`
+}
+
+func summarize(h *hdrhistogram.Histogram) Latency {
+	if h.TotalCount() == 0 {
+		return Latency{}
+	}
+	us := func(ns int64) float64 { return float64(ns) / 1e3 }
+	return Latency{
+		Count:  h.TotalCount(),
+		MeanUS: h.Mean() / 1e3,
+		P50US:  us(h.ValueAtQuantile(50)),
+		P90US:  us(h.ValueAtQuantile(90)),
+		P99US:  us(h.ValueAtQuantile(99)),
+		P999US: us(h.ValueAtQuantile(99.9)),
+		MaxUS:  us(h.Max()),
+	}
+}

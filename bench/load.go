@@ -1,0 +1,635 @@
+package bench
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/tls"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/tokennative"
+	"github.com/m2md/m2md/transport"
+)
+
+// Defaults of LoadConfig.
+const (
+	DefaultDuration    = 10 * time.Second
+	DefaultWarmup      = 2 * time.Second
+	DefaultConnections = 4
+	DefaultProviders   = 4
+	DefaultConcurrency = 32
+	DefaultMaxInFlight = 4096
+	DefaultTimeout     = 5 * time.Second
+	// MaxDuration bounds a run's measurement and warm-up alike: the tool
+	// always stops.
+	MaxDuration = time.Hour
+)
+
+// LoadConfig describes a load benchmark. The zero value is a working
+// default: an in-process daemon over QUIC, 4 requester connections, 4 echo
+// providers, 32 requests in flight, the built-in 1 KB payload as M2M v1
+// frames, security none, 10 s measured after 2 s of warm-up.
+type LoadConfig struct {
+	// Target is a running daemon: quic://host:port, ws://host:port/path or
+	// wss://host:port/path. Empty starts a daemon in this process.
+	Target string
+	// TLS verifies the target for quic:// and wss:// (see package certs);
+	// nil means the system roots. Ignored for the in-process daemon.
+	TLS *tls.Config
+	// DaemonMetrics is the target's Prometheus endpoint
+	// (http://host:9090/metrics); when set, the M2M run reports the
+	// daemon's own CPU and allocations from it.
+	DaemonMetrics string
+	// Transport is used for the in-process daemon and for the baseline and
+	// echo runs: quic (default), ws or wss. With a Target the URL decides.
+	Transport string
+
+	Duration    time.Duration // measured time; default 10 s
+	Warmup      time.Duration // sent but not measured, before; default 2 s
+	Connections int           // requester connections; default 4
+	Providers   int           // echo provider agents; default 4
+	// Concurrency is the closed loop's requests in flight, over all
+	// connections; default 32.
+	Concurrency int
+	// Rate, when positive, runs an open loop instead: this many requests
+	// per second, on schedule whatever the replies do, latency measured
+	// from each request's intended send time. MaxInFlight bounds the
+	// requests waiting for replies (default 4096); beyond it sending waits,
+	// and the wait counts in the latency.
+	Rate        float64
+	MaxInFlight int
+	// ServiceTime is how long a provider waits before echoing a request.
+	ServiceTime time.Duration
+	// Timeout gives up on a request without its final reply; default 5 s.
+	Timeout time.Duration
+
+	// Payloads are sent in turn; default the built-in 1 KB sample.
+	Payloads []Payload
+	// Algorithm is AlgorithmM2M (default) or AlgorithmTokenNative; Encoding
+	// the TokenNative tokenizer (default cl100k).
+	Algorithm string
+	Encoding  tokennative.Encoding
+	// Security protects the M2M frames: none, hmac or aead.
+	Security frame.Security
+
+	// Baseline also runs the same load through a bare relay built on the
+	// same transport (the protocol's cost is the ratio); Echo also runs it
+	// against a target that echoes at once (the generator's own limit).
+	Baseline bool
+	Echo     bool
+
+	// CPUProfile and MemProfile receive a CPU profile of the M2M run's
+	// measurement window and an allocation profile at its end (in-process
+	// daemon; goroutines are labelled role=daemon, role=loadgen).
+	CPUProfile io.Writer
+	MemProfile io.Writer
+
+	// Progress, when set, is called a few times a second.
+	Progress func(Progress)
+	// CommandLine is recorded in the report.
+	CommandLine string
+}
+
+// Progress reports a run under way.
+type Progress struct {
+	Run              string // RunM2M, RunRelay or RunEcho
+	RunIndex, Runs   int    // 1-based
+	Phase            string // "warm-up", "measure" or "drain"
+	Elapsed, Total   time.Duration
+	RoundTripsPerSec float64 // since the previous report
+	Errors           int64
+}
+
+func (c *LoadConfig) withDefaults() (LoadConfig, error) {
+	cfg := *c
+	set := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	if cfg.Duration == 0 {
+		cfg.Duration = DefaultDuration
+	}
+	if cfg.Warmup == 0 {
+		cfg.Warmup = DefaultWarmup
+	}
+	set(&cfg.Connections, DefaultConnections)
+	set(&cfg.Providers, DefaultProviders)
+	set(&cfg.Concurrency, DefaultConcurrency)
+	set(&cfg.MaxInFlight, DefaultMaxInFlight)
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	if cfg.Transport == "" {
+		cfg.Transport = TransportQUIC
+	}
+	if cfg.Algorithm == "" {
+		cfg.Algorithm = AlgorithmM2M
+	}
+	switch {
+	case cfg.Duration < 0 || cfg.Duration > MaxDuration || cfg.Warmup < 0 || cfg.Warmup > MaxDuration:
+		return cfg, fmt.Errorf("bench: duration and warm-up must be between 0 and %s", MaxDuration)
+	case cfg.Connections < 1 || cfg.Connections > 1000:
+		return cfg, errors.New("bench: connections must be 1 to 1000")
+	case cfg.Providers < 1 || cfg.Providers > 1000:
+		return cfg, errors.New("bench: providers must be 1 to 1000")
+	case cfg.Concurrency < 1 || cfg.Concurrency > 100_000:
+		return cfg, errors.New("bench: concurrency must be 1 to 100000")
+	case cfg.MaxInFlight < 1 || cfg.MaxInFlight > 1_000_000:
+		return cfg, errors.New("bench: max in flight must be 1 to 1000000")
+	case cfg.Rate < 0 || cfg.Rate > 10_000_000:
+		return cfg, errors.New("bench: rate must be 0 (closed loop) to 10000000 per second")
+	case cfg.ServiceTime < 0 || cfg.ServiceTime > time.Minute:
+		return cfg, errors.New("bench: service time must be 0 to 1 minute")
+	case cfg.Timeout <= 0 || cfg.Timeout > 10*time.Minute:
+		return cfg, errors.New("bench: timeout must be above 0 and at most 10 minutes")
+	case cfg.Security > frame.SecurityAEAD:
+		return cfg, errors.New("bench: security must be none, hmac or aead")
+	case cfg.Algorithm == AlgorithmTokenNative && cfg.Security != frame.SecurityNone:
+		return cfg, errors.New("bench: TokenNative frames cannot be protected; use security none")
+	case cfg.Transport != TransportQUIC && cfg.Transport != TransportWS && cfg.Transport != TransportWSS:
+		return cfg, fmt.Errorf("bench: transport must be quic, ws or wss, not %q", cfg.Transport)
+	case cfg.DaemonMetrics != "" && cfg.Target == "":
+		return cfg, errors.New("bench: daemon metrics are read from a target daemon; the in-process daemon is measured directly")
+	}
+	if cfg.Target != "" {
+		ep, err := parseTarget(cfg.Target, cfg.TLS)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Transport = ep.transport
+	}
+	if len(cfg.Payloads) == 0 {
+		p, err := BuiltinPayload(Size1KB)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Payloads = []Payload{p}
+	}
+	return cfg, nil
+}
+
+// RunLoad runs the load benchmark described by cfg: the M2M run, then the
+// baseline and echo runs if asked for, one after the other so that they do
+// not compete for the machine. It returns an error only when a run could
+// not be set up; failed requests are counted in the report.
+func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	ps, err := prepare(cfg.Payloads, cfg.Algorithm, cfg.Encoding)
+	if err != nil {
+		return nil, err
+	}
+	rep := &LoadReport{Config: runInfo(&cfg, ps), Machine: machine()}
+	runs := []string{RunM2M}
+	if cfg.Baseline {
+		runs = append(runs, RunRelay)
+	}
+	if cfg.Echo {
+		runs = append(runs, RunEcho)
+	}
+	for i, kind := range runs {
+		var res *Result
+		withRole(ctx, roleLoadgen, func(ctx context.Context) {
+			res, err = runOnce(ctx, &cfg, ps, kind, i+1, len(runs))
+		})
+		if err != nil {
+			return nil, fmt.Errorf("bench: %s run: %w", kind, err)
+		}
+		switch kind {
+		case RunM2M:
+			rep.Result = *res
+		case RunRelay:
+			rep.Baseline = res
+		case RunEcho:
+			rep.Echo = res
+		}
+	}
+	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.computeRatios()
+	return rep, nil
+}
+
+func runInfo(cfg *LoadConfig, ps []prepared) RunInfo {
+	info := RunInfo{
+		Target:          cfg.Target,
+		Transport:       cfg.Transport,
+		Security:        cfg.Security.String(),
+		Algorithm:       cfg.Algorithm,
+		Payloads:        len(ps),
+		Mode:            "closed",
+		Concurrency:     cfg.Concurrency,
+		Connections:     cfg.Connections,
+		Providers:       cfg.Providers,
+		DurationS:       cfg.Duration.Seconds(),
+		WarmupS:         cfg.Warmup.Seconds(),
+		ServiceTimeUS:   float64(cfg.ServiceTime) / 1e3,
+		TimeoutS:        cfg.Timeout.Seconds(),
+		StartedAt:       time.Now().UTC().Format(time.RFC3339),
+		CommandLine:     cfg.CommandLine,
+		InProcessDaemon: cfg.Target == "",
+	}
+	if cfg.Target == "" {
+		info.Target = "in-process"
+	}
+	if cfg.Algorithm == AlgorithmTokenNative {
+		info.Encoding = cfg.Encoding.String()
+	}
+	if cfg.Rate > 0 {
+		info.Mode, info.Rate, info.MaxInFlight, info.Concurrency = "open", cfg.Rate, cfg.MaxInFlight, 0
+	}
+	var j, f float64
+	for _, p := range ps {
+		j += float64(p.json)
+		f += float64(len(p.frame))
+	}
+	info.JSONBytes, info.FrameBytes = j/float64(len(ps)), f/float64(len(ps))
+	info.PayloadName = cfg.Payloads[0].Name
+	if len(ps) > 1 {
+		info.PayloadName = fmt.Sprintf("%d documents", len(ps))
+	}
+	return info
+}
+
+// setup is one run's target and agents.
+type setup struct {
+	target     string
+	daemon     *inprocDaemon
+	relay      *relayServer
+	requesters []*requester
+	stoppers   []func() // providers
+	provErrs   counters
+}
+
+func (s *setup) close() {
+	var wg sync.WaitGroup
+	for _, r := range s.requesters {
+		wg.Go(func() { r.stop("unanswered_at_end") })
+	}
+	wg.Wait()
+	for _, stop := range s.stoppers {
+		wg.Go(stop)
+	}
+	wg.Wait()
+	if s.relay != nil {
+		s.relay.stop()
+	}
+	if s.daemon != nil {
+		_ = s.daemon.stop()
+	}
+}
+
+func agentID(role string, i int, suffix string) string {
+	return fmt.Sprintf("bench-%s%d-%s", role, i+1, suffix)
+}
+
+func randomSuffix() string {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// connect starts the run's target (unless it is a running daemon) and
+// connects its providers and requesters.
+func connect(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, rec *recorder, clk clock, certDir string) (*setup, error) {
+	s := &setup{}
+	var ep endpoint
+	var err error
+	switch {
+	case kind == RunM2M && cfg.Target != "":
+		ep, err = parseTarget(cfg.Target, cfg.TLS)
+	case kind == RunM2M:
+		withRole(ctx, roleDaemon, func(context.Context) {
+			s.daemon, err = startDaemon(certDir, frame.SecurityNone)
+		})
+		if err == nil {
+			ep, err = s.daemon.endpoint(cfg.Transport)
+		}
+	default:
+		withRole(ctx, roleRelay, func(context.Context) {
+			s.relay, err = startRelay(cfg.Transport, kind == RunEcho, certDir)
+		})
+		if s.relay != nil {
+			ep = s.relay.ep
+		}
+	}
+	if err != nil {
+		s.close()
+		return nil, err
+	}
+	s.target = ep.String()
+	if s.daemon != nil {
+		s.target = "in-process " + s.target
+	}
+
+	maxFrame := 0
+	for _, p := range ps {
+		maxFrame = max(maxFrame, len(p.frame))
+	}
+	suffix := randomSuffix()
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var providerIDs []string
+	if kind != RunEcho {
+		mods := models(ps)
+		for i := range cfg.Providers {
+			switch kind {
+			case RunM2M:
+				id := agentID("p", i, suffix)
+				sess, err := dialM2M(dctx, ep, negotiate.ClientConfig{AgentID: id, AgentType: "m2md-bench", Models: mods, Security: cfg.Security})
+				if err != nil {
+					s.close()
+					return nil, fmt.Errorf("provider %d: %w", i+1, err)
+				}
+				p := newM2MProvider(sess, cfg.ServiceTime, maxFrame, &s.provErrs)
+				go p.run()
+				s.stoppers = append(s.stoppers, p.stop)
+				providerIDs = append(providerIDs, id)
+			case RunRelay:
+				conn, err := dialTag(dctx, ep, roleProvider)
+				if err != nil {
+					s.close()
+					return nil, fmt.Errorf("provider %d: %w", i+1, err)
+				}
+				p := &tagProvider{conn: conn, serviceTime: cfg.ServiceTime, errs: &s.provErrs, bufs: bufPool{size: maxFrame + tagLen}, done: make(chan struct{})}
+				go p.run()
+				s.stoppers = append(s.stoppers, p.stop)
+			}
+		}
+	}
+	perConn := cfg.MaxInFlight
+	if cfg.Rate == 0 {
+		perConn = (cfg.Concurrency + cfg.Connections - 1) / cfg.Connections
+	}
+	for i := range cfg.Connections {
+		var (
+			w      wire
+			tconn  transport.Conn
+			sendMu *sync.Mutex
+		)
+		if kind == RunM2M {
+			sess, err := dialM2M(dctx, ep, negotiate.ClientConfig{AgentID: agentID("r", i, suffix), AgentType: "m2md-bench", Security: cfg.Security})
+			if err != nil {
+				s.close()
+				return nil, fmt.Errorf("requester %d: %w", i+1, err)
+			}
+			w, tconn = &m2mWire{s: sess, providers: providerIDs}, sess.conn
+			if sess.shared {
+				sendMu = &sess.sendMu
+			}
+		} else {
+			c, err := dialTag(dctx, ep, roleRequester)
+			if err != nil {
+				s.close()
+				return nil, fmt.Errorf("requester %d: %w", i+1, err)
+			}
+			w, tconn = &tagWire{conn: c}, c
+		}
+		s.requesters = append(s.requesters, newRequester(tconn, w, sendMu, ps, rec, clk, perConn, cfg.Timeout))
+	}
+	return s, nil
+}
+
+// runOnce runs one kind of run from set-up to tear-down.
+func runOnce(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, index, runs int) (*Result, error) {
+	certDir, err := os.MkdirTemp("", "m2md-bench-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(certDir)
+
+	// Everything ends, whatever the target does.
+	hard := cfg.Warmup + cfg.Duration + cfg.Timeout + time.Minute
+	ctx, cancel := context.WithTimeout(ctx, hard)
+	defer cancel()
+
+	clk := newClock()
+	rec := newRecorder(clk)
+	s, err := connect(ctx, cfg, ps, kind, rec, clk, certDir)
+	if err != nil {
+		return nil, err
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			s.close()
+		}
+	}()
+
+	open := cfg.Rate > 0
+	var sem chan struct{}
+	if open {
+		sem = make(chan struct{}, cfg.MaxInFlight)
+		for _, r := range s.requesters {
+			r.release = func() { <-sem }
+		}
+	}
+	for _, r := range s.requesters {
+		r.start(open)
+	}
+
+	begin := clk.now()
+	winStart := begin + int64(cfg.Warmup)
+	winEnd := winStart + int64(cfg.Duration)
+	rec.setWindow(winStart, winEnd, tickInterval(cfg.Duration)/2)
+
+	profiling := kind == RunM2M
+	var (
+		before, after usage
+		usageErr      error
+		monitorDone   = make(chan struct{})
+	)
+	readUsage := func() (usage, error) {
+		if cfg.Target != "" && cfg.DaemonMetrics != "" {
+			return metricsUsage(ctx, cfg.DaemonMetrics)
+		}
+		return processUsage(), nil
+	}
+	restoreRate := runtime.MemProfileRate
+	if profiling && cfg.MemProfile != nil {
+		// A finer sampling rate than the default 512 KiB, so that the
+		// allocations of each routed frame show up with their stacks.
+		runtime.MemProfileRate = 4096
+		defer func() { runtime.MemProfileRate = restoreRate }()
+	}
+	stopMonitor := make(chan struct{})
+	go func() {
+		defer close(monitorDone)
+		m := monitor{cfg: cfg, clk: clk, rec: rec, kind: kind, index: index, runs: runs, begin: begin, winStart: winStart, winEnd: winEnd}
+		m.atStart = func() {
+			before, usageErr = readUsage()
+			if profiling && cfg.CPUProfile != nil {
+				if err := pprof.StartCPUProfile(cfg.CPUProfile); err != nil && usageErr == nil {
+					usageErr = err
+				}
+			}
+		}
+		m.atEnd = func() {
+			if profiling && cfg.CPUProfile != nil {
+				pprof.StopCPUProfile()
+			}
+			var err error
+			after, err = readUsage()
+			if usageErr == nil {
+				usageErr = err
+			}
+		}
+		m.run(ctx, stopMonitor)
+	}()
+
+	var next atomic.Uint64
+	payload := func() int { return int((next.Add(1) - 1) % uint64(len(ps))) }
+	if open {
+		var k atomic.Uint64
+		openLoop(ctx, clk, begin, winEnd, cfg.Rate, func(ctx context.Context) error {
+			select {
+			case sem <- struct{}{}:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}, func(intended int64) {
+			r := s.requesters[(k.Add(1)-1)%uint64(len(s.requesters))]
+			r.jobs <- job{intended: intended, payload: payload()}
+		})
+	} else {
+		dones := make([]chan string, cfg.Concurrency)
+		for i := range dones {
+			dones[i] = make(chan string, 1)
+		}
+		closedLoop(ctx, clk, cfg.Concurrency, winEnd, func(ctx context.Context, w int, t int64) {
+			s.requesters[w%len(s.requesters)].roundTrip(ctx, t, payload(), dones[w])
+		})
+	}
+	// Let the requests in flight finish (bounded by their timeout).
+	drainEnd := time.Now().Add(cfg.Timeout + time.Second)
+	for time.Now().Before(drainEnd) && ctx.Err() == nil {
+		n := 0
+		for _, r := range s.requesters {
+			n += r.inFlight() + len(r.jobs)
+		}
+		if n == 0 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	close(stopMonitor)
+	<-monitorDone
+
+	if profiling && cfg.MemProfile != nil {
+		runtime.GC()
+		if err := pprof.Lookup("allocs").WriteTo(cfg.MemProfile, 0); err != nil {
+			return nil, err
+		}
+	}
+	closed = true
+	s.close()
+
+	res := rec.result()
+	res.Run = kind
+	res.Target = s.target
+	if p := s.provErrs.snapshot(); len(p) > 0 {
+		res.ProviderErrors = p
+	}
+	if usageErr != nil {
+		return nil, usageErr
+	}
+	if !after.at.IsZero() && !before.at.IsZero() {
+		res.Process = stats(before, after, res.RoundTrips)
+		if cfg.Target != "" && cfg.DaemonMetrics != "" && kind == RunM2M {
+			res.Process.Source, res.Process.IncludesDaemon = "metrics", true
+		} else {
+			res.Process.Source, res.Process.IncludesLoad = "process", true
+			res.Process.IncludesDaemon = cfg.Target == "" || kind != RunM2M
+		}
+	}
+	return &res, nil
+}
+
+// monitor marks the measurement window's edges (usage readings,
+// profiling), closes the timeline's intervals and reports progress.
+type monitor struct {
+	cfg                     *LoadConfig
+	clk                     clock
+	rec                     *recorder
+	kind                    string
+	index, runs             int
+	begin, winStart, winEnd int64
+	atStart, atEnd          func()
+}
+
+// tickInterval is the timeline's resolution: about 50 points per run,
+// between 100 ms and 1 s apart.
+func tickInterval(d time.Duration) time.Duration {
+	return min(max(d/50, 100*time.Millisecond), time.Second)
+}
+
+func (m *monitor) run(ctx context.Context, stop <-chan struct{}) {
+	startT := time.NewTimer(time.Duration(m.winStart - m.clk.now()))
+	endT := time.NewTimer(time.Duration(m.winEnd - m.clk.now()))
+	tick := time.NewTicker(tickInterval(m.cfg.Duration))
+	defer startT.Stop()
+	defer endT.Stop()
+	defer tick.Stop()
+	started, ended := false, false
+	lastOK, lastAt := int64(0), m.begin
+	phase := "warm-up"
+	for {
+		select {
+		case <-startT.C:
+			started = true
+			phase = "measure"
+			m.atStart()
+			continue
+		case <-endT.C:
+			if !started {
+				started = true
+				m.atStart()
+			}
+			ended = true
+			phase = "drain"
+			m.rec.tick(m.winEnd)
+			m.atEnd()
+			continue
+		case <-tick.C:
+		case <-stop:
+		case <-ctx.Done():
+		}
+		now := m.clk.now()
+		select {
+		case <-stop:
+		case <-ctx.Done():
+		default:
+			m.rec.tick(now)
+			if m.cfg.Progress != nil {
+				ok := m.rec.successes()
+				secs := float64(now-lastAt) / 1e9
+				m.cfg.Progress(Progress{
+					Run: m.kind, RunIndex: m.index, Runs: m.runs, Phase: phase,
+					Elapsed:          time.Duration(min(now, m.winEnd) - m.begin),
+					Total:            time.Duration(m.winEnd - m.begin),
+					RoundTripsPerSec: float64(ok-lastOK) / secs,
+					Errors:           m.rec.errorCount(),
+				})
+				lastOK, lastAt = ok, now
+			}
+			continue
+		}
+		if started && !ended {
+			m.atEnd()
+		}
+		return
+	}
+}

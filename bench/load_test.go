@@ -1,0 +1,93 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/m2md/m2md/frame"
+)
+
+// TestLoadEndToEnd runs the real thing briefly: an in-process daemon, echo
+// providers and requesters, with the bare relay and the echo target, over
+// each transport and in each load shape. It checks that every request came
+// back intact and that the report has the documented fields; it never
+// asserts a speed.
+func TestLoadEndToEnd(t *testing.T) {
+	mixed := corpusPayloads(t, "req-chat-1k-03.json", "resp-chat-06.json", "stream-chunk-07.json", "req-embeddings-01.json")
+	for _, tc := range []struct {
+		name string
+		cfg  LoadConfig
+	}{
+		{"quic-none-closed", LoadConfig{Transport: TransportQUIC, Baseline: true, Echo: true}},
+		{"ws-aead-closed", LoadConfig{Transport: TransportWS, Security: frame.SecurityAEAD, Baseline: true}},
+		// Responses and chunks have no routing model: they are addressed to
+		// providers by agent id.
+		{"wss-hmac-open-corpus", LoadConfig{Transport: TransportWSS, Security: frame.SecurityHMAC, Rate: 2000, Payloads: mixed, ServiceTime: time.Millisecond}},
+		{"quic-tokennative", LoadConfig{Transport: TransportQUIC, Algorithm: AlgorithmTokenNative, Payloads: mixed[:2]}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cfg := tc.cfg
+			cfg.Duration, cfg.Warmup = 700*time.Millisecond, 200*time.Millisecond
+			cfg.Connections, cfg.Providers, cfg.Concurrency = 2, 2, 8
+			rep, err := RunLoad(ctx, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			runs := []*Result{&rep.Result}
+			if cfg.Baseline {
+				runs = append(runs, rep.Baseline)
+			}
+			if cfg.Echo {
+				runs = append(runs, rep.Echo)
+			}
+			for _, res := range runs {
+				if res == nil {
+					t.Fatal("a run is missing from the report")
+				}
+				if res.Errors != 0 || res.WarmupErrors != 0 || len(res.ProviderErrors) != 0 {
+					t.Errorf("%s: errors %v (warm-up %d), provider errors %v", res.Run, res.ErrorsByReason, res.WarmupErrors, res.ProviderErrors)
+				}
+				if res.RoundTrips == 0 || res.Count != res.RoundTrips {
+					t.Errorf("%s: %d round trips, %d latencies", res.Run, res.RoundTrips, res.Count)
+				}
+				if res.Process == nil || res.Process.Allocs == 0 || res.Process.Source != "process" {
+					t.Errorf("%s: process figures %+v", res.Run, res.Process)
+				}
+				if len(res.Timeline) == 0 {
+					t.Errorf("%s: no timeline", res.Run)
+				}
+			}
+			if cfg.Baseline && (rep.Ratios == nil || rep.Ratios.RoundTrips <= 0) {
+				t.Errorf("ratios %+v", rep.Ratios)
+			}
+			var buf bytes.Buffer
+			if err := rep.WriteJSON(&buf); err != nil {
+				t.Fatal(err)
+			}
+			var m map[string]any
+			if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range []string{"round_trips_per_sec", "p50_us", "p99_us", "p999_us", "errors"} {
+				if _, ok := m[f].(float64); !ok {
+					t.Errorf("report has no number %q", f)
+				}
+			}
+			var table strings.Builder
+			if err := rep.WriteTable(&table); err != nil {
+				t.Fatal(err)
+			}
+			t.Log(table.String())
+			if err := rep.PlotLoad(filepath.Join(t.TempDir(), "load.png")); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}

@@ -1,0 +1,187 @@
+package bench
+
+import (
+	"sync"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// clock measures time as nanoseconds since its base, on the monotonic
+// clock, so that intended send times and completion times compare exactly.
+type clock struct{ base time.Time }
+
+func newClock() clock { return clock{base: time.Now()} }
+
+func (c clock) now() int64 { return int64(time.Since(c.base)) }
+
+// Sample is one interval of a run's timeline.
+type Sample struct {
+	// TimeS is the end of the interval, in seconds since measurement began.
+	TimeS            float64 `json:"t_s"`
+	RoundTripsPerSec float64 `json:"round_trips_per_sec"`
+	P50US            float64 `json:"p50_us"`
+	P90US            float64 `json:"p90_us"`
+	P99US            float64 `json:"p99_us"`
+	Errors           int64   `json:"errors"`
+}
+
+// recorder collects one run's outcomes. A request counts when its intended
+// send time lies in the measurement window; its latency runs from that
+// intended time to the arrival of its final reply, so a request that had
+// to wait to be sent (open loop, target falling behind) carries the wait in
+// its latency rather than hiding it (no coordinated omission).
+type recorder struct {
+	clk clock
+
+	mu          sync.Mutex
+	winStart    int64 // ns; no window while winEnd == 0
+	winEnd      int64
+	minInterval int64 // shortest timeline interval, ns
+	total       *hdrhistogram.Histogram
+	interval    *hdrhistogram.Histogram
+	ok          int64
+	errs        map[string]int64
+	errCount    int64
+	bytesOut    int64
+	bytesIn     int64
+	late        int64 // replies for requests already given up on
+	warmupErrs  int64
+	ivStart     int64
+	ivOK, ivErr int64
+	timeline    []Sample
+	progressOK  int64 // every success, window or not, for the progress display
+}
+
+func newRecorder(clk clock) *recorder {
+	return &recorder{
+		clk:      clk,
+		total:    newHistogram(),
+		interval: newHistogram(),
+		errs:     make(map[string]int64),
+	}
+}
+
+// setWindow sets the measurement window [start, end), in clock ns, and
+// the shortest timeline interval worth a sample.
+func (r *recorder) setWindow(start, end int64, minInterval time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.winStart, r.winEnd, r.ivStart = start, end, start
+	r.minInterval = int64(minInterval)
+}
+
+// errorCount returns the failures recorded so far.
+func (r *recorder) errorCount() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.errCount
+}
+
+// inWindow reports whether a request intended at t is measured.
+func (r *recorder) inWindow(t int64) bool {
+	return r.winEnd != 0 && t >= r.winStart && t < r.winEnd
+}
+
+// success records a request intended at t whose final reply arrived at
+// now; out and in are the bytes it put on and took off the wire.
+func (r *recorder) success(t, now int64, out, in int) {
+	r.mu.Lock()
+	r.progressOK++
+	if r.inWindow(t) {
+		d := time.Duration(now - t)
+		recordLatency(r.total, d)
+		recordLatency(r.interval, d)
+		r.ok++
+		r.ivOK++
+		r.bytesOut += int64(out)
+		r.bytesIn += int64(in)
+	}
+	r.mu.Unlock()
+}
+
+// failure records a request intended at t that failed for reason.
+func (r *recorder) failure(t int64, reason string) {
+	r.mu.Lock()
+	switch {
+	case r.inWindow(t):
+		r.errs[reason]++
+		r.errCount++
+		r.ivErr++
+	case t < r.winStart:
+		// Counted apart: a run whose warm-up failed should not look clean.
+		r.warmupErrs++
+	}
+	r.mu.Unlock()
+}
+
+// lateReply counts a reply for a request already completed (timed out).
+func (r *recorder) lateReply() {
+	r.mu.Lock()
+	r.late++
+	r.mu.Unlock()
+}
+
+// tick closes the current timeline interval at now. Intervals end at the
+// window's end; ticks after it only finish the last one.
+func (r *recorder) tick(now int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.winEnd == 0 || now <= r.ivStart || r.ivStart >= r.winEnd {
+		return
+	}
+	end := min(now, r.winEnd)
+	if end-r.ivStart < r.minInterval {
+		// Too short to say anything (a tick just after the window opened,
+		// or the last sliver at its end): fold it into the next interval.
+		return
+	}
+	secs := float64(end-r.ivStart) / 1e9
+	s := Sample{
+		TimeS:            float64(end-r.winStart) / 1e9,
+		RoundTripsPerSec: float64(r.ivOK) / secs,
+		Errors:           r.ivErr,
+	}
+	if r.interval.TotalCount() > 0 {
+		s.P50US = float64(r.interval.ValueAtQuantile(50)) / 1e3
+		s.P90US = float64(r.interval.ValueAtQuantile(90)) / 1e3
+		s.P99US = float64(r.interval.ValueAtQuantile(99)) / 1e3
+	}
+	r.timeline = append(r.timeline, s)
+	r.interval.Reset()
+	r.ivOK, r.ivErr = 0, 0
+	r.ivStart = end
+}
+
+// successes returns every success so far (for progress display).
+func (r *recorder) successes() int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.progressOK
+}
+
+// result summarises the window.
+func (r *recorder) result() Result {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	secs := float64(r.winEnd-r.winStart) / 1e9
+	res := Result{
+		Latency:        summarize(r.total),
+		RoundTrips:     r.ok,
+		Errors:         r.errCount,
+		ErrorsByReason: make(map[string]int64, len(r.errs)),
+		LateReplies:    r.late,
+		WarmupErrors:   r.warmupErrs,
+		Timeline:       append([]Sample(nil), r.timeline...),
+	}
+	for k, v := range r.errs {
+		res.ErrorsByReason[k] = v
+	}
+	if secs > 0 {
+		res.DurationS = secs
+		res.RoundTripsPerSec = float64(r.ok) / secs
+		res.FramesPerSec = 2 * res.RoundTripsPerSec
+		res.MBPerSec = float64(r.bytesOut+r.bytesIn) / secs / 1e6
+	}
+	return res
+}

@@ -1,0 +1,156 @@
+package bench
+
+import (
+	"bytes"
+	"encoding/json"
+	"math"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestRecorderWindowAndPercentiles(t *testing.T) {
+	rec := newRecorder(newClock())
+	const ms = int64(time.Millisecond)
+	rec.setWindow(10*ms, 1010*ms, 100*time.Millisecond)
+
+	rec.success(5*ms, 6*ms, 100, 100)     // warm-up: not measured
+	rec.failure(5*ms, "timeout")          // warm-up failure: counted apart
+	rec.success(1010*ms, 1011*ms, 10, 10) // after the window
+	// 1000 requests in the window with latencies 1 µs … 1000 µs.
+	for i := int64(1); i <= 1000; i++ {
+		at := 10*ms + i*ms - 1
+		rec.success(at, at+i*1000, 600, 400)
+	}
+	rec.failure(20*ms, "queue_full")
+	rec.failure(30*ms, "queue_full")
+	rec.failure(40*ms, "timeout")
+
+	res := rec.result()
+	if res.RoundTrips != 1000 || res.Count != 1000 {
+		t.Fatalf("round trips %d, latencies %d; want 1000", res.RoundTrips, res.Count)
+	}
+	if res.Errors != 3 || res.ErrorsByReason["queue_full"] != 2 || res.ErrorsByReason["timeout"] != 1 {
+		t.Errorf("errors %d %v", res.Errors, res.ErrorsByReason)
+	}
+	if res.WarmupErrors != 1 {
+		t.Errorf("warm-up errors %d, want 1", res.WarmupErrors)
+	}
+	if res.DurationS != 1 || res.RoundTripsPerSec != 1000 || res.FramesPerSec != 2000 {
+		t.Errorf("duration %g s, %g rt/s, %g frames/s", res.DurationS, res.RoundTripsPerSec, res.FramesPerSec)
+	}
+	if res.MBPerSec != 1 { // 1000 × 1000 B in 1 s
+		t.Errorf("MB/s %g, want 1", res.MBPerSec)
+	}
+	// HDR histograms with 3 significant digits: within 0.1%.
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"p50", res.P50US, 500}, {"p90", res.P90US, 900}, {"p99", res.P99US, 990},
+		{"p99.9", res.P999US, 999}, {"max", res.MaxUS, 1000}, {"mean", res.MeanUS, 500.5},
+	} {
+		if !near(c.got, c.want) {
+			t.Errorf("%s = %g µs, want %g", c.name, c.got, c.want)
+		}
+	}
+}
+
+// near reports whether an HDR histogram value is within its 0.1% precision.
+func near(got, want float64) bool { return math.Abs(got-want) <= want*0.001+0.001 }
+
+func TestRecorderTimeline(t *testing.T) {
+	rec := newRecorder(newClock())
+	const ms = int64(time.Millisecond)
+	rec.setWindow(0, 300*ms, 50*time.Millisecond)
+	for i := int64(0); i < 100; i++ { // 100 in the first 100 ms, 1 ms each
+		rec.success(i*ms, i*ms+ms, 1, 1)
+	}
+	rec.tick(10 * ms) // too short: folded into the next interval
+	rec.tick(100 * ms)
+	rec.success(150*ms, 160*ms, 1, 1)
+	rec.failure(160*ms, "timeout")
+	rec.tick(200 * ms)
+	rec.tick(290 * ms)
+	rec.tick(400 * ms) // after the window: nothing left to close
+	tl := rec.result().Timeline
+	if len(tl) != 3 {
+		t.Fatalf("timeline %+v, want 3 intervals", tl)
+	}
+	if tl[0].TimeS != 0.1 || tl[0].RoundTripsPerSec != 1000 || !near(tl[0].P50US, 1000) {
+		t.Errorf("first interval %+v", tl[0])
+	}
+	if tl[1].RoundTripsPerSec != 10 || tl[1].Errors != 1 || !near(tl[1].P99US, 10000) {
+		t.Errorf("second interval %+v", tl[1])
+	}
+	if tl[2].RoundTripsPerSec != 0 || tl[2].P50US != 0 {
+		t.Errorf("third interval %+v", tl[2])
+	}
+}
+
+// TestReportJSONFields pins the names scripts read: the M2M run's figures
+// at the top level and the same under "baseline".
+func TestReportJSONFields(t *testing.T) {
+	res := Result{Run: RunM2M, RoundTripsPerSec: 100, Errors: 0, Latency: Latency{P50US: 1, P99US: 2, P999US: 3},
+		Process: &ProcessStats{Source: "process", AllocsPerFrame: 12}}
+	base := Result{Run: RunRelay, RoundTripsPerSec: 200, Latency: Latency{P50US: 1, P99US: 1, P999US: 1},
+		Process: &ProcessStats{Source: "process", AllocsPerFrame: 2}}
+	rep := &LoadReport{Result: res, Baseline: &base}
+	rep.computeRatios()
+	var buf bytes.Buffer
+	if err := rep.WriteJSON(&buf); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := m["baseline"].(map[string]any)
+	for _, k := range []string{"round_trips_per_sec", "frames_per_sec", "mb_per_sec", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "errors", "errors_by_reason", "timeline", "process"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("top level has no %q", k)
+		}
+		if _, ok := b[k]; !ok {
+			t.Errorf("baseline has no %q", k)
+		}
+	}
+	ratios, _ := m["ratios"].(map[string]any)
+	if ratios["round_trips"] != 0.5 || ratios["p99"] != 2.0 || ratios["allocs_per_frame_extra"] != 10.0 {
+		t.Errorf("ratios %v", ratios)
+	}
+	var table strings.Builder
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(table.String(), "0.50x") {
+		t.Errorf("table does not show the ratio:\n%s", table.String())
+	}
+}
+
+func TestParseMetrics(t *testing.T) {
+	text := `# HELP process_cpu_seconds_total Total user and system CPU time spent in seconds.
+# TYPE process_cpu_seconds_total counter
+process_cpu_seconds_total 12.5
+go_memstats_mallocs_total 1.234567e+06
+go_gc_duration_seconds{quantile="0.5"} 0.0001
+go_memstats_heap_inuse_bytes 4.2e+06
+`
+	v, err := parseMetrics(strings.NewReader(text), "process_cpu_seconds_total", "go_memstats_mallocs_total", "go_memstats_heap_inuse_bytes")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v[0] != 12.5 || v[1] != 1234567 || v[2] != 4.2e6 {
+		t.Errorf("got %v", v)
+	}
+	if _, err := parseMetrics(strings.NewReader(text), "go_memstats_alloc_bytes_total"); err == nil {
+		t.Error("a missing metric must be an error")
+	}
+}
+
+func TestThousands(t *testing.T) {
+	for in, want := range map[float64]string{0: "0", 999: "999", 1000: "1,000", 1234567.4: "1,234,567", -4200: "-4,200"} {
+		if got := thousands(in); got != want {
+			t.Errorf("thousands(%g) = %q, want %q", in, got, want)
+		}
+	}
+}

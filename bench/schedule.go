@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"context"
+	"sync"
+	"time"
+)
+
+// intendedTime is when request k of an open-loop run at rate requests per
+// second is meant to be sent: start + k/rate, in clock nanoseconds.
+func intendedTime(start int64, k int64, rate float64) int64 {
+	return start + int64(float64(k)*1e9/rate)
+}
+
+// openLoop sends requests at a fixed rate, as wrk2 does: request k is due
+// at intendedTime(start, k, rate) whatever happened to the earlier ones.
+// For each due request it waits for room (acquire; the number of requests
+// in flight is bounded) and calls issue with the intended time, which the
+// recorder measures latency from: a request that had to wait for room, or
+// that the loop got to late, carries that wait in its latency.
+//
+// It returns when ctx ends or the next request would be due at or after
+// stop, with the number of requests issued. issue must not block for long:
+// it hands the request to a sender.
+func openLoop(ctx context.Context, clk clock, start, stop int64, rate float64, acquire func(context.Context) error, issue func(intended int64)) int64 {
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	var k int64
+	for {
+		due := intendedTime(start, k, rate)
+		if due >= stop {
+			return k
+		}
+		if wait := due - clk.now(); wait > 0 {
+			// Sleep once, then send every request that has come due in the
+			// meantime: at high rates the sleep is longer than the interval.
+			timer.Reset(time.Duration(wait))
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				return k
+			}
+		}
+		if err := acquire(ctx); err != nil {
+			return k
+		}
+		issue(due)
+		k++
+	}
+}
+
+// closedLoop runs workers goroutines, each sending one request and waiting
+// for its final reply before sending the next, until ctx ends or the clock
+// passes stop. roundTrip gets the worker's index and the send time.
+func closedLoop(ctx context.Context, clk clock, workers int, stop int64, roundTrip func(ctx context.Context, worker int, intended int64)) {
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() {
+			for ctx.Err() == nil {
+				now := clk.now()
+				if now >= stop {
+					return
+				}
+				roundTrip(ctx, w, now)
+			}
+		})
+	}
+	wg.Wait()
+}

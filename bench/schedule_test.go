@@ -1,0 +1,130 @@
+package bench
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestIntendedTime(t *testing.T) {
+	for _, tc := range []struct {
+		start, k int64
+		rate     float64
+		want     int64
+	}{
+		{0, 0, 1000, 0},
+		{0, 1, 1000, 1_000_000},
+		{500, 7, 1000, 7_000_500},
+		{0, 1, 3, 333_333_333},
+		{0, 3, 3, 1_000_000_000},
+		{0, 1_000_000, 50_000, 20_000_000_000},
+	} {
+		if got := intendedTime(tc.start, tc.k, tc.rate); got != tc.want {
+			t.Errorf("intendedTime(%d, %d, %g) = %d, want %d", tc.start, tc.k, tc.rate, got, tc.want)
+		}
+	}
+}
+
+// TestOpenLoopMeasuresFromIntendedTime is the coordinated-omission test:
+// a target that can take a request only every 2 ms is driven at one
+// request per millisecond. The loop must still issue every request with
+// its scheduled time (no request skipped, none rescheduled), and the
+// recorded latency must include the time each request waited to be sent,
+// so it grows with the backlog instead of staying at the target's service
+// time.
+func TestOpenLoopMeasuresFromIntendedTime(t *testing.T) {
+	const (
+		rate = 1000.0 // one per ms
+		n    = 25
+		wait = 2 * time.Millisecond // per request, before it can go
+	)
+	clk := newClock()
+	rec := newRecorder(clk)
+	start := clk.now()
+	stop := intendedTime(start, n, rate)
+	rec.setWindow(start, stop, time.Millisecond)
+
+	var intended []int64
+	acquire := func(ctx context.Context) error {
+		time.Sleep(wait) // no room in flight until the target frees some
+		return nil
+	}
+	issued := openLoop(context.Background(), clk, start, stop, rate, acquire, func(due int64) {
+		intended = append(intended, due)
+		rec.success(due, clk.now(), 1, 1) // answered the moment it is sent
+	})
+	if issued != n || len(intended) != n {
+		t.Fatalf("issued %d requests (%d recorded), want %d", issued, len(intended), n)
+	}
+	for k, due := range intended {
+		if want := intendedTime(start, int64(k), rate); due != want {
+			t.Fatalf("request %d intended at %d, want %d", k, due, want)
+		}
+	}
+	res := rec.result()
+	if res.RoundTrips != n {
+		t.Fatalf("recorded %d round trips, want %d", res.RoundTrips, n)
+	}
+	// Request k cannot have been sent before (k+1) waits had passed, but was
+	// due at k ms: its latency is at least (k+1)*2 - k ms. For the last one
+	// that is n+1 ms, far above the zero the target itself took.
+	floor := float64(n+1) * 1e3
+	if res.MaxUS < floor {
+		t.Errorf("max latency %.0f µs, want ≥ %.0f µs: the wait before sending was not measured", res.MaxUS, floor)
+	}
+	if res.P50US < float64(n/2)*1e3 {
+		t.Errorf("p50 %.0f µs: latency must grow with the backlog", res.P50US)
+	}
+}
+
+func TestOpenLoopStopsOnContext(t *testing.T) {
+	clk := newClock()
+	ctx, cancel := context.WithCancel(context.Background())
+	start := clk.now()
+	var count int
+	done := make(chan int64)
+	go func() {
+		done <- openLoop(ctx, clk, start, start+int64(time.Hour), 100, func(context.Context) error { return nil }, func(int64) {
+			count++
+			if count == 3 {
+				cancel()
+			}
+		})
+	}()
+	select {
+	case k := <-done:
+		if k != 3 {
+			t.Errorf("issued %d after cancel, want 3", k)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("openLoop did not stop when its context ended")
+	}
+}
+
+func TestClosedLoopStopsAtDeadline(t *testing.T) {
+	clk := newClock()
+	stop := clk.now() + int64(50*time.Millisecond)
+	var mu sync.Mutex
+	last := map[int]int64{}
+	calls := 0
+	closedLoop(context.Background(), clk, 4, stop, func(_ context.Context, w int, at int64) {
+		mu.Lock()
+		defer mu.Unlock()
+		if at >= stop {
+			t.Errorf("worker %d sent at %d, after the stop %d", w, at, stop)
+		}
+		if at < last[w] {
+			t.Errorf("worker %d went back in time", w)
+		}
+		last[w] = at
+		calls++
+		time.Sleep(time.Millisecond) // hold the worker like a round trip would
+	})
+	if len(last) != 4 || calls < 4 {
+		t.Errorf("%d workers made %d calls", len(last), calls)
+	}
+	if now := clk.now(); now < stop {
+		t.Errorf("closedLoop returned %v before its stop", time.Duration(stop-now))
+	}
+}

@@ -1,0 +1,270 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/mattn/go-isatty"
+	"github.com/schollz/progressbar/v3"
+
+	"github.com/m2md/m2md/bench"
+	"github.com/m2md/m2md/certs"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/tokennative"
+)
+
+func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		printBenchUsage(stderr)
+		return usagef("missing subcommand: load or codec")
+	}
+	switch args[0] {
+	case "load":
+		return runBenchLoad(args[1:], stdout, stderr)
+	case "codec":
+		return runBenchCodec(args[1:], stdout, stderr)
+	case "-h", "--help", "help":
+		printBenchUsage(stderr)
+		return flag.ErrHelp
+	}
+	printBenchUsage(stderr)
+	return usagef("unknown subcommand %q (want load or codec)", args[0])
+}
+
+func printBenchUsage(w io.Writer) {
+	fmt.Fprintln(w, "Usage: m2md bench <load|codec> [flags]")
+	fmt.Fprintln(w, "\n  load   routed request/response round trips through a daemon (in-process unless --target),")
+	fmt.Fprintln(w, "         optionally against a bare relay baseline (--baseline)")
+	fmt.Fprintln(w, "  codec  bytes, cl100k tokens and encode/decode time of every wire form, per corpus file")
+	fmt.Fprintln(w, "\nRun 'm2md bench load --help' or 'm2md bench codec --help' for the flags.")
+}
+
+func runBenchLoad(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench load", "bench load [flags]\n\nSends request/response round trips through the M2M daemon from its own requester\nconnections to its own echo providers, and prints a table. Without --target it starts\na daemon in this process (loopback only).", stderr)
+	var (
+		cfg                                bench.LoadConfig
+		pin, caFile, payload, corpus, algo string
+		enc, security, jsonOut, plotOut    string
+		cpuProfile, memProfile             string
+		insecure                           bool
+	)
+	fs.StringVar(&cfg.Target, "target", "", "daemon `URL` (quic://host:port, ws://host:port/m2m, wss://…); empty: start one in-process")
+	fs.StringVar(&cfg.Transport, "transport", bench.TransportQUIC, "quic, ws or wss: for the in-process daemon and the baseline")
+	fs.StringVar(&pin, "pin", "", "SHA-256 `fingerprint` of the target's certificate (quic://, wss://)")
+	fs.StringVar(&caFile, "ca-file", "", "PEM `file` of CAs to verify the target against")
+	fs.BoolVar(&insecure, "insecure", false, "accept any certificate from the target (development only)")
+	fs.StringVar(&cfg.DaemonMetrics, "daemon-metrics", "", "the target's Prometheus `URL` (http://127.0.0.1:9090/metrics): report the daemon's own CPU and allocations")
+	fs.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "measured time")
+	fs.DurationVar(&cfg.Warmup, "warmup", bench.DefaultWarmup, "load before measuring, not measured")
+	fs.IntVar(&cfg.Connections, "connections", bench.DefaultConnections, "requester connections")
+	fs.IntVar(&cfg.Providers, "providers", bench.DefaultProviders, "echo provider agents")
+	fs.IntVar(&cfg.Concurrency, "concurrency", bench.DefaultConcurrency, "closed loop: requests in flight over all connections")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: requests per `second` on a fixed schedule, latency from the intended send time (0: closed loop)")
+	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", bench.DefaultMaxInFlight, "open loop: most requests waiting for replies")
+	fs.DurationVar(&cfg.ServiceTime, "service-time", 0, "how long providers wait before echoing")
+	fs.DurationVar(&cfg.Timeout, "timeout", bench.DefaultTimeout, "give up on a request after this")
+	fs.StringVar(&payload, "payload", bench.Size1KB, "built-in payload: "+strings.Join(bench.BuiltinSizes(), ", "))
+	fs.StringVar(&corpus, "corpus", "", "`folder` of JSON documents to send in turn instead of the built-in payload")
+	fs.StringVar(&algo, "algorithm", bench.AlgorithmM2M, "frames to send: m2m or tokennative")
+	fs.StringVar(&enc, "encoding", "cl100k", "TokenNative tokenizer: cl100k or o200k")
+	fs.StringVar(&security, "security", "none", "frame security: none, hmac or aead")
+	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the same load through a bare relay on the same transport (no M2M protocol) and report the ratio")
+	fs.BoolVar(&cfg.Echo, "echo", false, "also run the load generator against a target that echoes at once (the generator's own limit)")
+	fs.StringVar(&jsonOut, "json", "", "write every figure to this JSON `file`")
+	fs.StringVar(&plotOut, "plot", "", "draw latency percentiles and throughput over time into this `file` (.svg or .png)")
+	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measurement window to `file` (goroutines labelled role=daemon|loadgen)")
+	fs.StringVar(&memProfile, "memprofile", "", "write an allocation profile to `file` at the end of the M2M run")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+
+	mode, err := negotiate.ParseSecurityMode(security)
+	if err != nil {
+		return usagef("--security must be none, hmac or aead, not %q", security)
+	}
+	cfg.Security = mode
+	switch enc {
+	case "cl100k", "cl100k_base":
+		cfg.Encoding = tokennative.Cl100k
+	case "o200k", "o200k_base":
+		cfg.Encoding = tokennative.O200k
+	default:
+		return usagef("--encoding must be cl100k or o200k, not %q", enc)
+	}
+	if algo != bench.AlgorithmM2M && algo != bench.AlgorithmTokenNative {
+		return usagef("--algorithm must be m2m or tokennative, not %q", algo)
+	}
+	cfg.Algorithm = algo
+	if plotOut != "" && !strings.HasSuffix(plotOut, ".svg") && !strings.HasSuffix(plotOut, ".png") {
+		return usagef("--plot file must end in .svg or .png")
+	}
+	if (cpuProfile != "" || memProfile != "") && cfg.Target != "" {
+		return usagef("--cpuprofile and --memprofile profile the in-process daemon; drop --target")
+	}
+	if cfg.Target != "" {
+		tc, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: pin, CAFile: caFile, InsecureSkipVerify: insecure})
+		if err != nil {
+			return usagef("%v", err)
+		}
+		cfg.TLS = tc
+	}
+	if corpus != "" {
+		if cfg.Payloads, err = bench.LoadCorpus(corpus); err != nil {
+			return err
+		}
+	} else {
+		p, err := bench.BuiltinPayload(payload)
+		if err != nil {
+			return usagef("%v", err)
+		}
+		cfg.Payloads = []bench.Payload{p}
+	}
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		cfg.CPUProfile = f
+	}
+	if memProfile != "" {
+		f, err := os.Create(memProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		cfg.MemProfile = f
+	}
+	cfg.CommandLine = "m2md bench load " + strings.Join(args, " ")
+
+	runs := 1
+	if cfg.Baseline {
+		runs++
+	}
+	if cfg.Echo {
+		runs++
+	}
+	per := cfg.Warmup + cfg.Duration
+	if bar := newBar(stderr, int64(runs)*per.Milliseconds(), "load"); bar != nil {
+		cfg.Progress = func(p bench.Progress) {
+			_ = bar.Set64(int64(p.RunIndex-1)*per.Milliseconds() + p.Elapsed.Milliseconds())
+			bar.Describe(fmt.Sprintf("%-5s %-7s %9.0f rt/s  %d errors", p.Run, p.Phase, p.RoundTripsPerSec, p.Errors))
+		}
+		defer bar.Clear()
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.RunLoad(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.Progress != nil {
+		fmt.Fprint(stderr, "\r\033[K")
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if jsonOut != "" {
+		if err := writeFileWith(jsonOut, rep.WriteJSON); err != nil {
+			return err
+		}
+	}
+	if plotOut != "" {
+		if err := rep.PlotLoad(plotOut); err != nil {
+			return err
+		}
+	}
+	return ctx.Err()
+}
+
+func runBenchCodec(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench codec", "bench codec [flags]\n\nEncodes every JSON file of a corpus folder in every wire form (raw JSON, gzip+Base64,\nBrotli+Base64, zstd, M2M v1 text and binary, TokenNative text and binary per tokenizer),\nchecks each decodes back byte for byte, and reports bytes, cl100k tokens and\nencode/decode times per size class.", stderr)
+	var (
+		corpus, csvOut, jsonOut, plotOut string
+		minTime                          time.Duration
+	)
+	fs.StringVar(&corpus, "corpus", "testdata/corpus", "`folder` of JSON documents (searched recursively)")
+	fs.DurationVar(&minTime, "min-time", bench.DefaultMinTime, "time each encode and decode over at least this long")
+	fs.StringVar(&csvOut, "csv", "", "write one line per document and form to this CSV `file`")
+	fs.StringVar(&jsonOut, "json", "", "write every row and the summary to this JSON `file`")
+	fs.StringVar(&plotOut, "plot", "", "draw bytes and tokens per size class into this `file` (.svg or .png)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if minTime <= 0 || minTime > time.Minute {
+		return usagef("--min-time must be above 0 and at most 1m")
+	}
+	if plotOut != "" && !strings.HasSuffix(plotOut, ".svg") && !strings.HasSuffix(plotOut, ".png") {
+		return usagef("--plot file must end in .svg or .png")
+	}
+	payloads, err := bench.LoadCorpus(corpus)
+	if err != nil {
+		return err
+	}
+	cfg := bench.CodecConfig{Payloads: payloads, MinTime: minTime}
+	if bar := newBar(stderr, int64(len(payloads)), "codec"); bar != nil {
+		cfg.Progress = func(done, _ int) { _ = bar.Set(done) }
+		defer bar.Clear()
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.RunCodec(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if cfg.Progress != nil {
+		fmt.Fprint(stderr, "\r\033[K")
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if csvOut != "" {
+		if err := writeFileWith(csvOut, rep.WriteCSV); err != nil {
+			return err
+		}
+	}
+	if jsonOut != "" {
+		if err := writeFileWith(jsonOut, rep.WriteJSON); err != nil {
+			return err
+		}
+	}
+	if plotOut != "" {
+		return rep.PlotCodec(plotOut)
+	}
+	return nil
+}
+
+// newBar returns a progress bar on stderr when it is a terminal, else nil:
+// logs and pipes get no control characters.
+func newBar(stderr io.Writer, max int64, what string) *progressbar.ProgressBar {
+	f, ok := stderr.(*os.File)
+	if !ok || !isatty.IsTerminal(f.Fd()) {
+		return nil
+	}
+	return progressbar.NewOptions64(max,
+		progressbar.OptionSetWriter(stderr),
+		progressbar.OptionSetDescription(what),
+		progressbar.OptionSetWidth(30),
+		progressbar.OptionThrottle(200*time.Millisecond),
+		progressbar.OptionClearOnFinish(),
+		progressbar.OptionSetPredictTime(true),
+	)
+}
+
+// writeFileWith writes what write produces to path, only if it succeeds.
+func writeFileWith(path string, write func(io.Writer) error) error {
+	var buf bytes.Buffer
+	if err := write(&buf); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
