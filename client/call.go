@@ -55,14 +55,23 @@ type call struct {
 
 	mu        sync.Mutex
 	queue     []reply
-	queued    int // bytes of frames in queue
+	inline    [1]reply // the queue's first array: a plain response needs no other
+	queued    int      // bytes of frames in queue
 	from      string
 	err       error // after the queue drains, what Recv returns
 	abandoned bool
 }
 
 func newCall(s *session, id uint64, ch transport.ChannelID) *call {
-	return &call{s: s, id: id, ch: ch, limit: s.c.cfg.StreamBuffer, notify: make(chan struct{}, 1)}
+	cl := &call{}
+	cl.init(s, id, ch)
+	return cl
+}
+
+func (cl *call) init(s *session, id uint64, ch transport.ChannelID) {
+	cl.s, cl.id, cl.ch, cl.limit = s, id, ch, s.c.cfg.StreamBuffer
+	cl.notify = make(chan struct{}, 1)
+	cl.queue = cl.inline[:0]
 }
 
 func (cl *call) signal() {
@@ -116,6 +125,9 @@ func (cl *call) next(ctx context.Context) (reply, error) {
 			r := cl.queue[0]
 			cl.queue[0] = reply{}
 			cl.queue = cl.queue[1:]
+			if len(cl.queue) == 0 {
+				cl.queue = cl.inline[:0]
+			}
 			cl.queued -= len(r.frame)
 			cl.mu.Unlock()
 			return r, nil
@@ -172,6 +184,7 @@ type Stream struct {
 	cl   *call
 	err  error // sticky: io.EOF after the final reply, or the failure
 	once sync.Once
+	call call // cl points here: one allocation per request
 }
 
 // Recv returns the next reply's JSON, decoded. After the final reply it
@@ -326,7 +339,10 @@ func (c *Client) start(ctx context.Context, payload []byte, raw bool, opts []Cal
 		}
 		return nil, s.sendErr()
 	}
-	cl := newCall(s, id, ch)
+	st := &Stream{ctx: ctx}
+	cl := &st.call
+	cl.init(s, id, ch)
+	st.cl = cl
 	if err := s.addCall(cl); err != nil {
 		s.conn.ReleaseChannel(ch)
 		return nil, err
@@ -341,7 +357,7 @@ func (c *Client) start(ctx context.Context, payload []byte, raw bool, opts []Cal
 	if !raw {
 		c.stats.jsonSent.Add(uint64(len(payload)))
 	}
-	return &Stream{ctx: ctx, cl: cl}, nil
+	return st, nil
 }
 
 // newRequestID returns the next request id: per client, never 0.

@@ -30,7 +30,7 @@ import (
 // agents by model or agent id, PING/PONG, CLOSE in both directions, and a
 // few test models whose behaviour the daemon plays itself:
 //
-//	echo      the request JSON comes back as the final reply
+//	echo      the request frame comes back as the final reply (not decoded)
 //	stream    max_tokens chunks {"i":k}, the last one with END
 //	error     an error reply with code "test_error"
 //	garbage   a reply whose payload does not decode (CRC broken), properly protected
@@ -424,12 +424,9 @@ func (fs *fakeSession) handleData(msg transport.Message) {
 	const end = negotiate.FlagReply | negotiate.FlagEnd
 	switch model := string(h.Model); model {
 	case "echo":
-		body, err := frame.AppendDecode(nil, plain, frame.Limits{})
-		if err != nil {
-			fs.sendError(ch, end, id, "", CodeBadFrame, err.Error())
-			return
-		}
-		fs.sendJSON(ch, end, id, "", body)
+		// The request's own frame goes back, re-stamped and re-protected,
+		// without decoding: a daemon never touches payloads.
+		fs.sendFrame(ch, end, id, "", slices.Clone(plain))
 	case "stream":
 		body, err := frame.AppendDecode(nil, plain, frame.Limits{})
 		if err != nil {

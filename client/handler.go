@@ -110,8 +110,12 @@ func (d *delivery) write(flags negotiate.DataFlags, json []byte, code, message s
 	} else {
 		err = d.s.sendJSON(d.ch, flags, d.id, json)
 	}
-	if err == nil && flags&negotiate.FlagEnd != 0 {
+	switch {
+	case err == nil && flags&negotiate.FlagEnd != 0:
 		d.done = true
+	case err != nil && d.ctx.Err() != nil:
+		// The delivery ended while the reply was going out.
+		return d.cancelledErr()
 	}
 	return err
 }

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -56,9 +57,12 @@ func (o outgoing) encodeJSON(json []byte, lim frame.Limits) error {
 // the tag or nonce goes into the buffer's spare room); other frames
 // (TokenNative) go as they are.
 //
-// The frame is written with the session's context, not the caller's: once a
-// sequence number is taken the frame must reach the wire, or the channel's
-// numbering would have a hole the daemon refuses as a replay.
+// The frame is written without the caller's context: once a sequence
+// number is taken the frame must reach the wire, or the channel's numbering
+// would have a hole the daemon refuses as a replay. What unblocks a Send
+// stuck on a dead peer is the end of the session, which closes the
+// connection (a context that can be cancelled would also cost the
+// transports an AfterFunc registration per message).
 func (s *session) sendMessage(ch transport.ChannelID, o outgoing) error {
 	fr := (*o.buf)[o.hdrLen:]
 	m2m := isM2M(fr)
@@ -105,7 +109,7 @@ func (s *session) sendMessage(ch transport.ChannelID, o outgoing) error {
 		}
 	}
 	msg := *o.buf
-	if err := s.conn.Send(s.ctx, ch, msg); err != nil {
+	if err := s.conn.Send(context.Background(), ch, msg); err != nil {
 		if s.ctx.Err() != nil {
 			return s.sendErr()
 		}

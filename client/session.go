@@ -363,8 +363,7 @@ func (s *session) sendClose(reason negotiate.CloseReason, cause error) bool {
 	now := time.Now()
 	// No more DATA from here on, so flip before the CLOSE is on the wire.
 	s.closing.Store(true)
-	msg := negotiate.AppendClose(nil, s.info.ID, now, reason, "")
-	if err := s.conn.Send(s.ctx, transport.ControlChannel, msg); err != nil {
+	if err := s.sendControlLocked(negotiate.AppendClose(nil, s.info.ID, now, reason, "")); err != nil {
 		return false
 	}
 	if err := s.m.CloseSent(reason, now); err != nil {
@@ -392,9 +391,13 @@ func (s *session) pokeTimer() {
 	}
 }
 
-// sendControlLocked sends a control message; ctrlMu is held.
+// sendControlLocked sends a control message; ctrlMu is held. The send is
+// bounded so that a stalled connection cannot hold the state machine (and
+// Close) for longer than the protocol's CLOSE timeout.
 func (s *session) sendControlLocked(msg []byte) error {
-	return s.conn.Send(s.ctx, transport.ControlChannel, msg)
+	ctx, cancel := context.WithTimeout(s.ctx, negotiate.CloseTimeout)
+	defer cancel()
+	return s.conn.Send(ctx, transport.ControlChannel, msg)
 }
 
 // timerLoop runs the machine's timers: PING after silence, CLOSE TIMEOUT

@@ -16,7 +16,7 @@ import (
 type Stats struct {
 	Requests       uint64 // requests sent (Do, Stream, SendFrame)
 	Replies        uint64 // replies received for them (chunks and final)
-	Deliveries     uint64 // requests delivered to this agent's Handler
+	Deliveries     uint64 // requests delivered to this agent (served or refused)
 	BusyRejections uint64 // deliveries answered provider_busy (MaxConcurrentHandlers reached)
 	Notices        uint64 // notices received about this agent's replies
 	LateReplies    uint64 // replies to requests nobody waits for any more, dropped
