@@ -10,6 +10,35 @@ import (
 	"text/tabwriter"
 )
 
+// table is rows of cells, the first row the header, written as aligned
+// text or as Markdown.
+type table struct{ rows [][]string }
+
+func (t *table) add(cells ...string) { t.rows = append(t.rows, cells) }
+
+func (t *table) text(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	for _, r := range t.rows {
+		fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
+	}
+	return tw.Flush()
+}
+
+func (t *table) markdown(w io.Writer) error {
+	for i, r := range t.rows {
+		fmt.Fprintf(w, "| %s |\n", strings.Join(r, " | "))
+		if i == 0 {
+			seps := make([]string, len(r))
+			seps[0] = "---"
+			for j := 1; j < len(r); j++ {
+				seps[j] = "---:"
+			}
+			fmt.Fprintf(w, "|%s|\n", strings.Join(seps, "|"))
+		}
+	}
+	return nil
+}
+
 // WriteJSON writes the report as indented JSON.
 func (r *CodecReport) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
@@ -49,7 +78,12 @@ func (r *CodecReport) summary(class, form string) (CodecSummary, bool) {
 // WriteTable writes the summary as readable tables: bytes on the wire and
 // tokens as a percentage of the JSON's, per size class, and the mean encode
 // and decode times.
-func (r *CodecReport) WriteTable(w io.Writer) error {
+func (r *CodecReport) WriteTable(w io.Writer) error { return r.writeTables(w, false) }
+
+// WriteMarkdown writes the same tables in Markdown.
+func (r *CodecReport) WriteMarkdown(w io.Writer) error { return r.writeTables(w, true) }
+
+func (r *CodecReport) writeTables(w io.Writer, markdown bool) error {
 	counts := make([]string, 0, len(r.Classes))
 	for _, c := range r.Classes {
 		if s, ok := r.summary(c, FormJSON); ok {
@@ -60,25 +94,30 @@ func (r *CodecReport) WriteTable(w io.Writer) error {
 
 	matrix := func(title string, cell func(CodecSummary) string) error {
 		fmt.Fprintf(w, "\n%s\n", title)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprint(tw, "form\t")
+		var t table
+		hdr := []string{"form"}
 		for _, c := range r.Classes {
-			fmt.Fprintf(tw, "%s\t", c)
+			s, _ := r.summary(c, FormJSON)
+			hdr = append(hdr, fmt.Sprintf("%s (%d)", c, s.Files))
 		}
-		fmt.Fprintln(tw)
+		t.add(hdr...)
 		for _, f := range r.Forms {
-			fmt.Fprintf(tw, "%s\t", f)
+			row := []string{f}
 			for _, c := range r.Classes {
 				s, ok := r.summary(c, f)
 				v := "-"
 				if ok {
 					v = cell(s)
 				}
-				fmt.Fprintf(tw, "%s\t", v)
+				row = append(row, v)
 			}
-			fmt.Fprintln(tw)
+			t.add(row...)
 		}
-		return tw.Flush()
+		if markdown {
+			fmt.Fprintln(w)
+			return t.markdown(w)
+		}
+		return t.text(w)
 	}
 	pct := func(v float64) string { return fmt.Sprintf("%.1f%%", 100*v) }
 	if err := matrix("Bytes on the wire, % of the JSON (total per class):", func(s CodecSummary) string { return pct(s.ByteRatio) }); err != nil {

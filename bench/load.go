@@ -94,6 +94,14 @@ type LoadConfig struct {
 	CPUProfile io.Writer
 	MemProfile io.Writer
 
+	// ProfileRun names the run CPUProfile and MemProfile cover: RunM2M
+	// (default), RunRelay or RunEcho; with Repeat, its first repetition.
+	ProfileRun string
+	// Repeat runs everything this many times, interleaved, and reports the
+	// median of each figure (ratios: the median of each repetition's
+	// ratio); errors are summed. Default 1.
+	Repeat int
+
 	// Progress, when set, is called a few times a second.
 	Progress func(Progress)
 	// CommandLine is recorded in the report.
@@ -103,7 +111,7 @@ type LoadConfig struct {
 // Progress reports a run under way.
 type Progress struct {
 	Run              string // RunM2M, RunRelay or RunEcho
-	RunIndex, Runs   int    // 1-based
+	RunIndex, Runs   int    // 1-based, over all runs and repetitions
 	Phase            string // "warm-up", "measure" or "drain"
 	Elapsed, Total   time.Duration
 	RoundTripsPerSec float64 // since the previous report
@@ -127,6 +135,10 @@ func (c *LoadConfig) withDefaults() (LoadConfig, error) {
 	set(&cfg.Providers, DefaultProviders)
 	set(&cfg.Concurrency, DefaultConcurrency)
 	set(&cfg.MaxInFlight, DefaultMaxInFlight)
+	set(&cfg.Repeat, 1)
+	if cfg.ProfileRun == "" {
+		cfg.ProfileRun = RunM2M
+	}
 	if cfg.Timeout == 0 {
 		cfg.Timeout = DefaultTimeout
 	}
@@ -149,6 +161,12 @@ func (c *LoadConfig) withDefaults() (LoadConfig, error) {
 		return cfg, errors.New("bench: max in flight must be 1 to 1000000")
 	case cfg.Rate < 0 || cfg.Rate > 10_000_000:
 		return cfg, errors.New("bench: rate must be 0 (closed loop) to 10000000 per second")
+	case cfg.Repeat < 1 || cfg.Repeat > 100:
+		return cfg, errors.New("bench: repeat must be 1 to 100")
+	case cfg.ProfileRun != RunM2M && cfg.ProfileRun != RunRelay && cfg.ProfileRun != RunEcho:
+		return cfg, fmt.Errorf("bench: the profiled run must be %s, %s or %s", RunM2M, RunRelay, RunEcho)
+	case cfg.ProfileRun == RunRelay && !cfg.Baseline, cfg.ProfileRun == RunEcho && !cfg.Echo:
+		return cfg, fmt.Errorf("bench: cannot profile the %s run without running it", cfg.ProfileRun)
 	case cfg.ServiceTime < 0 || cfg.ServiceTime > time.Minute:
 		return cfg, errors.New("bench: service time must be 0 to 1 minute")
 	case cfg.Timeout <= 0 || cfg.Timeout > 10*time.Minute:
@@ -200,31 +218,57 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 	if cfg.Echo {
 		runs = append(runs, RunEcho)
 	}
-	for i, kind := range runs {
-		var res *Result
-		withRole(ctx, roleLoadgen, func(ctx context.Context) {
-			res, err = runOnce(ctx, &cfg, ps, kind, i+1, len(runs))
-		})
-		if err != nil {
-			return nil, fmt.Errorf("bench: %s run: %w", kind, err)
+	results := make(map[string][]*Result)
+	step, steps := 0, cfg.Repeat*len(runs)
+	for rep := 0; rep < cfg.Repeat; rep++ {
+		// Interleaved (M2M, baseline, M2M, baseline, …) so that a change in
+		// the machine's other load hits both alike.
+		for _, kind := range runs {
+			step++
+			var res *Result
+			withRole(ctx, roleLoadgen, func(ctx context.Context) {
+				res, err = runOnce(ctx, &cfg, ps, kind, step, steps, rep == 0)
+			})
+			if err != nil {
+				return nil, fmt.Errorf("bench: %s run: %w", kind, err)
+			}
+			results[kind] = append(results[kind], res)
+			if ctx.Err() != nil {
+				break
+			}
 		}
-		switch kind {
-		case RunM2M:
-			rep.Result = *res
-		case RunRelay:
-			rep.Baseline = res
-		case RunEcho:
-			rep.Echo = res
+		if ctx.Err() != nil {
+			break
 		}
 	}
+	rep.Result = *medianResult(results[RunM2M])
+	if rs := results[RunRelay]; len(rs) > 0 {
+		rep.Baseline = medianResult(rs)
+	}
+	if rs := results[RunEcho]; len(rs) > 0 {
+		rep.Echo = medianResult(rs)
+	}
 	rep.Machine.LoadAvgEnd = loadAvg()
-	rep.computeRatios()
+	rep.computeRatios(results[RunM2M], results[RunRelay])
+	if cfg.Repeat > 1 {
+		for i, m := range results[RunM2M] {
+			r := Repetition{M2M: summaryOf(m)}
+			if i < len(results[RunRelay]) {
+				b := summaryOf(results[RunRelay][i])
+				r.Baseline = &b
+				r.RoundTripsRatio = ratio(m.RoundTripsPerSec, b.RoundTripsPerSec)
+				r.P99Ratio = ratio(m.P99US, b.P99US)
+			}
+			rep.Repetitions = append(rep.Repetitions, r)
+		}
+	}
 	return rep, nil
 }
 
 func runInfo(cfg *LoadConfig, ps []prepared) RunInfo {
 	info := RunInfo{
 		Target:          cfg.Target,
+		Repeat:          cfg.Repeat,
 		Transport:       cfg.Transport,
 		Security:        cfg.Security.String(),
 		Algorithm:       cfg.Algorithm,
@@ -403,7 +447,7 @@ func connect(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, r
 }
 
 // runOnce runs one kind of run from set-up to tear-down.
-func runOnce(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, index, runs int) (*Result, error) {
+func runOnce(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, index, runs int, first bool) (*Result, error) {
 	certDir, err := os.MkdirTemp("", "m2md-bench-")
 	if err != nil {
 		return nil, err
@@ -445,7 +489,8 @@ func runOnce(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, i
 	winEnd := winStart + int64(cfg.Duration)
 	rec.setWindow(winStart, winEnd, tickInterval(cfg.Duration)/2)
 
-	profiling := kind == RunM2M
+	// Profiles cover the first repetition of the chosen run.
+	profiling := first && kind == cfg.ProfileRun
 	var (
 		before, after usage
 		usageErr      error

@@ -96,7 +96,7 @@ func TestReportJSONFields(t *testing.T) {
 	base := Result{Run: RunRelay, RoundTripsPerSec: 200, Latency: Latency{P50US: 1, P99US: 1, P999US: 1},
 		Process: &ProcessStats{Source: "process", AllocsPerFrame: 2}}
 	rep := &LoadReport{Result: res, Baseline: &base}
-	rep.computeRatios()
+	rep.computeRatios([]*Result{&res}, []*Result{&base})
 	var buf bytes.Buffer
 	if err := rep.WriteJSON(&buf); err != nil {
 		t.Fatal(err)
@@ -152,5 +152,32 @@ func TestThousands(t *testing.T) {
 		if got := thousands(in); got != want {
 			t.Errorf("thousands(%g) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+func TestMedianOfRepetitions(t *testing.T) {
+	mk := func(rate, p99 float64, errs int64) *Result {
+		return &Result{RoundTripsPerSec: rate, Latency: Latency{P99US: p99}, Errors: errs,
+			ErrorsByReason: map[string]int64{"timeout": errs}, Timeline: []Sample{{RoundTripsPerSec: rate}},
+			Process: &ProcessStats{Source: "process", AllocsPerFrame: rate / 100}}
+	}
+	m2m := []*Result{mk(100, 9, 0), mk(300, 1, 1), mk(200, 5, 2)}
+	base := []*Result{mk(400, 2, 0), mk(400, 2, 0), mk(100, 2, 0)}
+	med := medianResult(m2m)
+	if med.RoundTripsPerSec != 200 || med.P99US != 5 || med.Errors != 3 || med.ErrorsByReason["timeout"] != 3 {
+		t.Errorf("median %+v", med)
+	}
+	if med.Timeline[0].RoundTripsPerSec != 200 || med.Process.AllocsPerFrame != 2 {
+		t.Errorf("timeline or process not from the median run: %+v %+v", med.Timeline, med.Process)
+	}
+	rep := &LoadReport{Result: *med, Baseline: medianResult(base)}
+	rep.computeRatios(m2m, base)
+	// Per-repetition ratios 0.25, 0.75, 2: the median is 0.75, not
+	// median(m2m)/median(base) = 0.5.
+	if rep.Ratios.RoundTrips != 0.75 || rep.Ratios.P99 != 2.5 {
+		t.Errorf("ratios %+v", rep.Ratios)
+	}
+	if median([]float64{4, 1, 3, 2}) != 2.5 || median(nil) != 0 {
+		t.Error("median of an even count is the mean of the middle two")
 	}
 }

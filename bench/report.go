@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -68,6 +69,7 @@ type Ratios struct {
 // RunInfo records what was run.
 type RunInfo struct {
 	Target          string  `json:"target"`
+	Repeat          int     `json:"repeat"`
 	Transport       string  `json:"transport"`
 	Security        string  `json:"security"`
 	Algorithm       string  `json:"algorithm"`
@@ -112,6 +114,123 @@ type LoadReport struct {
 	Baseline *Result `json:"baseline,omitempty"`
 	Echo     *Result `json:"echo,omitempty"`
 	Ratios   *Ratios `json:"ratios,omitempty"`
+	// Repetitions lists each repetition's headline figures when the runs
+	// were repeated (the figures above are then medians).
+	Repetitions []Repetition `json:"repetitions,omitempty"`
+}
+
+// Repetition is one repetition of a repeated load benchmark.
+type Repetition struct {
+	M2M             RunSummary  `json:"m2m"`
+	Baseline        *RunSummary `json:"baseline,omitempty"`
+	RoundTripsRatio float64     `json:"round_trips_ratio,omitempty"`
+	P99Ratio        float64     `json:"p99_ratio,omitempty"`
+}
+
+// RunSummary is a run's headline figures.
+type RunSummary struct {
+	RoundTripsPerSec float64 `json:"round_trips_per_sec"`
+	P50US            float64 `json:"p50_us"`
+	P99US            float64 `json:"p99_us"`
+	P999US           float64 `json:"p999_us"`
+	Errors           int64   `json:"errors"`
+	AllocsPerFrame   float64 `json:"allocs_per_frame,omitempty"`
+	CPUPerRoundTrip  float64 `json:"cpu_us_per_round_trip,omitempty"`
+}
+
+func summaryOf(r *Result) RunSummary {
+	s := RunSummary{RoundTripsPerSec: r.RoundTripsPerSec, P50US: r.P50US, P99US: r.P99US, P999US: r.P999US, Errors: r.Errors}
+	if r.Process != nil {
+		s.AllocsPerFrame, s.CPUPerRoundTrip = r.Process.AllocsPerFrame, r.Process.CPUPerRoundTripUS
+	}
+	return s
+}
+
+// median of vs (the mean of the middle two for an even count); 0 for none.
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
+		return 0
+	}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+// medianResult combines repetitions of one run: the median of every figure,
+// the sum of every error count, and the timeline of the repetition whose
+// throughput is the median.
+func medianResult(rs []*Result) *Result {
+	if len(rs) == 1 {
+		return rs[0]
+	}
+	med := func(f func(*Result) float64) float64 {
+		vs := make([]float64, len(rs))
+		for i, r := range rs {
+			vs[i] = f(r)
+		}
+		return median(vs)
+	}
+	out := &Result{
+		Run:              rs[0].Run,
+		Target:           rs[0].Target,
+		DurationS:        med(func(r *Result) float64 { return r.DurationS }),
+		RoundTrips:       int64(med(func(r *Result) float64 { return float64(r.RoundTrips) })),
+		RoundTripsPerSec: med(func(r *Result) float64 { return r.RoundTripsPerSec }),
+		FramesPerSec:     med(func(r *Result) float64 { return r.FramesPerSec }),
+		MBPerSec:         med(func(r *Result) float64 { return r.MBPerSec }),
+		Latency: Latency{
+			Count:  int64(med(func(r *Result) float64 { return float64(r.Count) })),
+			MeanUS: med(func(r *Result) float64 { return r.MeanUS }),
+			P50US:  med(func(r *Result) float64 { return r.P50US }),
+			P90US:  med(func(r *Result) float64 { return r.P90US }),
+			P99US:  med(func(r *Result) float64 { return r.P99US }),
+			P999US: med(func(r *Result) float64 { return r.P999US }),
+			MaxUS:  med(func(r *Result) float64 { return r.MaxUS }),
+		},
+		ErrorsByReason: map[string]int64{},
+	}
+	for _, r := range rs {
+		out.Errors += r.Errors
+		out.WarmupErrors += r.WarmupErrors
+		out.LateReplies += r.LateReplies
+		for k, v := range r.ErrorsByReason {
+			out.ErrorsByReason[k] += v
+		}
+		for k, v := range r.ProviderErrors {
+			if out.ProviderErrors == nil {
+				out.ProviderErrors = map[string]int64{}
+			}
+			out.ProviderErrors[k] += v
+		}
+	}
+	byRate := slices.Clone(rs)
+	slices.SortFunc(byRate, func(a, b *Result) int { return cmp.Compare(a.RoundTripsPerSec, b.RoundTripsPerSec) })
+	out.Timeline = byRate[len(byRate)/2].Timeline
+	if rs[0].Process != nil {
+		p := *rs[0].Process
+		pm := func(f func(*ProcessStats) float64) float64 {
+			return med(func(r *Result) float64 {
+				if r.Process == nil {
+					return 0
+				}
+				return f(r.Process)
+			})
+		}
+		p.CPUSeconds = pm(func(s *ProcessStats) float64 { return s.CPUSeconds })
+		p.CPUCores = pm(func(s *ProcessStats) float64 { return s.CPUCores })
+		p.CPUPerRoundTripUS = pm(func(s *ProcessStats) float64 { return s.CPUPerRoundTripUS })
+		p.HeapInuseBytes = uint64(pm(func(s *ProcessStats) float64 { return float64(s.HeapInuseBytes) }))
+		p.Allocs = uint64(pm(func(s *ProcessStats) float64 { return float64(s.Allocs) }))
+		p.AllocsPerFrame = pm(func(s *ProcessStats) float64 { return s.AllocsPerFrame })
+		p.AllocBytesPerFrame = pm(func(s *ProcessStats) float64 { return s.AllocBytesPerFrame })
+		p.GCCycles = uint32(pm(func(s *ProcessStats) float64 { return float64(s.GCCycles) }))
+		out.Process = &p
+	}
+	return out
 }
 
 func machine() Machine {
@@ -152,19 +271,28 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-func (r *LoadReport) computeRatios() {
-	if r.Baseline == nil {
+// computeRatios compares each repetition's M2M run with the baseline run
+// made right after it, and keeps the median of each ratio: a drift in the
+// machine's load between repetitions then cancels out.
+func (r *LoadReport) computeRatios(m2m, base []*Result) {
+	n := min(len(m2m), len(base))
+	if n == 0 {
 		return
 	}
-	b := r.Baseline
-	r.Ratios = &Ratios{
-		RoundTrips: ratio(r.RoundTripsPerSec, b.RoundTripsPerSec),
-		P50:        ratio(r.P50US, b.P50US),
-		P99:        ratio(r.P99US, b.P99US),
-		P999:       ratio(r.P999US, b.P999US),
+	var rt, p50, p99, p999, allocs []float64
+	for i := range n {
+		a, b := m2m[i], base[i]
+		rt = append(rt, ratio(a.RoundTripsPerSec, b.RoundTripsPerSec))
+		p50 = append(p50, ratio(a.P50US, b.P50US))
+		p99 = append(p99, ratio(a.P99US, b.P99US))
+		p999 = append(p999, ratio(a.P999US, b.P999US))
+		if a.Process != nil && b.Process != nil && a.Process.Source == "process" && b.Process.Source == "process" {
+			allocs = append(allocs, a.Process.AllocsPerFrame-b.Process.AllocsPerFrame)
+		}
 	}
-	if r.Process != nil && b.Process != nil && r.Process.Source == "process" && b.Process.Source == "process" {
-		d := r.Process.AllocsPerFrame - b.Process.AllocsPerFrame
+	r.Ratios = &Ratios{RoundTrips: median(rt), P50: median(p50), P99: median(p99), P999: median(p999)}
+	if len(allocs) == n {
+		d := median(allocs)
 		r.Ratios.AllocsPerFrameExtra = &d
 	}
 }
@@ -310,4 +438,52 @@ func thousands(v float64) string {
 		return "-" + b.String()
 	}
 	return b.String()
+}
+
+// WriteLoadMarkdown writes one Markdown table row per report, the M2M run
+// beside its baseline: the matrix docs/benchmarks.md shows.
+func WriteLoadMarkdown(w io.Writer, reps []*LoadReport) error {
+	var t table
+	t.add("transport", "security", "payload", "load", "M2M rt/s", "relay rt/s", "ratio",
+		"M2M p50 / p99 / p99.9", "relay p50 / p99 / p99.9", "p99 ratio", "allocs/frame M2M / relay", "CPU µs/rt M2M / relay", "errors")
+	lat := func(r *Result) string {
+		return fmt.Sprintf("%s / %s / %s", micros(r.P50US), micros(r.P99US), micros(r.P999US))
+	}
+	for _, r := range reps {
+		c := r.Config
+		load := fmt.Sprintf("%d in flight", c.Concurrency)
+		if c.Mode == "open" {
+			load = thousands(c.Rate) + " req/s"
+		}
+		row := []string{c.Transport, c.Security, c.PayloadName, load, thousands(r.RoundTripsPerSec)}
+		errs := r.Errors
+		allocs, cpu := "-", "-"
+		if r.Process != nil {
+			allocs = fmt.Sprintf("%.1f", r.Process.AllocsPerFrame)
+			cpu = fmt.Sprintf("%.0f", r.Process.CPUPerRoundTripUS)
+		}
+		if b := r.Baseline; b != nil && r.Ratios != nil {
+			errs += b.Errors
+			row = append(row, thousands(b.RoundTripsPerSec), fmt.Sprintf("%.2fx", r.Ratios.RoundTrips), lat(&r.Result), lat(b), fmt.Sprintf("%.2fx", r.Ratios.P99))
+			if b.Process != nil && r.Process != nil {
+				allocs += fmt.Sprintf(" / %.1f", b.Process.AllocsPerFrame)
+				cpu += fmt.Sprintf(" / %.0f", b.Process.CPUPerRoundTripUS)
+			}
+		} else {
+			row = append(row, "-", "-", lat(&r.Result), "-", "-")
+		}
+		row = append(row, allocs, cpu, fmt.Sprint(errs))
+		t.add(row...)
+	}
+	return t.markdown(w)
+}
+
+// ReadLoadReport reads a report written by WriteJSON.
+func ReadLoadReport(rd io.Reader) (*LoadReport, error) {
+	var r LoadReport
+	dec := json.NewDecoder(rd)
+	if err := dec.Decode(&r); err != nil {
+		return nil, fmt.Errorf("bench: load report: %w", err)
+	}
+	return &r, nil
 }

@@ -14,10 +14,11 @@ import (
 type wire interface {
 	// request appends to b the message carrying p as request id on ch.
 	request(b []byte, ch transport.ChannelID, id uint64, p *prepared) ([]byte, error)
-	// reply reads a received message. A message that is not the final
-	// reply to a request (a PING, a stream chunk) has final false. An
-	// error means the connection cannot go on.
-	reply(msg *transport.Message) (replyInfo, error)
+	// reply reads a message received on ch. A message that is not the
+	// final reply to a request (a PING, a stream chunk) has final false. An
+	// error means the connection cannot go on. (The message is passed as
+	// its parts: a pointer to it would make every received Message escape.)
+	reply(data []byte, ch transport.ChannelID) (replyInfo, error)
 	// matches reports whether a reply body is the echo of p.
 	matches(body []byte, p *prepared) bool
 	// close ends the connection.
@@ -70,6 +71,8 @@ type requester struct {
 	free  []int
 	bufs  sync.Pool
 
+	ctx     context.Context // ends at stop
+	cancel  context.CancelFunc
 	jobs    chan job
 	sender  sync.WaitGroup
 	wg      sync.WaitGroup
@@ -104,6 +107,7 @@ func newRequester(conn transport.Conn, w wire, sendMu *sync.Mutex, payloads []pr
 		r.free = append(r.free, i)
 	}
 	r.bufs.New = func() any { b := make([]byte, 0, r.bufSize); return &b }
+	r.ctx, r.cancel = context.WithCancel(context.Background())
 	return r
 }
 
@@ -143,9 +147,9 @@ func (r *requester) send(intended int64, payload int, done chan string) bool {
 	}
 	var ch transport.ChannelID
 	if r.perReq {
-		ctx, cancel := context.WithTimeout(context.Background(), r.timeout)
-		c, err := r.conn.AcquireChannel(ctx)
-		cancel()
+		// The context only matters when every stream the daemon allows is
+		// taken; a per-request timeout would cost a timer per request.
+		c, err := r.conn.AcquireChannel(r.ctx)
 		if err != nil {
 			r.finish(id, "no_channel", false)
 			return false
@@ -275,7 +279,7 @@ func (r *requester) readLoop() {
 			r.failAll("connection_lost")
 			return
 		}
-		info, err := r.w.reply(&msg)
+		info, err := r.w.reply(msg.Data, msg.Channel)
 		if err != nil {
 			msg.Release()
 			r.failAll("connection_lost")
@@ -365,6 +369,7 @@ func (r *requester) inFlight() int {
 // stop ends the requester: requests still in flight fail with reason, the
 // connection closes and every goroutine exits.
 func (r *requester) stop(reason string) {
+	r.cancel()
 	if r.jobs != nil {
 		close(r.jobs)
 		r.sender.Wait()

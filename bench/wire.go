@@ -35,15 +35,15 @@ func (w *m2mWire) request(b []byte, ch transport.ChannelID, id uint64, p *prepar
 	return w.s.protect(b, off, ch)
 }
 
-func (w *m2mWire) reply(msg *transport.Message) (replyInfo, error) {
-	kind, err := negotiate.MessageKind(msg.Data)
+func (w *m2mWire) reply(data []byte, ch transport.ChannelID) (replyInfo, error) {
+	kind, err := negotiate.MessageKind(data)
 	if err != nil {
 		return replyInfo{}, err
 	}
 	if kind == negotiate.KindControl {
-		return replyInfo{}, w.s.control(msg.Data)
+		return replyInfo{}, w.s.control(data)
 	}
-	dh, fr, err := negotiate.ParseData(msg.Data)
+	dh, fr, err := negotiate.ParseData(data)
 	if err != nil {
 		return replyInfo{}, err
 	}
@@ -55,7 +55,7 @@ func (w *m2mWire) reply(msg *transport.Message) (replyInfo, error) {
 	}
 	info := replyInfo{final: true, id: dh.RequestID}
 	if len(fr) > 0 && fr[0] == '#' {
-		plain, reason := w.s.open(fr, msg.Channel)
+		plain, reason := w.s.open(fr, ch)
 		if reason != "" {
 			info.reason = reason
 			return info, nil
@@ -91,11 +91,11 @@ func (w *tagWire) request(b []byte, _ transport.ChannelID, id uint64, p *prepare
 	return append(b, p.frame...), nil
 }
 
-func (w *tagWire) reply(msg *transport.Message) (replyInfo, error) {
-	if len(msg.Data) < tagLen {
+func (w *tagWire) reply(data []byte, _ transport.ChannelID) (replyInfo, error) {
+	if len(data) < tagLen {
 		return replyInfo{}, errShortMessage
 	}
-	info := replyInfo{final: true, id: readTag(msg.Data), body: msg.Data[tagLen:]}
+	info := replyInfo{final: true, id: readTag(data), body: data[tagLen:]}
 	if len(info.body) == 0 {
 		info.reason = "relay_error"
 	}

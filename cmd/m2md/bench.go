@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -31,19 +32,22 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return runBenchLoad(args[1:], stdout, stderr)
 	case "codec":
 		return runBenchCodec(args[1:], stdout, stderr)
+	case "table":
+		return runBenchTable(args[1:], stdout, stderr)
 	case "-h", "--help", "help":
 		printBenchUsage(stderr)
 		return flag.ErrHelp
 	}
 	printBenchUsage(stderr)
-	return usagef("unknown subcommand %q (want load or codec)", args[0])
+	return usagef("unknown subcommand %q (want load, codec or table)", args[0])
 }
 
 func printBenchUsage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: m2md bench <load|codec> [flags]")
+	fmt.Fprintln(w, "Usage: m2md bench <load|codec|table> [flags]")
 	fmt.Fprintln(w, "\n  load   routed request/response round trips through a daemon (in-process unless --target),")
 	fmt.Fprintln(w, "         optionally against a bare relay baseline (--baseline)")
 	fmt.Fprintln(w, "  codec  bytes, cl100k tokens and encode/decode time of every wire form, per corpus file")
+	fmt.Fprintln(w, "  table  one Markdown table row per 'bench load --json' report given")
 	fmt.Fprintln(w, "\nRun 'm2md bench load --help' or 'm2md bench codec --help' for the flags.")
 }
 
@@ -81,7 +85,9 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&jsonOut, "json", "", "write every figure to this JSON `file`")
 	fs.StringVar(&plotOut, "plot", "", "draw latency percentiles and throughput over time into this `file` (.svg or .png)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measurement window to `file` (goroutines labelled role=daemon|loadgen)")
-	fs.StringVar(&memProfile, "memprofile", "", "write an allocation profile to `file` at the end of the M2M run")
+	fs.StringVar(&memProfile, "memprofile", "", "write an allocation profile to `file` at the end of the profiled run")
+	fs.StringVar(&cfg.ProfileRun, "profile-run", bench.RunM2M, "the run --cpuprofile and --memprofile cover: m2m, relay or echo")
+	fs.IntVar(&cfg.Repeat, "repeat", 1, "run everything this many times, interleaved, and report medians")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -106,8 +112,8 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	if plotOut != "" && !strings.HasSuffix(plotOut, ".svg") && !strings.HasSuffix(plotOut, ".png") {
 		return usagef("--plot file must end in .svg or .png")
 	}
-	if (cpuProfile != "" || memProfile != "") && cfg.Target != "" {
-		return usagef("--cpuprofile and --memprofile profile the in-process daemon; drop --target")
+	if (cpuProfile != "" || memProfile != "") && cfg.Target != "" && cfg.ProfileRun == bench.RunM2M {
+		return usagef("--cpuprofile and --memprofile profile this process; the daemon at --target is elsewhere")
 	}
 	if cfg.Target != "" {
 		tc, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: pin, CAFile: caFile, InsecureSkipVerify: insecure})
@@ -152,6 +158,7 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	if cfg.Echo {
 		runs++
 	}
+	runs *= max(cfg.Repeat, 1)
 	per := cfg.Warmup + cfg.Duration
 	if bar := newBar(stderr, int64(runs)*per.Milliseconds(), "load"); bar != nil {
 		cfg.Progress = func(p bench.Progress) {
@@ -191,12 +198,14 @@ func runBenchCodec(args []string, stdout, stderr io.Writer) error {
 	var (
 		corpus, csvOut, jsonOut, plotOut string
 		minTime                          time.Duration
+		markdown                         bool
 	)
 	fs.StringVar(&corpus, "corpus", "testdata/corpus", "`folder` of JSON documents (searched recursively)")
 	fs.DurationVar(&minTime, "min-time", bench.DefaultMinTime, "time each encode and decode over at least this long")
 	fs.StringVar(&csvOut, "csv", "", "write one line per document and form to this CSV `file`")
 	fs.StringVar(&jsonOut, "json", "", "write every row and the summary to this JSON `file`")
 	fs.StringVar(&plotOut, "plot", "", "draw bytes and tokens per size class into this `file` (.svg or .png)")
+	fs.BoolVar(&markdown, "markdown", false, "print the tables in Markdown")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -224,7 +233,11 @@ func runBenchCodec(args []string, stdout, stderr io.Writer) error {
 	if cfg.Progress != nil {
 		fmt.Fprint(stderr, "\r\033[K")
 	}
-	if err := rep.WriteTable(stdout); err != nil {
+	write := rep.WriteTable
+	if markdown {
+		write = rep.WriteMarkdown
+	}
+	if err := write(stdout); err != nil {
 		return err
 	}
 	if csvOut != "" {
@@ -241,6 +254,33 @@ func runBenchCodec(args []string, stdout, stderr io.Writer) error {
 		return rep.PlotCodec(plotOut)
 	}
 	return nil
+}
+
+func runBenchTable(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench table", "bench table FILE.json...\n\nPrints one Markdown table row per report written by 'm2md bench load --json'.", stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usagef("%v", err)
+	}
+	if fs.NArg() == 0 {
+		return usagef("name at least one report")
+	}
+	var reps []*bench.LoadReport
+	for _, name := range fs.Args() {
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		rep, err := bench.ReadLoadReport(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		reps = append(reps, rep)
+	}
+	return bench.WriteLoadMarkdown(stdout, reps)
 }
 
 // newBar returns a progress bar on stderr when it is a terminal, else nil:
