@@ -119,11 +119,21 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 		fail("too_large", fmt.Sprintf("frame of %d bytes exceeds provider %s's max_payload %d", n, prov.agent, limit))
 		return
 	}
-	actx, cancel := context.WithTimeout(prov.ctx, 5*time.Second)
-	pch, err := prov.conn.AcquireChannel(actx)
+	// Take a free channel or open one, but never wait for one: a QUIC
+	// provider's stream limit is how many deliveries it takes in flight, and
+	// waiting here would stall this whole session's read loop (its other
+	// requests, its replies, its PONGs) behind one busy provider. With an
+	// ended context AcquireChannel still returns an idle or new channel and
+	// fails only where it would have waited.
+	actx, cancel := context.WithCancel(prov.ctx)
 	cancel()
+	pch, err := prov.conn.AcquireChannel(actx)
 	if err != nil {
-		fail("agent_gone", "no channel to provider "+prov.agent)
+		if errors.Is(err, context.Canceled) && prov.ctx.Err() == nil {
+			fail("provider_busy", "provider "+prov.agent+" has no free channel: as many requests in flight as it accepts streams")
+		} else {
+			fail("agent_gone", "no channel to provider "+prov.agent)
+		}
 		return
 	}
 	m, ok := buildData(pch, 0, d.ID, se.agent, fr, algo)
