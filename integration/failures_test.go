@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/transport"
 )
 
 // waitSessions polls /healthz until the daemon counts n sessions.
@@ -151,5 +152,54 @@ func TestRepliesJustBeforeClose(t *testing.T) {
 				req.conn.Close()
 			}
 		})
+	}
+}
+
+// TestProviderOutOfChannels: a QUIC provider can have only as many
+// deliveries in flight as it allows the daemon streams. A request beyond
+// that is answered provider_busy at once; it must not stall the
+// requester's session (whose other messages wait behind it) nor be
+// mistaken for the provider having gone.
+func TestProviderOutOfChannels(t *testing.T) {
+	d := startDaemon(t, nil)
+	prov := dialRawConfig(t, d, "quic", negotiate.ClientConfig{AgentID: "narrow", Models: []string{"gpt-4o"}}, transport.Config{MaxIncomingChannels: 2})
+	req := mustDialRaw(t, d, "quic", negotiate.ClientConfig{AgentID: "narrow-req"})
+	var held []*received
+	for range 2 {
+		req.request("", corpus(t, "req-chat-1k-01.json"))
+		held = append(held, prov.recvData(5*time.Second))
+	}
+	start := time.Now()
+	_, id := req.request("", corpus(t, "req-chat-1k-01.json"))
+	// The session goes on meanwhile: a PING right after is answered too
+	// (in either order: they travel on different streams).
+	req.sendControl(negotiate.AppendPing(nil, req.sess.ID, time.Now()))
+	var busy, pong bool
+	for !busy || !pong {
+		r, cm, err := req.recv(5 * time.Second)
+		switch {
+		case cm != nil && cm.Type == negotiate.TypePong:
+			pong = true
+		case err == nil && r.code == "provider_busy" && r.hdr.RequestID == id:
+			busy = true
+		case err == nil:
+			t.Fatalf("got code %q for %d, want provider_busy for %d", r.code, r.hdr.RequestID, id)
+		default:
+			t.Fatalf("after %v: %v (pong %t, busy %t)", time.Since(start), err, pong, busy)
+		}
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("answers took %v", el)
+	}
+	// The provider is fine: it finishes one, and the next request fits.
+	prov.reply(held[0].ch, held[0].hdr.RequestID, true, corpus(t, "resp-chat-06.json"))
+	if r := req.recvData(5 * time.Second); r.code != "" {
+		t.Fatalf("reply code %q", r.code)
+	}
+	_, id = req.request("", corpus(t, "req-chat-1k-01.json"))
+	got := prov.recvData(5 * time.Second)
+	prov.reply(got.ch, got.hdr.RequestID, true, corpus(t, "resp-chat-06.json"))
+	if r := req.recvData(5 * time.Second); r.hdr.RequestID != id || r.code != "" {
+		t.Fatalf("reply id %d code %q", r.hdr.RequestID, r.code)
 	}
 }

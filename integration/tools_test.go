@@ -15,6 +15,7 @@ import (
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -55,6 +56,55 @@ func dialQuick(d *testDaemon, tr string, timeout time.Duration) (transport.Conn,
 		return transport.DialQUIC(ctx, d.QUICAddr().String(), tc, transport.Config{HandshakeTimeout: timeout})
 	}
 	return transport.DialWS(ctx, d.url("ws"), nil, transport.Config{HandshakeTimeout: timeout})
+}
+
+// dialRawConfig is dialRaw with the agent's own transport configuration
+// (e.g. a small MaxIncomingChannels: how many deliveries a QUIC provider
+// can have in flight).
+func dialRawConfig(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig, tc transport.Config) *rawAgent {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var (
+		conn transport.Conn
+		err  error
+	)
+	if tr == "quic" {
+		conn, err = transport.DialQUIC(ctx, d.QUICAddr().String(), d.clientTLS(t), tc)
+	} else {
+		conn, err = transport.DialWS(ctx, d.url("ws"), nil, tc)
+	}
+	if err != nil {
+		t.Fatalf("dial %s: %v", tr, err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	hs, err := negotiate.NewHello(cc, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := conn.Send(ctx, transport.ControlChannel, hs.Message()); err != nil {
+		t.Fatal(err)
+	}
+	msg, err := conn.Receive(ctx)
+	if err != nil {
+		t.Fatalf("no ACCEPT: %v", err)
+	}
+	sess, err := hs.Accept(msg.Data)
+	msg.Release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &rawAgent{t: t, conn: conn, sess: sess, seqs: negotiate.NewSequences(0)}
+	if mode := sess.Params.SecurityMode; mode != frame.SecurityNone {
+		if a.sendKey, err = security.NewFrameKey(mode, sess.SendKey()); err != nil {
+			t.Fatal(err)
+		}
+		if a.recvKey, err = security.NewFrameKey(mode, sess.ReceiveKey()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.SetReadLimit(int64(sess.Params.MaxPayload) + 512)
+	return a
 }
 
 // exchange sends msg on the control channel and returns the daemon's
