@@ -103,7 +103,11 @@ func TestProviderErrors(t *testing.T) {
 			w.Respond([]byte(`{"id":"chatcmpl-b","choices":[]}`))
 		}
 	})
-	prov := dial(t, d, "quic", Options{AgentID: "prov", Models: []string{"refuses", "silent", "panics", "blocks"},
+	dial(t, d, "quic", Options{AgentID: "prov", Models: []string{"refuses", "silent", "panics"},
+		Handler: h, Security: frame.SecurityHMAC})
+	// A handler holds its slot until it returns, even after its final
+	// reply: the bound is on goroutines.
+	narrow := dial(t, d, "quic", Options{AgentID: "narrow", Models: []string{"blocks"},
 		Handler: h, MaxConcurrentHandlers: 1, Security: frame.SecurityHMAC})
 	dial(t, d, "ws", Options{AgentID: "idle", Models: []string{"unhandled"}})
 	req := dial(t, d, "ws", Options{Security: frame.SecurityAEAD})
@@ -138,7 +142,7 @@ func TestProviderErrors(t *testing.T) {
 	if err := <-first; err != nil {
 		t.Fatal(err)
 	}
-	if st := prov.Stats(); st.BusyRejections != 1 || st.Deliveries != 5 {
+	if st := narrow.Stats(); st.BusyRejections != 1 || st.Deliveries != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 }
