@@ -1,0 +1,265 @@
+package tokennative
+
+import (
+	"encoding/json"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/dlclark/regexp2/v2"
+	"github.com/tiktoken-go/tokenizer/codec"
+)
+
+const corpusDir = "../testdata/corpus"
+
+type corpusFile struct {
+	name string
+	data []byte
+}
+
+var loadCorpus = sync.OnceValues(func() ([]corpusFile, error) {
+	var files []corpusFile
+	err := filepath.WalkDir(corpusDir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".json") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(corpusDir, p)
+		files = append(files, corpusFile{rel, b})
+		return nil
+	})
+	return files, err
+})
+
+func corpus(t testing.TB) []corpusFile {
+	t.Helper()
+	files, err := loadCorpus()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) < 100 {
+		t.Fatalf("corpus has %d files, want the full corpus (>= 100)", len(files))
+	}
+	return files
+}
+
+func corpusFileNamed(t testing.TB, name string) []byte {
+	t.Helper()
+	for _, f := range corpus(t) {
+		if f.name == name {
+			return f.data
+		}
+	}
+	t.Fatalf("corpus file %s missing", name)
+	return nil
+}
+
+// Reference implementations: tiktoken-go (regexp2 pre-tokenization, its own
+// byte-pair merge); they ignore special tokens.
+var refCodecs = sync.OnceValue(func() map[Encoding]*codec.Codec {
+	return map[Encoding]*codec.Codec{Cl100k: codec.NewCl100kBase(), O200k: codec.NewO200kBase()}
+})
+
+func referenceIDs(t testing.TB, e Encoding, text string) []uint32 {
+	t.Helper()
+	ids, _, err := refCodecs()[e].Encode(text)
+	if err != nil {
+		t.Fatalf("tiktoken-go %v: %v", e, err)
+	}
+	out := make([]uint32, len(ids))
+	for i, id := range ids {
+		out[i] = uint32(id)
+	}
+	return out
+}
+
+const (
+	patternCL    = `(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+	patternO200k = `[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+`
+)
+
+// The reference pre-tokenizer is regexp2's interpreter: wrapping the pattern
+// in a group keeps regexp2 from using the code tiktoken-go generated for the
+// bare pattern, which has two bugs (see TestTiktokenGoPretokenizerBugs).
+var refRegexps = sync.OnceValue(func() [2]*regexp2.Regexp {
+	return [2]*regexp2.Regexp{
+		regexp2.MustCompile("(?:"+patternCL+")", regexp2.None),
+		regexp2.MustCompile("(?:"+patternO200k+")", regexp2.None),
+	}
+})
+
+// tiktokenGoRegexps are the engines tiktoken-go runs (its generated code,
+// registered for these exact pattern strings).
+var tiktokenGoRegexps = sync.OnceValue(func() [2]*regexp2.Regexp {
+	refCodecs() // registers the generated engines
+	return [2]*regexp2.Regexp{regexp2.MustCompile(patternCL, regexp2.None), regexp2.MustCompile(patternO200k, regexp2.None)}
+})
+
+// referencePieces splits s with regexp2's interpreter (backtracking,
+// leftmost-first: the semantics of tiktoken's fancy-regex).
+func referencePieces(t testing.TB, o200k bool, s string) []string {
+	t.Helper()
+	return regexpPieces(t, refRegexps()[b2i(o200k)], s)
+}
+
+// tiktokenGoPieces splits s as tiktoken-go does.
+func tiktokenGoPieces(t testing.TB, o200k bool, s string) []string {
+	t.Helper()
+	return regexpPieces(t, tiktokenGoRegexps()[b2i(o200k)], s)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func regexpPieces(t testing.TB, re *regexp2.Regexp, s string) []string {
+	t.Helper()
+	var out []string
+	m, err := re.FindStringMatch(s)
+	for ; m != nil && err == nil; m, err = re.FindNextMatch(m) {
+		out = append(out, m.String())
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// compareWithTiktokenGo checks that the ordinary (no special tokens) ids of
+// text equal tiktoken-go's, unless tiktoken-go splits text wrongly (then
+// tiktoken-go is not a reference for it and the result is false).
+func compareWithTiktokenGo(t testing.TB, v *vocab, text string) bool {
+	t.Helper()
+	got := v.appendOrdinary(nil, text, new(encState))
+	want := referenceIDs(t, v.enc, text)
+	if equalIDs(got, want) {
+		return true
+	}
+	if !slices.Equal(tiktokenGoPieces(t, v.o200k, text), referencePieces(t, v.o200k, text)) {
+		return false
+	}
+	for i := range min(len(got), len(want)) {
+		if got[i] != want[i] {
+			t.Errorf("%v %q: token %d: got %v, tiktoken-go %v", v.enc, text, i, got[max(0, i-2):min(len(got), i+3)], want[max(0, i-2):min(len(want), i+3)])
+			return true
+		}
+	}
+	t.Errorf("%v %q: got %d tokens, tiktoken-go %d", v.enc, text, len(got), len(want))
+	return true
+}
+
+// ourPieces splits s with the hand-written matchers.
+func ourPieces(o200k bool, s string) []string {
+	initClassTable()
+	var out []string
+	for i := 0; i < len(s); {
+		var j int
+		if o200k {
+			j = splitO200k(s, i)
+		} else {
+			j = splitCL(s, i)
+		}
+		if j <= i || j > len(s) {
+			panic("split did not advance")
+		}
+		out = append(out, s[i:j])
+		i = j
+	}
+	return out
+}
+
+// hasSpecialText reports whether s contains a special token string of e,
+// which tiktoken-go does not recognise.
+func hasSpecialText(v *vocab, s string) bool {
+	at, _, _ := v.findSpecial(s)
+	return at >= 0
+}
+
+func mustTokenizer(t testing.TB, c *Codec, e Encoding) *Tokenizer {
+	t.Helper()
+	tok, err := c.Tokenizer(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// The real Llama 3 vocabulary is not in the repository: it comes from the Go
+// module proxy (module github.com/ollama/ollama@v0.17.4 carries it as
+// tokenizer/testdata/llama3.2/{encoder.json,vocab.bpe}), or from the path in
+// M2MD_LLAMA3_VOCAB.
+const (
+	llama3Module    = "github.com/ollama/ollama@v0.17.4"
+	llama3ModuleDir = "tokenizer/testdata/llama3.2"
+	llama3EnvVar    = "M2MD_LLAMA3_VOCAB"
+)
+
+var locateLlama3 = sync.OnceValues(func() (string, error) {
+	if p := os.Getenv(llama3EnvVar); p != "" {
+		return p, nil
+	}
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	}
+	// Run outside any module, so the download cannot touch this module's go.mod.
+	dir, err := os.MkdirTemp("", "m2md-llama3-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.Command(goBin, "mod", "download", "-json", llama3Module)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
+	out, err := cmd.Output()
+	var info struct{ Dir, Error string }
+	if jerr := json.Unmarshal(out, &info); jerr == nil && info.Error != "" {
+		return "", &exec.Error{Name: "go mod download " + llama3Module, Err: errString(info.Error)}
+	}
+	if err != nil {
+		if ee, ok := err.(*exec.ExitError); ok {
+			return "", errString(err.Error() + ": " + string(ee.Stderr) + string(out))
+		}
+		return "", err
+	}
+	if info.Dir == "" {
+		return "", errString("go mod download printed no Dir: " + string(out))
+	}
+	return filepath.Join(info.Dir, filepath.FromSlash(llama3ModuleDir)), nil
+})
+
+type errString string
+
+func (e errString) Error() string { return string(e) }
+
+// llama3Path returns the Llama 3 vocabulary directory. Without it the test
+// fails under CI (env CI set) and is skipped elsewhere.
+func llama3Path(t testing.TB) string {
+	t.Helper()
+	p, err := locateLlama3()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("Llama 3 vocabulary unavailable (set %s to a directory with encoder.json): %v", llama3EnvVar, err)
+		}
+		t.Skipf("Llama 3 vocabulary unavailable (set %s, or allow `go mod download %s`): %v", llama3EnvVar, llama3Module, err)
+	}
+	return p
+}
+
+func llama3Codec(t testing.TB) *Codec {
+	t.Helper()
+	return New(Config{Llama3Path: llama3Path(t)})
+}
+
+func equalIDs(a, b []uint32) bool { return slices.Equal(a, b) }
