@@ -645,3 +645,57 @@ func TestProtocolViolation(t *testing.T) {
 		})
 	}
 }
+
+func TestBoundedBuffers(t *testing.T) {
+	leakCheck(t)
+	d := newFakeDaemon(t, fakeConfig{})
+	const n = 100
+	body := []byte(fmt.Sprintf(`{"model":"stream","max_tokens":%d,"messages":[]}`, n))
+	t.Run("slow stream reader", func(t *testing.T) {
+		c := dial(t, d, "quic", Options{StreamBuffer: 1000})
+		st, err := c.Stream(testCtx(t), body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		// Read nothing until every chunk has arrived.
+		for deadline := time.Now().Add(testTimeout); ; time.Sleep(time.Millisecond) {
+			if s := c.Stats(); s.Replies == n {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("replies did not arrive: %+v", c.Stats())
+			}
+		}
+		got := 0
+		for {
+			b, err := st.Recv()
+			if err != nil {
+				if !errors.Is(err, ErrSlowConsumer) {
+					t.Fatalf("after %d chunks: %v, want ErrSlowConsumer", got, err)
+				}
+				break
+			}
+			if want := fmt.Sprintf(`{"i":%d}`, got); string(b) != want {
+				t.Fatalf("chunk %s, want %s", b, want)
+			}
+			got++
+		}
+		if got == 0 || got >= n || c.Stats().LateReplies != uint64(n-got) {
+			t.Fatalf("%d chunks kept, stats %+v", got, c.Stats())
+		}
+		// The channel went back to the pool with the END: the next request works.
+		if _, err := c.Do(testCtx(t), chatRequest("echo", "x")); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("Do response size", func(t *testing.T) {
+		c := dial(t, d, "ws", Options{MaxResponseSize: 200})
+		if _, err := c.Do(testCtx(t), body); !errors.Is(err, ErrTooLarge) {
+			t.Fatalf("got %v, want ErrTooLarge", err)
+		}
+		if _, err := c.Do(testCtx(t), chatRequest("echo", "x")); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
