@@ -13,8 +13,8 @@ import (
 )
 
 // frameSlack is room for a frame's headers beyond its JSON (the routing or
-// response header is at most a few hundred bytes) plus protection, so that
-// a pooled buffer is rarely outgrown.
+// response header is at most a few hundred bytes) and for the HMAC tag or
+// AEAD nonce and tag, so that a pooled buffer is rarely outgrown.
 const frameSlack = 640
 
 // outgoing is a DATA message being built in a pooled buffer: the header at

@@ -35,9 +35,9 @@ type Stats struct {
 // means the frames were smaller than the JSON. 0 before anything was sent.
 func (s Stats) SendRatio() float64 { return ratio(s.JSONBytesSent, s.WireBytesSent) }
 
-// ReceiveRatio is the same for received frames (counting only the wire bytes
-// of frames that were decoded is not possible, so a stream abandoned before
-// its chunks are read lowers it).
+// ReceiveRatio is the same for received frames. JSON is counted when a
+// reply is decoded, wire bytes when it arrives, so replies that are dropped
+// unread (an abandoned stream) lower it.
 func (s Stats) ReceiveRatio() float64 { return ratio(s.JSONBytesReceived, s.WireBytesReceived) }
 
 func ratio(a, b uint64) float64 {
