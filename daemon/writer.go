@@ -81,6 +81,9 @@ func (se *session) tick() {
 		se.setReason(reason)
 		se.log.Info().Str("reason", string(reason)).Msg("closing idle session")
 		se.writeControl(negotiate.AppendClose(nil, se.neg.ID, now, reason, "no answer to PING"))
+		// The machine waits the protocol's 5 s for the acknowledgement;
+		// Config.CloseTimeout may be shorter, as it is for every other CLOSE.
+		time.AfterFunc(se.srv.cfg.CloseTimeout, func() { se.conn.Close() })
 	case negotiate.ActionDisconnect:
 		se.conn.Close()
 	}
