@@ -115,6 +115,42 @@ func TestDaemonPingsIdleSession(t *testing.T) {
 	}
 }
 
+// TestTimeoutCloseNotAcknowledged: an agent that answers neither PINGs nor
+// the CLOSE TIMEOUT that follows is disconnected CloseTimeout after that
+// CLOSE, as the configuration says.
+func TestTimeoutCloseNotAcknowledged(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			d := startDaemon(t, func(c *daemon.Config) {
+				fastKeepalive(c)
+				c.CloseTimeout = time.Second
+			})
+			a := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "deaf-" + tr})
+			var closeAt time.Time
+			for {
+				_, cm, err := a.recv(10 * time.Second)
+				if cm != nil {
+					if cm.Type == negotiate.TypeClose {
+						closeAt = time.Now()
+					}
+					continue
+				}
+				if err == nil {
+					t.Fatal("unexpected DATA")
+				}
+				break
+			}
+			if closeAt.IsZero() {
+				t.Fatal("connection ended without CLOSE TIMEOUT")
+			}
+			if wait := time.Since(closeAt); wait > 2500*time.Millisecond {
+				t.Fatalf("disconnected %v after the unacknowledged CLOSE, want ≈ CloseTimeout (1 s)", wait)
+			}
+		})
+	}
+}
+
 // expectSilenceNoPing fails on any message within d, PINGs included.
 func (a *rawAgent) expectSilenceNoPing(d time.Duration) {
 	a.t.Helper()

@@ -1,0 +1,215 @@
+package integration
+
+import (
+	"context"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/transport"
+)
+
+// TestSlowConsumerMemoryBounded: a provider that never reads its connection
+// while a requester floods it with 64 KiB requests. The daemon refuses what
+// it cannot hand on (queue_full when the provider's send queue is full;
+// provider_busy when a QUIC provider has all its streams taken), promptly, to
+// a requester that keeps reading; the process's heap (daemon and both agents
+// live in this test binary) grows by a bounded amount far below what was
+// pushed; and the stalled session is closed (slow consumer after
+// SlowConsumerGrace, or TIMEOUT since it answers no PING), its requests then
+// ending in agent_gone. Every request gets exactly one final reply.
+func TestSlowConsumerMemoryBounded(t *testing.T) {
+	// heapBound: the provider's send queue (4 MiB), what sits
+	// in transport buffers on both sides of the stalled connection (the
+	// provider's receive queue of 8 MiB and, on QUIC, one message per stream
+	// it allows: 100 here), and pooled buffers not yet collected. Measured:
+	// about 20-25 MiB.
+	const heapBound = 48 << 20
+	total := 200 << 20 // bytes the requester pushes: four times the bound
+	if raceEnabled {
+		total = 80 << 20 // ten times slower; the full load runs without -race
+	}
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			d := startDaemon(t, func(c *daemon.Config) {
+				fastKeepalive(c)
+				// The provider's send queue is bounded by bytes: twice
+				// MaxPayload, at least 4 MiB. Its length in messages stays
+				// the default, so the requester's queue has room for the
+				// flood of small error replies.
+				c.MaxPayload = 1 << 20
+				c.SlowConsumerGrace = 500 * time.Millisecond
+				c.CloseTimeout = time.Second
+				c.MessagesPerMinute, c.BytesPerSecond = -1, -1 // the flood is the point
+			})
+			// A QUIC agent's transport reads one message per stream ahead of
+			// its receive queue, so the streams it allows bound what it
+			// absorbs; 100 is plenty for an agent and keeps that bounded.
+			prov := dialRawConfig(t, d, tr, negotiate.ClientConfig{AgentID: "sink", Models: []string{"gpt-4o"}}, transport.Config{MaxIncomingChannels: 100})
+			defer prov.conn.Close() // never reads
+			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "flood"})
+			_, fr := bigRequest(t, 64<<10-256)
+
+			runtime.GC()
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			base := ms.HeapInuse
+			var peak atomic.Uint64
+			stopSampling := make(chan struct{})
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				tick := time.NewTicker(20 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stopSampling:
+						return
+					case <-tick.C:
+					}
+					var ms runtime.MemStats
+					runtime.ReadMemStats(&ms)
+					if ms.HeapInuse > peak.Load() {
+						peak.Store(ms.HeapInuse)
+					}
+				}
+			}()
+
+			// The requester's reader: counts final replies by code and hands
+			// QUIC channels back to the pool as their requests end.
+			var (
+				mu       sync.Mutex
+				codes    = map[string]int{}
+				replies  atomic.Int64
+				readErr  error
+				firstErr = make(map[string]time.Duration)
+			)
+			start := time.Now()
+			readerDone := make(chan struct{})
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go func() {
+				defer close(readerDone)
+				for {
+					msg, err := req.conn.Receive(ctx)
+					if err != nil {
+						if ctx.Err() == nil {
+							readErr = err
+						}
+						return
+					}
+					kind, _ := negotiate.MessageKind(msg.Data)
+					if kind != negotiate.KindData {
+						// Answer PINGs: once the flood is over this session
+						// is silent too, and must outlive the provider's.
+						if cm, err := negotiate.ParseControl(msg.Data); err == nil && cm.Type == negotiate.TypePing {
+							pctx, pcancel := context.WithTimeout(ctx, 5*time.Second)
+							_ = req.conn.Send(pctx, 0, negotiate.AppendPong(nil, req.sess.ID, time.Now()))
+							pcancel()
+						}
+						msg.Release()
+						continue
+					}
+					dh, frm, err := negotiate.ParseData(msg.Data)
+					if err != nil || !dh.IsEnd() {
+						msg.Release()
+						readErr = err
+						return
+					}
+					code := errorCode(errorBody(frm))
+					req.conn.ReleaseChannel(msg.Channel)
+					msg.Release()
+					mu.Lock()
+					if codes[code] == 0 {
+						firstErr[code] = time.Since(start)
+					}
+					codes[code]++
+					mu.Unlock()
+					replies.Add(1)
+				}
+			}()
+
+			var sent int64
+			for id := uint64(1); sent*int64(len(fr)) < int64(total); id++ {
+				actx, acancel := context.WithTimeout(context.Background(), 10*time.Second)
+				ch, err := req.conn.AcquireChannel(actx)
+				acancel()
+				if err != nil {
+					mu.Lock()
+					t.Logf("after %v: sent %d, replies %v", time.Since(start), sent, codes)
+					mu.Unlock()
+					t.Fatalf("acquire channel: %v", err)
+				}
+				if err := req.send(ch, 0, id, "", fr); err != nil {
+					t.Fatalf("request %d: %v", id, err)
+				}
+				sent++
+			}
+			sendTime := time.Since(start)
+			deadline := time.Now().Add(15 * time.Second)
+			for replies.Load() < sent && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			close(stopSampling)
+			wg.Wait()
+			cancel()
+			<-readerDone
+
+			mu.Lock()
+			defer mu.Unlock()
+			grew := int64(peak.Load()) - int64(base)
+			t.Logf("%s: sent %d requests (%d MiB) in %v; replies %v (first at %v); heap grew by at most %d MiB",
+				tr, sent, sent*int64(len(fr))>>20, sendTime, codes, firstErr, grew>>20)
+			if readErr != nil {
+				t.Fatalf("requester's reader: %v", readErr)
+			}
+			if got := replies.Load(); got != sent {
+				_, body := adminGet(t, d, "/metrics")
+				for _, l := range strings.Split(body, "\n") {
+					if strings.HasPrefix(l, "m2md_queue_drops") || strings.HasPrefix(l, "m2md_routing_failures") {
+						t.Log(l)
+					}
+				}
+				t.Fatalf("%d final replies for %d requests", got, sent)
+			}
+			refused := codes["queue_full"]
+			if tr == "quic" {
+				refused += codes["provider_busy"]
+			}
+			if refused == 0 || codes["agent_gone"] == 0 {
+				t.Fatalf("replies %v: want refusals while the provider stalled and agent_gone for what it held", codes)
+			}
+			for c := range codes {
+				switch c {
+				case "queue_full", "provider_busy", "agent_gone", "no_route":
+				default:
+					t.Fatalf("unexpected reply code %q (%v)", c, codes)
+				}
+			}
+			if grew > heapBound {
+				t.Fatalf("heap grew by %d MiB while %d MiB were pushed at a stalled reader; bound %d MiB", grew>>20, sent*int64(len(fr))>>20, heapBound>>20)
+			}
+			waitSessions(t, d, 1)
+			closed := metric(t, d, "m2md_queue_drops_total", "reason=slow_consumer_closed") + metric(t, d, "m2md_sessions_closed_total", "reason=TIMEOUT")
+			if closed < 1 {
+				t.Fatal("the stalled session ended neither as a slow consumer nor by TIMEOUT")
+			}
+		})
+	}
+}
+
+// errorBody decodes an error frame's JSON, or nil.
+func errorBody(fr []byte) []byte {
+	body, err := frame.AppendDecode(nil, fr, frame.Limits{})
+	if err != nil {
+		return nil
+	}
+	return body
+}
