@@ -41,7 +41,13 @@ const (
 // frames, security none, 10 s measured after 2 s of warm-up.
 type LoadConfig struct {
 	// Target is a running daemon: quic://host:port, ws://host:port/path or
-	// wss://host:port/path. Empty starts a daemon in this process.
+	// wss://host:port/path. Empty starts a daemon in this process. The
+	// payloads' "model" is then replaced by a name of the run's own, so
+	// that real agents serving the model never receive benchmark traffic.
+	// The daemon must not rate-limit the benchmark's sessions (m2md serve
+	// --messages-per-minute -1 --bytes-per-second -1
+	// --max-sessions-per-ip -1 --new-sessions-per-minute -1) nor require
+	// authentication.
 	Target string
 	// TLS verifies the target for quic:// and wss:// (see package certs);
 	// nil means the system roots. Ignored for the in-process daemon.
@@ -206,11 +212,20 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	renamed := ""
+	if cfg.Target != "" {
+		// A running daemon may have real agents serving the payloads'
+		// models: route the benchmark to a model only its own providers
+		// serve.
+		renamed = "m2md-bench-" + randomSuffix()
+		cfg.Payloads = renameModels(cfg.Payloads, renamed)
+	}
 	ps, err := prepare(cfg.Payloads, cfg.Algorithm, cfg.Encoding)
 	if err != nil {
 		return nil, err
 	}
 	rep := &LoadReport{Config: runInfo(&cfg, ps), Machine: machine()}
+	rep.Config.Model = renamed
 	runs := []string{RunM2M}
 	if cfg.Baseline {
 		runs = append(runs, RunRelay)
@@ -305,6 +320,18 @@ func runInfo(cfg *LoadConfig, ps []prepared) RunInfo {
 		info.PayloadName = fmt.Sprintf("%d documents", len(ps))
 	}
 	return info
+}
+
+// renameModels returns payloads with their top-level "model" replaced.
+func renameModels(payloads []Payload, model string) []Payload {
+	out := make([]Payload, len(payloads))
+	for i, p := range payloads {
+		out[i] = p
+		if b, ok := replaceModel(p.JSON, model); ok {
+			out[i].JSON = b
+		}
+	}
+	return out
 }
 
 // setup is one run's target and agents.

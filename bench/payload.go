@@ -198,3 +198,55 @@ func escapeRune(r rune) []byte {
 	}
 	return utf8.AppendRune(nil, r)
 }
+
+// replaceModel returns doc with its top-level "model" string replaced by
+// model; ok is false when doc has none. Everything else stays byte for
+// byte.
+func replaceModel(doc []byte, model string) ([]byte, bool) {
+	dec := json.NewDecoder(bytes.NewReader(doc))
+	depth := 0
+	expectKey := false
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		switch t := tok.(type) {
+		case json.Delim:
+			if t == '{' || t == '[' {
+				depth++
+				expectKey = t == '{' && depth == 1
+			} else {
+				depth--
+				expectKey = depth == 1
+			}
+			continue
+		case string:
+			if depth == 1 && expectKey {
+				if t != "model" {
+					expectKey = false
+					continue
+				}
+				start := dec.InputOffset()
+				val, err := dec.Token()
+				if err != nil {
+					return nil, false
+				}
+				if _, ok := val.(string); !ok {
+					return nil, false
+				}
+				end := dec.InputOffset()
+				// The value starts after the colon (and any spaces).
+				vstart := start + int64(bytes.IndexByte(doc[start:end], '"'))
+				enc, _ := json.Marshal(model)
+				out := make([]byte, 0, len(doc)-int(end-vstart)+len(enc))
+				out = append(out, doc[:vstart]...)
+				out = append(out, enc...)
+				return append(out, doc[end:]...), true
+			}
+		}
+		if depth == 1 {
+			expectKey = !expectKey
+		}
+	}
+}

@@ -96,3 +96,21 @@ func TestResizeEscapes(t *testing.T) {
 		t.Error("a size below the document's frame must fail")
 	}
 }
+
+func TestReplaceModel(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{`{"model":"gpt-4o","messages":[]}`, `{"model":"m2md-bench-x","messages":[]}`},
+		{`{"messages":[{"model":"inner"}],"n":1,"model" : "o1"}`, `{"messages":[{"model":"inner"}],"n":1,"model" : "m2md-bench-x"}`},
+		{`{"tools":{"model":"x"},"stream":true,"model":"a\"b"}`, `{"tools":{"model":"x"},"stream":true,"model":"m2md-bench-x"}`},
+	} {
+		got, ok := replaceModel([]byte(tc.in), "m2md-bench-x")
+		if !ok || string(got) != tc.want {
+			t.Errorf("replaceModel(%s) = %s, %v; want %s", tc.in, got, ok, tc.want)
+		}
+	}
+	for _, in := range []string{`{"messages":[{"model":"inner"}]}`, `{"model":3}`, `[1,2]`, `{"a":"model"}`} {
+		if got, ok := replaceModel([]byte(in), "m"); ok {
+			t.Errorf("replaceModel(%s) = %s, want no model", in, got)
+		}
+	}
+}

@@ -56,6 +56,14 @@ type Ratios struct {
 	// RoundTrips is M2M round trips per second over the baseline's:
 	// 0.5 means the protocol halves the throughput.
 	RoundTrips float64 `json:"round_trips"`
+	// RoundTripsPerCPU is M2M round trips per CPU second over the
+	// baseline's (the baseline's CPU time per round trip over M2M's), for
+	// runs whose process figures cover daemon and generator alike. On a
+	// machine shared with other work, throughput follows the CPU share the
+	// run happens to get while the CPU per round trip hardly moves, so this
+	// is the steadier estimate of the throughput ratio on a dedicated
+	// machine.
+	RoundTripsPerCPU float64 `json:"round_trips_per_cpu,omitempty"`
 	// P50, P99, P999: M2M latency over the baseline's.
 	P50  float64 `json:"p50"`
 	P99  float64 `json:"p99"`
@@ -68,29 +76,31 @@ type Ratios struct {
 
 // RunInfo records what was run.
 type RunInfo struct {
-	Target          string  `json:"target"`
-	Repeat          int     `json:"repeat"`
-	Transport       string  `json:"transport"`
-	Security        string  `json:"security"`
-	Algorithm       string  `json:"algorithm"`
-	Encoding        string  `json:"encoding,omitempty"`
-	Payloads        int     `json:"payloads"`
-	PayloadName     string  `json:"payload"`
-	JSONBytes       float64 `json:"json_bytes_mean"`
-	FrameBytes      float64 `json:"frame_bytes_mean"`
-	Mode            string  `json:"mode"` // closed or open
-	Concurrency     int     `json:"concurrency,omitempty"`
-	Rate            float64 `json:"rate,omitempty"`
-	MaxInFlight     int     `json:"max_in_flight,omitempty"`
-	Connections     int     `json:"connections"`
-	Providers       int     `json:"providers"`
-	DurationS       float64 `json:"duration_s"`
-	WarmupS         float64 `json:"warmup_s"`
-	ServiceTimeUS   float64 `json:"service_time_us"`
-	TimeoutS        float64 `json:"timeout_s"`
-	StartedAt       string  `json:"started_at"`
-	CommandLine     string  `json:"command_line,omitempty"`
-	InProcessDaemon bool    `json:"in_process_daemon"`
+	Target        string  `json:"target"`
+	Repeat        int     `json:"repeat"`
+	Transport     string  `json:"transport"`
+	Security      string  `json:"security"`
+	Algorithm     string  `json:"algorithm"`
+	Encoding      string  `json:"encoding,omitempty"`
+	Payloads      int     `json:"payloads"`
+	PayloadName   string  `json:"payload"`
+	JSONBytes     float64 `json:"json_bytes_mean"`
+	FrameBytes    float64 `json:"frame_bytes_mean"`
+	Mode          string  `json:"mode"` // closed or open
+	Concurrency   int     `json:"concurrency,omitempty"`
+	Rate          float64 `json:"rate,omitempty"`
+	MaxInFlight   int     `json:"max_in_flight,omitempty"`
+	Connections   int     `json:"connections"`
+	Providers     int     `json:"providers"`
+	DurationS     float64 `json:"duration_s"`
+	WarmupS       float64 `json:"warmup_s"`
+	ServiceTimeUS float64 `json:"service_time_us"`
+	TimeoutS      float64 `json:"timeout_s"`
+	StartedAt     string  `json:"started_at"`
+	// Model replaces the payloads' model for a running target.
+	Model           string `json:"model,omitempty"`
+	CommandLine     string `json:"command_line,omitempty"`
+	InProcessDaemon bool   `json:"in_process_daemon"`
 }
 
 // Machine describes where the run happened.
@@ -279,7 +289,7 @@ func (r *LoadReport) computeRatios(m2m, base []*Result) {
 	if n == 0 {
 		return
 	}
-	var rt, p50, p99, p999, allocs []float64
+	var rt, perCPU, p50, p99, p999, allocs []float64
 	for i := range n {
 		a, b := m2m[i], base[i]
 		rt = append(rt, ratio(a.RoundTripsPerSec, b.RoundTripsPerSec))
@@ -288,12 +298,14 @@ func (r *LoadReport) computeRatios(m2m, base []*Result) {
 		p999 = append(p999, ratio(a.P999US, b.P999US))
 		if a.Process != nil && b.Process != nil && a.Process.Source == "process" && b.Process.Source == "process" {
 			allocs = append(allocs, a.Process.AllocsPerFrame-b.Process.AllocsPerFrame)
+			perCPU = append(perCPU, ratio(b.Process.CPUPerRoundTripUS, a.Process.CPUPerRoundTripUS))
 		}
 	}
 	r.Ratios = &Ratios{RoundTrips: median(rt), P50: median(p50), P99: median(p99), P999: median(p999)}
 	if len(allocs) == n {
 		d := median(allocs)
 		r.Ratios.AllocsPerFrameExtra = &d
+		r.Ratios.RoundTripsPerCPU = median(perCPU)
 	}
 }
 
@@ -348,6 +360,14 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		q = *r.Ratios
 	}
 	row("round trips/s", func(x *Result) string { return thousands(x.RoundTripsPerSec) }, rt(q.RoundTrips))
+	if q.RoundTripsPerCPU != 0 {
+		row("round trips/CPU-s", func(x *Result) string {
+			if x.Process == nil || x.Process.CPUPerRoundTripUS == 0 {
+				return "-"
+			}
+			return thousands(1e6 / x.Process.CPUPerRoundTripUS)
+		}, rt(q.RoundTripsPerCPU))
+	}
 	row("frames/s", func(x *Result) string { return thousands(x.FramesPerSec) }, "")
 	row("MB/s", func(x *Result) string { return fmt.Sprintf("%.1f", x.MBPerSec) }, "")
 	row("p50", func(x *Result) string { return micros(x.P50US) }, rt(q.P50))
@@ -444,7 +464,7 @@ func thousands(v float64) string {
 // beside its baseline: the matrix docs/benchmarks.md shows.
 func WriteLoadMarkdown(w io.Writer, reps []*LoadReport) error {
 	var t table
-	t.add("transport", "security", "payload", "load", "M2M rt/s", "relay rt/s", "ratio",
+	t.add("transport", "security", "payload", "load", "M2M rt/s", "relay rt/s", "ratio", "ratio per CPU",
 		"M2M p50 / p99 / p99.9", "relay p50 / p99 / p99.9", "p99 ratio", "allocs/frame M2M / relay", "CPU µs/rt M2M / relay", "errors")
 	lat := func(r *Result) string {
 		return fmt.Sprintf("%s / %s / %s", micros(r.P50US), micros(r.P99US), micros(r.P999US))
@@ -464,13 +484,25 @@ func WriteLoadMarkdown(w io.Writer, reps []*LoadReport) error {
 		}
 		if b := r.Baseline; b != nil && r.Ratios != nil {
 			errs += b.Errors
-			row = append(row, thousands(b.RoundTripsPerSec), fmt.Sprintf("%.2fx", r.Ratios.RoundTrips), lat(&r.Result), lat(b), fmt.Sprintf("%.2fx", r.Ratios.P99))
+			perCPU := r.Ratios.RoundTripsPerCPU
+			if perCPU == 0 && len(r.Repetitions) > 0 {
+				// Reports from before the field existed: from the repetitions.
+				var vs []float64
+				for _, rp := range r.Repetitions {
+					if rp.Baseline != nil && rp.M2M.CPUPerRoundTrip > 0 {
+						vs = append(vs, rp.Baseline.CPUPerRoundTrip/rp.M2M.CPUPerRoundTrip)
+					}
+				}
+				perCPU = median(vs)
+			}
+			row = append(row, thousands(b.RoundTripsPerSec), fmt.Sprintf("%.2fx", r.Ratios.RoundTrips), fmt.Sprintf("%.2fx", perCPU),
+				lat(&r.Result), lat(b), fmt.Sprintf("%.2fx", r.Ratios.P99))
 			if b.Process != nil && r.Process != nil {
 				allocs += fmt.Sprintf(" / %.1f", b.Process.AllocsPerFrame)
 				cpu += fmt.Sprintf(" / %.0f", b.Process.CPUPerRoundTripUS)
 			}
 		} else {
-			row = append(row, "-", "-", lat(&r.Result), "-", "-")
+			row = append(row, "-", "-", "-", lat(&r.Result), "-", "-")
 		}
 		row = append(row, allocs, cpu, fmt.Sprint(errs))
 		t.add(row...)
