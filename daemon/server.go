@@ -41,6 +41,10 @@ type Server struct {
 	sessions map[*session]struct{}
 	conns    sync.WaitGroup // one per accepted connection, handshake included
 	baseCtx  context.Context
+	// handshakes bounds every connection's wait for HELLO; shutdown ends it
+	// so that connections that never said HELLO do not hold the drain.
+	handshakes     context.Context
+	stopHandshakes context.CancelFunc
 
 	quicAddr, wsAddr, wssAddr, adminAddr net.Addr
 }
@@ -143,6 +147,8 @@ func (s *Server) Run(ctx context.Context) error {
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
 	s.baseCtx = runCtx
+	s.handshakes, s.stopHandshakes = context.WithCancel(runCtx)
+	defer s.stopHandshakes()
 
 	var (
 		// closers stop the listeners when shutdown begins; adminClosers
@@ -306,6 +312,7 @@ func (s *Server) acceptQUIC(ctx context.Context, ln *transport.QUICListener) {
 // shutdown carries out the graceful stop described at Run.
 func (s *Server) shutdown(closers []func()) {
 	s.draining.Store(true)
+	s.stopHandshakes()
 	s.log.Info().Int("sessions", s.sessionCount()).Msg("shutting down: no new sessions or requests")
 	for _, c := range closers {
 		c() // listeners and HTTP servers; accepted sessions live on

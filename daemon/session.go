@@ -69,12 +69,21 @@ func (s *Server) serveConn(conn transport.Conn) {
 		return
 	}
 	defer release()
-	hctx, cancel := context.WithTimeout(s.baseCtx, s.cfg.HelloTimeout)
+	hctx, cancel := context.WithTimeout(s.handshakes, s.cfg.HelloTimeout)
 	msg, err := conn.Receive(hctx)
 	cancel()
 	if err != nil {
-		s.metrics.handshakeFailures.WithLabelValues(tname, "no_hello").Inc()
+		reason := "no_hello"
+		if s.draining.Load() {
+			reason = "shutdown"
+		}
+		s.metrics.handshakeFailures.WithLabelValues(tname, reason).Inc()
 		log.Debug().Err(err).Msg("no HELLO")
+		return
+	}
+	if s.draining.Load() {
+		msg.Release()
+		s.metrics.handshakeFailures.WithLabelValues(tname, "shutdown").Inc()
 		return
 	}
 	if msg.Channel != transport.ControlChannel {
@@ -111,6 +120,11 @@ func (s *Server) serveConn(conn transport.Conn) {
 		s.metrics.handshakeFailures.WithLabelValues(tname, "send_failed").Inc()
 	}
 	s.metrics.handshakeSeconds.WithLabelValues(tname).Observe(time.Since(start).Seconds())
+	if s.draining.Load() {
+		// Registered after shutdown collected the sessions to close (it sets
+		// draining first, so this check cannot miss it): close it ourselves.
+		se.initiateClose(negotiate.ReasonServerShutdown, "daemon shutting down")
+	}
 	se.run()
 }
 
