@@ -9,6 +9,7 @@ import (
 
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/transport"
 )
 
 // fastKeepalive: PING after 1 s of silence, 1 s for each PONG (the
@@ -348,5 +349,30 @@ func TestReplacedSession(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestShutdownAbortsHandshakes: connections that have not said HELLO yet
+// do not hold a shutdown for HelloTimeout (or for the daemon's last-resort
+// wait): they are closed at once, and Run returns promptly.
+func TestShutdownAbortsHandshakes(t *testing.T) {
+	d := startDaemon(t, nil) // HelloTimeout 30 s
+	var idle []transport.Conn
+	for _, tr := range transports {
+		idle = append(idle, dialConn(t, d, tr))
+	}
+	a := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "bystander"})
+	waitSessions(t, d, 1)
+	start := time.Now()
+	d.cancel()
+	a.expectClose(5*time.Second, negotiate.ReasonServerShutdown)
+	if err := waitRun(t, d, 15*time.Second); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if el := time.Since(start); el > 2*time.Second {
+		t.Fatalf("shutdown took %v with connections waiting for their HELLO", el)
+	}
+	for _, c := range idle {
+		expectConnClosed(t, c, 5*time.Second)
 	}
 }
