@@ -257,6 +257,7 @@ func TestServerBusyFreesWithSession(t *testing.T) {
 	d := startDaemon(t, func(c *daemon.Config) { c.MaxSessions = 1 })
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
+			waitSessions(t, d, 0) // the previous subtest's last session is gone
 			a := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "slot-" + tr})
 			a.sendControl(negotiate.AppendClose(nil, a.sess.ID, time.Now(), negotiate.ReasonNormal, "bye"))
 			a.expectControl(5*time.Second, negotiate.TypeClose)

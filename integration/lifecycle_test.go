@@ -39,6 +39,7 @@ func TestAgentPing(t *testing.T) {
 // busy itself is never PINGed, and one that never answers gets CLOSE
 // TIMEOUT after the third missed PONG (≈ 1 s + 3 × 1 s).
 func TestDaemonPingsIdleSession(t *testing.T) {
+	t.Parallel() // mostly waiting on timers: overlap with the others
 	for _, tr := range transports {
 		t.Run(tr+"/answers", func(t *testing.T) {
 			t.Parallel()
@@ -120,6 +121,7 @@ func TestDaemonPingsIdleSession(t *testing.T) {
 // the CLOSE TIMEOUT that follows is disconnected CloseTimeout after that
 // CLOSE, as the configuration says.
 func TestTimeoutCloseNotAcknowledged(t *testing.T) {
+	t.Parallel() // mostly waiting on timers: overlap with the others
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			t.Parallel()
@@ -205,6 +207,7 @@ func TestAgentClose(t *testing.T) {
 // from the provider; then every session gets CLOSE SERVER_SHUTDOWN, and Run
 // returns nil once the agents acknowledge, well before the grace ends.
 func TestGracefulShutdown(t *testing.T) {
+	t.Parallel() // mostly waiting on timers: overlap with the others
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			t.Parallel()
@@ -264,6 +267,7 @@ func TestGracefulShutdown(t *testing.T) {
 // grace and the CLOSE timeout, and the requester learns `agent_gone`
 // or sees its session end.
 func TestShutdownWithSilentAgents(t *testing.T) {
+	t.Parallel() // mostly waiting on timers: overlap with the others
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			t.Parallel()
