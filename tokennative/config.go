@@ -17,7 +17,7 @@ type Config struct {
 	// it is checked against it) or tokenizer.model (tiktoken rank file), or one
 	// of those files. The vocabulary is loaded on first use, once per process
 	// and path; a bad path is reported then (call Codec.Tokenizer(Llama3) at
-	// startup to find out early).
+	// startup to find out early), and retried at most every 10 seconds.
 	Llama3Path string
 
 	// MaxMessage bounds an encoded message (text or binary form), checked

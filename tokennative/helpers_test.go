@@ -225,7 +225,7 @@ var locateLlama3 = sync.OnceValues(func() (string, error) {
 	out, err := cmd.Output()
 	var info struct{ Dir, Error string }
 	if jerr := json.Unmarshal(out, &info); jerr == nil && info.Error != "" {
-		return "", &exec.Error{Name: "go mod download " + llama3Module, Err: errString(info.Error)}
+		return "", errString("go mod download " + llama3Module + ": " + info.Error)
 	}
 	if err != nil {
 		if ee, ok := err.(*exec.ExitError); ok {

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Llama 3 has 128,000 BPE ranks (tiktoken-style: a token's rank is its id)
@@ -46,12 +47,17 @@ var llama3SpecialTokens = func() []specialToken {
 
 // llama3Cache holds the Llama 3 vocabularies loaded in this process, by
 // absolute path, so that every Codec configured with the same path shares one.
-// A failed load is not cached: the next use tries again.
+// A failed load is retried, but not more often than llama3RetryInterval: a
+// misconfigured daemon must not re-read a bad file for every message.
 var llama3Cache sync.Map // string -> *lazyVocab
 
+var llama3RetryInterval = 10 * time.Second
+
 type lazyVocab struct {
-	mu sync.Mutex
-	v  atomic.Pointer[vocab]
+	v        atomic.Pointer[vocab]
+	mu       sync.Mutex
+	err      error
+	failedAt time.Time
 }
 
 func llama3Vocab(path string) (*vocab, error) {
@@ -68,10 +74,15 @@ func llama3Vocab(path string) (*vocab, error) {
 	if v := lv.v.Load(); v != nil {
 		return v, nil
 	}
+	if lv.err != nil && time.Since(lv.failedAt) < llama3RetryInterval {
+		return nil, lv.err
+	}
 	v, err := loadLlama3(path)
 	if err != nil {
+		lv.err, lv.failedAt = err, time.Now()
 		return nil, err
 	}
 	lv.v.Store(v)
+	lv.err = nil
 	return v, nil
 }

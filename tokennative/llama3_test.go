@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 // Expected Llama 3 ids. The first group is from ollama's own tests
@@ -284,7 +285,8 @@ func TestLlama3MergesCheck(t *testing.T) {
 	}
 }
 
-// A failed load is not cached: once the files appear, the next use loads them.
+// A failed load is retried, but not for every message: within the retry
+// interval the error is returned from the cache.
 func TestLlama3RetryAfterFailure(t *testing.T) {
 	src := llama3Path(t)
 	d := t.TempDir()
@@ -299,7 +301,12 @@ func TestLlama3RetryAfterFailure(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(d, "encoder.json"), data, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	if _, err := c.Tokenizer(Llama3); !errors.Is(err, ErrVocabulary) {
+		t.Fatalf("within the retry interval: %v, want the cached error", err)
+	}
+	defer func(old time.Duration) { llama3RetryInterval = old }(llama3RetryInterval)
+	llama3RetryInterval = 0
 	if _, err := c.Tokenizer(Llama3); err != nil {
-		t.Fatalf("after the file appeared: %v", err)
+		t.Fatalf("after the retry interval: %v", err)
 	}
 }
