@@ -53,9 +53,11 @@ func newSendQueue(maxLen, maxBytes int) *sendQueue {
 }
 
 // push adds m unless the queue is full by count or by bytes (one message is
-// always accepted into an empty queue, however large).
+// always accepted into an empty queue, however large). Bytes are what the
+// message holds, its pooled buffer's capacity: size classes round up to a
+// power of two, so a frame just over 64 KiB holds 128 KiB.
 func (q *sendQueue) push(m outMsg) bool {
-	n := len(*m.buf)
+	n := cap(*m.buf)
 	q.mu.Lock()
 	if len(q.items) >= q.maxLen || (len(q.items) > 0 && q.bytes+n > q.maxBytes) {
 		q.mu.Unlock()
