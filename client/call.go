@@ -15,7 +15,16 @@ import (
 type CallOption func(*callOptions)
 
 type callOptions struct {
-	to string
+	to          string
+	tokenNative bool
+}
+
+// TokenNative sends the request as a TokenNative frame (BPE token ids in
+// the session's negotiated encoding) instead of an M2M v1 frame. TokenNative
+// frames carry no routing header, so the request must be addressed with To;
+// the session must have negotiated tokennative (security mode none).
+func TokenNative() CallOption {
+	return func(o *callOptions) { o.tokenNative = true }
 }
 
 // To addresses the request to one agent instead of any agent serving the
@@ -243,7 +252,7 @@ func (s *session) decodeReply(r reply, lim frame.Limits) ([]byte, error) {
 		return nil, r.err
 	}
 	if !isM2M(r.frame) {
-		return nil, fmt.Errorf("%w: TokenNative reply", ErrUnsupportedFrame)
+		return s.decodeTokenNative(r.frame)
 	}
 	if r.frame[frame.OffSchema] == byte(frame.SchemaError) {
 		return nil, decodeErrorFrame(string(r.peer), r.frame, lim)
@@ -326,10 +335,17 @@ func (c *Client) start(ctx context.Context, payload []byte, raw bool, opts []Cal
 		return nil, err
 	}
 	defer o.free()
-	if raw {
+	switch {
+	case raw:
 		*o.buf = append(*o.buf, payload...)
-	} else if err := o.encodeJSON(payload, s.encLim); err != nil {
-		return nil, err
+	case co.tokenNative:
+		if err := s.encodeTokenNative(o, payload, co.to); err != nil {
+			return nil, err
+		}
+	default:
+		if err := o.encodeJSON(payload, s.encLim); err != nil {
+			return nil, err
+		}
 	}
 
 	ch, err := s.conn.AcquireChannel(ctx)

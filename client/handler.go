@@ -178,7 +178,11 @@ func (s *session) runHandler(d *delivery, req *Request) (panicked bool) {
 func (s *session) decodeRequest(d *delivery, msg transport.Message, plain []byte) (*Request, error) {
 	defer msg.Release()
 	if !isM2M(plain) {
-		return nil, fmt.Errorf("%w: TokenNative request", ErrUnsupportedFrame)
+		body, err := s.decodeTokenNative(plain)
+		if err != nil {
+			return nil, err
+		}
+		return &Request{From: d.from, ID: d.id, Body: body}, nil
 	}
 	var h frame.Header
 	if err := frame.ReadHeader(plain, &h); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/security"
+	"github.com/m2md/m2md/tokennative"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -52,13 +53,17 @@ type Options struct {
 	// to this agent's own requests. Default 256.
 	MaxConcurrentHandlers int
 
-	// Algorithms offered in HELLO. Default m2m. This client encodes and
-	// decodes m2m only; offering tokennative lets SendFrame send TokenNative
-	// frames (security none), whose replies Recv refuses with
-	// ErrUnsupportedFrame.
+	// Algorithms offered in HELLO. Default m2m. Offering tokennative (in
+	// security mode none only: TokenNative frames cannot be protected) lets
+	// requests addressed with To go as TokenNative frames (TokenNative
+	// CallOption), and TokenNative requests and replies received are decoded
+	// with the encoding their first byte names.
 	Algorithms []negotiate.Algorithm
 	// Encoding is the preferred TokenNative tokenizer. Default Cl100kBase.
 	Encoding negotiate.Encoding
+	// Llama3Path locates the Llama 3 vocabulary (tokennative.Config), needed
+	// to send or read TokenNative frames of encoding LlamaBpe.
+	Llama3Path string
 	// Security is the protection of DATA frames: frame.SecurityNone,
 	// SecurityHMAC or SecurityAEAD. The daemon grants it or rejects.
 	Security frame.Security
@@ -153,6 +158,7 @@ func parseTarget(raw string) (target, error) {
 // config is Options validated and completed, plus what Dial derived.
 type config struct {
 	Options
+	tokens   *tokennative.Codec
 	target   target
 	tls      *tls.Config // nil for ws://
 	agentKey []byte      // nil without authentication
@@ -164,7 +170,7 @@ func newConfig(rawURL string, o Options) (*config, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &config{Options: o, target: t}
+	c := &config{Options: o, target: t, tokens: tokennative.New(tokennative.Config{Llama3Path: o.Llama3Path})}
 	if c.AgentID == "" {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
