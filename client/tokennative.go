@@ -4,10 +4,22 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/tokennative"
 )
+
+var defaultTokens = sync.OnceValue(func() *tokennative.Codec { return tokennative.New(tokennative.Config{}) })
+
+// tokens is the client's TokenNative codec (cl100k and o200k when the
+// configuration names no Llama 3 vocabulary).
+func (s *session) tokens() *tokennative.Codec {
+	if t := s.c.cfg.tokens; t != nil {
+		return t
+	}
+	return defaultTokens()
+}
 
 // tokenEncoding maps the negotiated encoding name to the tokenizer.
 func tokenEncoding(e negotiate.Encoding) (tokennative.Encoding, error) {
@@ -35,7 +47,7 @@ func (s *session) encodeTokenNative(o outgoing, body []byte, to string) error {
 	if err != nil {
 		return err
 	}
-	b, err := s.c.cfg.tokens.AppendBinary(*o.buf, enc, body)
+	b, err := s.tokens().AppendBinary(*o.buf, enc, body)
 	if err != nil {
 		if errors.Is(err, tokennative.ErrLimit) {
 			return fmt.Errorf("%w: %w", ErrTooLarge, err)
@@ -48,7 +60,7 @@ func (s *session) encodeTokenNative(o outgoing, body []byte, to string) error {
 
 // decodeTokenNative decodes a received binary TokenNative frame.
 func (s *session) decodeTokenNative(fr []byte) ([]byte, error) {
-	body, _, err := s.c.cfg.tokens.DecodeBinary(nil, fr)
+	body, _, err := s.tokens().DecodeBinary(nil, fr)
 	if err != nil {
 		s.c.stats.badFrames.Add(1)
 		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
