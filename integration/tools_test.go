@@ -256,6 +256,24 @@ func (a *rawAgent) expectSilence(d time.Duration) {
 	}
 }
 
+// recvDataAnswering is recvData for sessions with short keepalive timers:
+// it answers the daemon's PINGs while it waits.
+func (a *rawAgent) recvDataAnswering(timeout time.Duration) *received {
+	a.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		r, cm, err := a.recv(time.Until(deadline))
+		if errors.Is(err, errControl) && cm.Type == negotiate.TypePing {
+			a.sendControl(negotiate.AppendPong(nil, a.sess.ID, time.Now()))
+			continue
+		}
+		if err != nil {
+			a.t.Fatalf("waiting for DATA: %v (control %v)", err, cm)
+		}
+		return r
+	}
+}
+
 // expectError waits for an error reply (REPLY|END, plus notice when set)
 // with code for request id.
 func (a *rawAgent) expectError(timeout time.Duration, id uint64, code string, notice bool) *received {
