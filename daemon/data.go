@@ -125,9 +125,7 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 	// requests, its replies, its PONGs) behind one busy provider. With an
 	// ended context AcquireChannel still returns an idle or new channel and
 	// fails only where it would have waited.
-	actx, cancel := context.WithCancel(prov.ctx)
-	cancel()
-	pch, err := prov.conn.AcquireChannel(actx)
+	pch, err := prov.conn.AcquireChannel(endedCtx)
 	if err != nil {
 		if errors.Is(err, context.Canceled) && prov.ctx.Err() == nil {
 			fail("provider_busy", "provider "+prov.agent+" has no free channel: as many requests in flight as it accepts streams")
@@ -150,6 +148,15 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 	}
 	srv.metrics.routingSeconds.Observe(time.Since(start).Seconds())
 }
+
+// endedCtx is a context that has already ended: AcquireChannel with it
+// returns an idle or new channel but never waits. One shared value, because
+// a context per request is two allocations on the hot path.
+var endedCtx = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 func routeMessage(code string, dh *negotiate.DataHeader, h *frame.Header) string {
 	switch code {

@@ -343,3 +343,18 @@ func (s *Server) shutdown(closers []func()) {
 	s.neg.Close()
 	s.log.Info().Msg("m2md stopped")
 }
+
+// SessionOpen reports whether the session with this id is still being
+// served: it turns false only after the session's teardown has removed it
+// from routing (for operators' tooling, and tests that must wait for a
+// departure to be complete).
+func (s *Server) SessionOpen(sessionID string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for se := range s.sessions {
+		if se.neg.ID == sessionID {
+			return true
+		}
+	}
+	return false
+}

@@ -405,18 +405,25 @@ func (se *session) enqueue(m outMsg) bool {
 func (se *session) full() {
 	se.srv.metrics.queueDrops.WithLabelValues("queue_full").Inc()
 	now := time.Now().UnixNano()
-	since := se.slowSince.Load()
-	if since == 0 {
-		se.slowSince.CompareAndSwap(0, now)
-		n, bytes := se.queue.stats()
-		se.log.Warn().Int("queued", n).Int("queued_bytes", bytes).Msg("send queue full: slow consumer")
+	if !se.slowSince.CompareAndSwap(0, now) {
 		return
 	}
-	if time.Duration(now-since) > se.srv.cfg.SlowConsumerGrace {
-		se.log.Warn().Dur("for", time.Duration(now-since)).Msg("closing slow consumer")
+	n, bytes := se.queue.stats()
+	se.log.Warn().Int("queued", n).Int("queued_bytes", bytes).Msg("send queue full: slow consumer")
+	// The writer clears slowSince whenever it takes a batch. If it has not
+	// by the end of the grace period, the session is not reading: close it,
+	// whether or not anyone tries to send it more meanwhile.
+	time.AfterFunc(se.srv.cfg.SlowConsumerGrace, func() {
+		if se.slowSince.Load() != now {
+			return
+		}
+		se.log.Warn().Dur("for", se.srv.cfg.SlowConsumerGrace).Msg("closing slow consumer")
 		se.srv.metrics.queueDrops.WithLabelValues("slow_consumer_closed").Inc()
 		se.initiateClose(negotiate.ReasonError, "slow consumer: send queue full")
-	}
+		// Its writer is stuck behind a peer that does not read, so the
+		// CLOSE cannot go out: end the connection now.
+		se.conn.Close()
+	})
 }
 
 // drainQueues frees what the writer left behind, counting undelivered DATA.

@@ -123,7 +123,13 @@ func (se *session) write(m outMsg) {
 		_ = se.machine.CloseSent(m.closeSent, time.Now())
 		se.mu.Unlock()
 	}
-	ctx := se.ctx
+	// Data is written without a cancellable context: coder/websocket (and
+	// the QUIC transport) register a context.AfterFunc per write for one,
+	// which was most of the daemon's allocations per frame. A write stuck
+	// on a peer that does not read is ended by closing the connection, which
+	// every way out of a session does (teardown, slow-consumer close,
+	// shutdown).
+	ctx := context.Background()
 	if m.closeSent != "" || m.closeAfter {
 		// The session context may already be cancelled by a shutdown; the
 		// CLOSE still deserves its chance to go out.

@@ -160,7 +160,16 @@ func dialRaw(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig) 
 		}
 	}
 	conn.SetReadLimit(int64(sess.Params.MaxPayload) + 512)
-	t.Cleanup(func() { conn.Close() })
+	t.Cleanup(func() {
+		conn.Close()
+		// Subtests share a daemon and route by model: wait until this agent
+		// is gone from its routing table, so the next subtest's requests
+		// cannot be routed to it while it is leaving.
+		deadline := time.Now().Add(5 * time.Second)
+		for d.SessionOpen(sess.ID) && time.Now().Before(deadline) {
+			time.Sleep(2 * time.Millisecond)
+		}
+	})
 	return a, nil
 }
 
