@@ -45,7 +45,10 @@ type session struct {
 	closeReason atomic.Value // negotiate.CloseReason of the session's end
 	wake        chan struct{}
 	writerDone  chan struct{}
-	rates       sessionRates // touched by the reader only
+	// stall fires when one DATA write has been blocked for
+	// SlowConsumerGrace (writeStalled); only the writer arms it.
+	stall *time.Timer
+	rates sessionRates // touched by the reader only
 }
 
 func (se *session) mode() string { return se.neg.Params.SecurityMode.String() }

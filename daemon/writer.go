@@ -15,6 +15,9 @@ func (se *session) writeLoop() {
 	defer close(se.writerDone)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
+	se.stall = time.AfterFunc(time.Hour, se.writeStalled)
+	se.stall.Stop()
+	defer se.stall.Stop()
 	rearm := func() {
 		se.mu.Lock()
 		d := se.machine.Deadline()
@@ -137,7 +140,14 @@ func (se *session) write(m outMsg) {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(se.ctx), se.srv.cfg.CloseTimeout)
 		defer cancel()
 	}
-	if err := se.conn.Send(ctx, m.ch, *m.buf); err != nil {
+	if m.algo >= 0 {
+		se.stall.Reset(se.srv.cfg.SlowConsumerGrace)
+	}
+	err := se.conn.Send(ctx, m.ch, *m.buf)
+	if m.algo >= 0 {
+		se.stall.Stop()
+	}
+	if err != nil {
 		if m.algo >= 0 {
 			se.srv.metrics.queueDrops.WithLabelValues("send_failed").Inc()
 		}
@@ -150,4 +160,17 @@ func (se *session) write(m outMsg) {
 	if m.closeAfter {
 		se.conn.Close()
 	}
+}
+
+// writeStalled runs when one DATA write has been blocked for
+// SlowConsumerGrace: the peer has not taken a flow-control window's worth in
+// that long. Nothing else would notice: the queue need not fill (nobody may
+// send the session more), and the keepalive, PINGs and session timeout run
+// in this very writer, which is stuck. Close the session like any slow
+// consumer; closing the connection unblocks the write.
+func (se *session) writeStalled() {
+	se.log.Warn().Dur("for", se.srv.cfg.SlowConsumerGrace).Msg("closing slow consumer: a write is blocked")
+	se.srv.metrics.queueDrops.WithLabelValues("slow_consumer_closed").Inc()
+	se.initiateClose(negotiate.ReasonError, "slow consumer: not reading")
+	se.conn.Close()
 }
