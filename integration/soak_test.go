@@ -81,6 +81,7 @@ type soakMem struct {
 	StackInuse uint64
 	Goroutines int
 	RSS        uint64
+	CPU        time.Duration // the process's user+system CPU time so far
 	Sessions   int
 	Errors     float64 // sum of the failure counters of /metrics
 	OK, Failed int64   // requests so far, as the clients report them
@@ -95,8 +96,25 @@ func measureSoak() soakMem {
 	runtime.ReadMemStats(&ms)
 	return soakMem{
 		HeapAlloc: ms.HeapAlloc, HeapInuse: ms.HeapInuse, StackInuse: ms.StackInuse,
-		Goroutines: runtime.NumGoroutine(), RSS: vmRSS(),
+		Goroutines: runtime.NumGoroutine(), RSS: vmRSS(), CPU: cpuTime(),
 	}
+}
+
+// cpuTime reads the process's user and system CPU time (Linux; 0
+// elsewhere).
+func cpuTime() time.Duration {
+	b, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return 0
+	}
+	// Fields after the command name (which may contain spaces).
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	if len(f) < 13 {
+		return 0
+	}
+	utime, _ := strconv.ParseUint(f[11], 10, 64)
+	stime, _ := strconv.ParseUint(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / 100 // USER_HZ
 }
 
 // vmRSS reads the process's resident set (Linux; 0 elsewhere).
@@ -141,15 +159,31 @@ var soakFailureMetrics = []string{
 	"m2md_sessions_closed_total",
 }
 
-func soakErrors(t testing.TB, d *testDaemon) (float64, map[string]float64) {
-	var sum float64
-	each := map[string]float64{}
-	for _, name := range soakFailureMetrics {
-		v := metric(t, d, name)
-		each[name] = v
+// soakErrors sums the failure counters and lists their non-zero series.
+func soakErrors(t testing.TB, d *testDaemon) (float64, []string) {
+	t.Helper()
+	_, body := adminGet(t, d, "/metrics")
+	var (
+		sum     float64
+		nonzero []string
+	)
+	for line := range strings.SplitSeq(body, "\n") {
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		name, _, _ := strings.Cut(line[:sp], "{")
+		if !slices.Contains(soakFailureMetrics, name) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[sp+1:], 64)
+		if err != nil || v == 0 {
+			continue
+		}
 		sum += v
+		nonzero = append(nonzero, line)
 	}
-	return sum, each
+	return sum, nonzero
 }
 
 func TestSoak(t *testing.T) {
@@ -182,14 +216,16 @@ func TestSoak(t *testing.T) {
 	ch := startSoakChild(t, params)
 
 	start := time.Now()
-	ch.expect(t, "ws-open", 20*time.Minute)
+	var clientWS [2]soakMem
+	ch.expectInto(t, "ws-open", 20*time.Minute, &clientWS)
 	waitSessionCount(t, d, nWS, time.Minute)
 	afterWS := measureSoak()
 	t.Logf("%d idle WebSocket sessions opened in %v: %s", nWS, time.Since(start).Round(time.Millisecond), fmtMem(afterWS))
 
 	start = time.Now()
 	ch.send(t, "next")
-	ch.expect(t, "quic-open", 20*time.Minute)
+	var clientQUIC soakMem
+	ch.expectInto(t, "quic-open", 20*time.Minute, &clientQUIC)
 	waitSessionCount(t, d, nWS+nQUIC, time.Minute)
 	afterQUIC := measureSoak()
 	t.Logf("%d idle QUIC sessions opened in %v: %s", nQUIC, time.Since(start).Round(time.Millisecond), fmtMem(afterQUIC))
@@ -210,6 +246,8 @@ func TestSoak(t *testing.T) {
 	}
 	t.Logf("per idle WebSocket session: %s", per(afterWS, base, nWS))
 	t.Logf("per idle QUIC session: %s", per(afterQUIC, afterWS, nQUIC))
+	t.Logf("client process (package client), per idle WebSocket session: %s", per(clientWS[1], clientWS[0], nWS))
+	t.Logf("client process (package client), per idle QUIC session: %s", per(clientQUIC, clientWS[1], nQUIC))
 
 	// Traffic, sampled.
 	ch.send(t, "next")
@@ -220,14 +258,28 @@ func TestSoak(t *testing.T) {
 	tick := time.NewTicker(*soakSample)
 	for time.Since(t0) < *soakDuration {
 		<-tick.C
+		mstart := time.Now()
 		m := measureSoak()
+		if el := time.Since(mstart); el > 2*time.Second {
+			t.Logf("measuring took %v (GC of the daemon's heap on a busy machine)", el.Round(time.Millisecond))
+		}
 		m.At = time.Since(t0).Round(time.Second)
 		m.Sessions = healthSessions(t, d)
-		m.Errors, _ = soakErrors(t, d)
+		var nonzero []string
+		m.Errors, nonzero = soakErrors(t, d)
 		p := ch.lastProgress()
 		m.OK, m.Failed = p.OK, p.Failed
+		if n := len(samples); (n == 0 && m.Errors > 0) || (n > 0 && m.Errors != samples[n-1].Errors) {
+			t.Logf("failure counters: %s", strings.Join(nonzero, ", "))
+		}
 		samples = append(samples, m)
-		t.Logf("t=%4v %s sessions=%d errors=%v requests ok=%d failed=%d", m.At, fmtMem(m), m.Sessions, m.Errors, m.OK, m.Failed)
+		cpu := "?"
+		if n := len(samples); n > 1 {
+			prev := samples[n-2]
+			cpu = fmt.Sprintf("%.0f%%", 100*float64(m.CPU-prev.CPU)/float64(m.At-prev.At))
+		}
+		t.Logf("t=%4v %s cpu=%s sessions=%d errors=%v requests ok=%d failed=%d load %s",
+			m.At, fmtMem(m), cpu, m.Sessions, m.Errors, m.OK, m.Failed, loadAvg())
 	}
 	tick.Stop()
 	ch.send(t, "stop")
@@ -246,7 +298,7 @@ func TestSoak(t *testing.T) {
 		t.Errorf("%d idle sessions ended during the soak: %s", res.IdleLost, strings.Join(res.FirstErrors, "; "))
 	}
 	if errSum != 0 {
-		t.Errorf("failure counters are not zero: %v", each)
+		t.Errorf("failure counters are not zero: %s", strings.Join(each, ", "))
 	}
 	if want := idle + res.TrafficClients; sessions != want {
 		t.Errorf("daemon has %d sessions, want %d", sessions, want)
@@ -412,6 +464,10 @@ func startSoakChild(t *testing.T, p soakParams) *soakChild {
 				continue
 			}
 			ev, data, _ := strings.Cut(rest, " ")
+			if ev == "failure" {
+				fmt.Fprintln(os.Stderr, "  client process reports a failure:", data)
+				continue
+			}
 			if ev == "progress" {
 				var p soakProgress
 				if json.Unmarshal([]byte(data), &p) == nil {
@@ -533,21 +589,16 @@ func TestSoakClients(t *testing.T) {
 			fatal("opening %d idle sessions on %s: %d opened, then %v", n, url, len(got), err)
 		}
 	}
-	clientMem := func() map[string]any {
-		var ms runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&ms)
-		return map[string]any{"sessions": len(idle), "goroutines": runtime.NumGoroutine(), "heap_inuse": ms.HeapInuse, "stack_inuse": ms.StackInuse}
-	}
+	clientBase := measureSoak()
 
 	open(p.WSURL, "idle-ws", p.WS, 64)
-	report("ws-open", clientMem())
+	report("ws-open", [2]soakMem{clientBase, measureSoak()})
 	next()
 	open(p.QUICURL, "idle-quic", p.QUIC, 16)
-	report("quic-open", clientMem())
+	report("quic-open", measureSoak())
 	next()
 
-	tr, err := startSoakTraffic(t, p)
+	tr, err := startSoakTraffic(t, p, func(msg string) { report("failure", msg) })
 	if err != nil {
 		fatal("traffic: %v", err)
 	}
@@ -556,10 +607,19 @@ func TestSoakClients(t *testing.T) {
 	go func() {
 		tk := time.NewTicker(p.Progress / 2)
 		defer tk.Stop()
+		lost := map[*client.Client]bool{}
 		for {
 			select {
 			case <-tk.C:
 				report("progress", soakProgress{OK: tr.ok.Load(), Failed: tr.failed.Load()})
+				for _, c := range idle {
+					if err := c.Err(); err != nil && !lost[c] {
+						lost[c] = true
+						if len(lost) <= 10 {
+							report("failure", fmt.Sprintf("idle session %s ended: %v", c.AgentID(), err))
+						}
+					}
+				}
 			case <-stopProgress:
 				return
 			}
@@ -655,6 +715,7 @@ func closeMany(cs []*client.Client, parallel int) {
 // evenly over time, every answer checked byte for byte.
 type soakTraffic struct {
 	x        *exchangeSet
+	onFail   func(string) // the first failures are reported as they happen
 	clients  []*client.Client
 	reqs     []*client.Client
 	stopping chan struct{}
@@ -666,8 +727,8 @@ type soakTraffic struct {
 	firstErrs  []string
 }
 
-func startSoakTraffic(t testing.TB, p soakParams) (*soakTraffic, error) {
-	tr := &soakTraffic{x: loadExchangeSet(t), stopping: make(chan struct{})}
+func startSoakTraffic(t testing.TB, p soakParams, onFail func(string)) (*soakTraffic, error) {
+	tr := &soakTraffic{x: loadExchangeSet(t), onFail: onFail, stopping: make(chan struct{})}
 	modes := []frame.Security{frame.SecurityNone, frame.SecurityHMAC, frame.SecurityAEAD}
 	k := 0
 	for _, url := range []string{p.WSURL, p.QUICURL} {
@@ -761,6 +822,7 @@ func (tr *soakTraffic) fail(msg string) {
 	tr.mu.Lock()
 	if len(tr.firstErrs) < 10 {
 		tr.firstErrs = append(tr.firstErrs, msg)
+		tr.onFail(time.Now().Format("15:04:05.000 ") + msg)
 	}
 	tr.mu.Unlock()
 }
