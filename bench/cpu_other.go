@@ -6,3 +6,6 @@ import "time"
 
 // processCPU is not measured on this platform: CPU figures read zero.
 func processCPU() time.Duration { return 0 }
+
+// runDelay is not measured on this platform.
+func runDelay() time.Duration { return 0 }

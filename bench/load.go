@@ -672,7 +672,7 @@ func (m *monitor) run(ctx context.Context, stop <-chan struct{}) {
 			}
 			ended = true
 			phase = "drain"
-			m.rec.tick(m.winEnd)
+			m.rec.tick(m.winEnd, int64(runDelay()))
 			m.atEnd()
 			continue
 		case <-tick.C:
@@ -684,7 +684,7 @@ func (m *monitor) run(ctx context.Context, stop <-chan struct{}) {
 		case <-stop:
 		case <-ctx.Done():
 		default:
-			m.rec.tick(now)
+			m.rec.tick(now, int64(runDelay()))
 			if m.cfg.Progress != nil {
 				ok := m.rec.successes()
 				secs := float64(now-lastAt) / 1e9

@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -211,4 +212,78 @@ func formColor(i int) color.Color {
 		{0x7f, 0x7f, 0x7f, 0xff}, {0xbc, 0xbd, 0x22, 0xff}, {0x17, 0xbe, 0xcf, 0xff},
 	}
 	return palette[i%len(palette)]
+}
+
+// PlotLoadRatios draws, for a set of load reports with baselines, the
+// M2M/relay throughput ratio (wall clock and per CPU second) per transport
+// and security mode, one bar per payload, into path (.svg or .png).
+func PlotLoadRatios(path string, reps []*LoadReport) error {
+	var groups, payloads []string
+	val := map[[2]string][2]float64{}
+	for _, r := range reps {
+		if r.Ratios == nil {
+			continue
+		}
+		g := r.Config.Transport + " " + r.Config.Security
+		if !slices.Contains(groups, g) {
+			groups = append(groups, g)
+		}
+		if !slices.Contains(payloads, r.Config.PayloadName) {
+			payloads = append(payloads, r.Config.PayloadName)
+		}
+		val[[2]string{g, r.Config.PayloadName}] = [2]float64{r.Ratios.RoundTrips, perCPURatio(r)}
+	}
+	if len(groups) == 0 {
+		return fmt.Errorf("bench: no report with a baseline to plot")
+	}
+	panel := func(title string, idx int) (*plot.Plot, error) {
+		p := plot.New()
+		p.Title.Text = title
+		p.Y.Label.Text = "M2M / bare relay"
+		p.Y.Min = 0
+		p.Legend.Top = true
+		p.Add(plotter.NewGrid())
+		barW := vg.Points(36 / float64(len(payloads)))
+		for i, pl := range payloads {
+			vals := make(plotter.Values, len(groups))
+			for j, g := range groups {
+				vals[j] = val[[2]string{g, pl}][idx]
+			}
+			b, err := plotter.NewBarChart(vals, barW)
+			if err != nil {
+				return nil, err
+			}
+			b.Color = formColor(i + 1)
+			b.LineStyle.Width = 0
+			b.Offset = barW * vg.Length(float64(i)-float64(len(payloads)-1)/2)
+			p.Add(b)
+			p.Legend.Add(pl, b)
+		}
+		p.NominalX(groups...)
+		return p, nil
+	}
+	wall, err := panel("Routed round trips, M2M daemon / bare relay (wall clock, median of repetitions)", 0)
+	if err != nil {
+		return err
+	}
+	cpu, err := panel("Round trips per CPU second, M2M daemon / bare relay", 1)
+	if err != nil {
+		return err
+	}
+	return writeChart(path, []*plot.Plot{wall, cpu}, 22*vg.Centimeter, 18*vg.Centimeter)
+}
+
+// perCPURatio is the report's round-trips-per-CPU ratio, computed from its
+// repetitions for reports written before the field existed.
+func perCPURatio(r *LoadReport) float64 {
+	if r.Ratios != nil && r.Ratios.RoundTripsPerCPU != 0 {
+		return r.Ratios.RoundTripsPerCPU
+	}
+	var vs []float64
+	for _, rp := range r.Repetitions {
+		if rp.Baseline != nil && rp.M2M.CPUPerRoundTrip > 0 {
+			vs = append(vs, rp.Baseline.CPUPerRoundTrip/rp.M2M.CPUPerRoundTrip)
+		}
+	}
+	return median(vs)
 }

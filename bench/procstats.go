@@ -35,6 +35,11 @@ type ProcessStats struct {
 	AllocsPerFrame     float64 `json:"allocs_per_frame"`
 	AllocBytesPerFrame float64 `json:"alloc_bytes_per_frame"`
 	GCCycles           uint32  `json:"gc_cycles,omitempty"`
+	// CPUWait is how many of the process's threads were, on average,
+	// waiting for a CPU held by other work (Linux run-queue delay; this
+	// process only). Well above zero, the machine was busy: throughput
+	// followed the CPU share the run got.
+	CPUWait float64 `json:"cpu_wait"`
 }
 
 // usage is a point-in-time reading of the counters ProcessStats is the
@@ -46,6 +51,7 @@ type usage struct {
 	allocBytes uint64
 	heapInuse  uint64
 	numGC      uint32
+	runDelay   time.Duration
 }
 
 // processUsage reads this process's counters. ReadMemStats stops the world
@@ -60,6 +66,7 @@ func processUsage() usage {
 		allocBytes: ms.TotalAlloc,
 		heapInuse:  ms.HeapInuse,
 		numGC:      ms.NumGC,
+		runDelay:   runDelay(),
 	}
 }
 
@@ -142,6 +149,7 @@ func stats(a, b usage, roundTrips int64) *ProcessStats {
 	}
 	if wall > 0 {
 		s.CPUCores = s.CPUSeconds / wall
+		s.CPUWait = (b.runDelay - a.runDelay).Seconds() / wall
 	}
 	if roundTrips > 0 {
 		frames := float64(2 * roundTrips)

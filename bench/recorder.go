@@ -24,6 +24,11 @@ type Sample struct {
 	P90US            float64 `json:"p90_us"`
 	P99US            float64 `json:"p99_us"`
 	Errors           int64   `json:"errors"`
+	// CPUWait is how many of this process's threads were, on average,
+	// ready to run but waiting for a CPU (Linux run-queue delay): the
+	// machine's other work holding the cores. Stalls that coincide with it
+	// are the machine's, not the target's.
+	CPUWait float64 `json:"cpu_wait"`
 }
 
 // recorder collects one run's outcomes. A request counts when its intended
@@ -48,6 +53,7 @@ type recorder struct {
 	late        int64 // replies for requests already given up on
 	warmupErrs  int64
 	ivStart     int64
+	ivDelay     int64 // run-queue delay at the interval's start; -1 before the first tick
 	ivOK, ivErr int64
 	timeline    []Sample
 	progressOK  int64 // every success, window or not, for the progress display
@@ -59,6 +65,7 @@ func newRecorder(clk clock) *recorder {
 		total:    newHistogram(),
 		interval: newHistogram(),
 		errs:     make(map[string]int64),
+		ivDelay:  -1,
 	}
 }
 
@@ -122,15 +129,19 @@ func (r *recorder) lateReply() {
 	r.mu.Unlock()
 }
 
-// tick closes the current timeline interval at now. Intervals end at the
+// tick closes the current timeline interval at now; runDelay is the
+// process's cumulative run-queue delay (ns) then. Intervals end at the
 // window's end; ticks after it only finish the last one.
-func (r *recorder) tick(now int64) {
+func (r *recorder) tick(now, runDelay int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.winEnd == 0 || now <= r.ivStart || r.ivStart >= r.winEnd {
 		return
 	}
 	end := min(now, r.winEnd)
+	if r.ivDelay < 0 || now <= r.winStart {
+		r.ivDelay = runDelay
+	}
 	if end-r.ivStart < r.minInterval {
 		// Too short to say anything (a tick just after the window opened,
 		// or the last sliver at its end): fold it into the next interval.
@@ -141,7 +152,9 @@ func (r *recorder) tick(now int64) {
 		TimeS:            float64(end-r.winStart) / 1e9,
 		RoundTripsPerSec: float64(r.ivOK) / secs,
 		Errors:           r.ivErr,
+		CPUWait:          float64(runDelay-r.ivDelay) / float64(end-r.ivStart),
 	}
+	r.ivDelay = runDelay
 	if r.interval.TotalCount() > 0 {
 		s.P50US = float64(r.interval.ValueAtQuantile(50)) / 1e3
 		s.P90US = float64(r.interval.ValueAtQuantile(90)) / 1e3

@@ -66,13 +66,13 @@ func TestRecorderTimeline(t *testing.T) {
 	for i := int64(0); i < 100; i++ { // 100 in the first 100 ms, 1 ms each
 		rec.success(i*ms, i*ms+ms, 1, 1)
 	}
-	rec.tick(10 * ms) // too short: folded into the next interval
-	rec.tick(100 * ms)
+	rec.tick(10*ms, 0) // too short: folded into the next interval
+	rec.tick(100*ms, 0)
 	rec.success(150*ms, 160*ms, 1, 1)
 	rec.failure(160*ms, "timeout")
-	rec.tick(200 * ms)
-	rec.tick(290 * ms)
-	rec.tick(400 * ms) // after the window: nothing left to close
+	rec.tick(200*ms, 0)
+	rec.tick(290*ms, 0)
+	rec.tick(400*ms, 0) // after the window: nothing left to close
 	tl := rec.result().Timeline
 	if len(tl) != 3 {
 		t.Fatalf("timeline %+v, want 3 intervals", tl)

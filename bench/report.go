@@ -146,12 +146,13 @@ type RunSummary struct {
 	Errors           int64   `json:"errors"`
 	AllocsPerFrame   float64 `json:"allocs_per_frame,omitempty"`
 	CPUPerRoundTrip  float64 `json:"cpu_us_per_round_trip,omitempty"`
+	CPUWait          float64 `json:"cpu_wait,omitempty"`
 }
 
 func summaryOf(r *Result) RunSummary {
 	s := RunSummary{RoundTripsPerSec: r.RoundTripsPerSec, P50US: r.P50US, P99US: r.P99US, P999US: r.P999US, Errors: r.Errors}
 	if r.Process != nil {
-		s.AllocsPerFrame, s.CPUPerRoundTrip = r.Process.AllocsPerFrame, r.Process.CPUPerRoundTripUS
+		s.AllocsPerFrame, s.CPUPerRoundTrip, s.CPUWait = r.Process.AllocsPerFrame, r.Process.CPUPerRoundTripUS, r.Process.CPUWait
 	}
 	return s
 }
@@ -238,6 +239,7 @@ func medianResult(rs []*Result) *Result {
 		p.AllocsPerFrame = pm(func(s *ProcessStats) float64 { return s.AllocsPerFrame })
 		p.AllocBytesPerFrame = pm(func(s *ProcessStats) float64 { return s.AllocBytesPerFrame })
 		p.GCCycles = uint32(pm(func(s *ProcessStats) float64 { return float64(s.GCCycles) }))
+		p.CPUWait = pm(func(s *ProcessStats) float64 { return s.CPUWait })
 		out.Process = &p
 	}
 	return out
@@ -398,6 +400,9 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		row("allocs/frame", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.1f", p.AllocsPerFrame) }), extra)
 		row("alloc B/frame", proc(func(p *ProcessStats) string { return thousands(p.AllocBytesPerFrame) }), "")
 		row("heap in use", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.1f MB", float64(p.HeapInuseBytes)/1e6) }), "")
+		if r.Process.Source == "process" {
+			row("CPU wait", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f threads", p.CPUWait) }), "")
+		}
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -417,6 +422,7 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 	}
 	if r.Process != nil && r.Process.Source == "process" {
 		fmt.Fprintln(w, "\nCPU and allocations are this process's: daemon (or relay) and load generator together.")
+		fmt.Fprintln(w, "CPU wait: threads of this process ready to run but held off the CPU by other work on the machine.")
 	}
 	return nil
 }
@@ -484,17 +490,7 @@ func WriteLoadMarkdown(w io.Writer, reps []*LoadReport) error {
 		}
 		if b := r.Baseline; b != nil && r.Ratios != nil {
 			errs += b.Errors
-			perCPU := r.Ratios.RoundTripsPerCPU
-			if perCPU == 0 && len(r.Repetitions) > 0 {
-				// Reports from before the field existed: from the repetitions.
-				var vs []float64
-				for _, rp := range r.Repetitions {
-					if rp.Baseline != nil && rp.M2M.CPUPerRoundTrip > 0 {
-						vs = append(vs, rp.Baseline.CPUPerRoundTrip/rp.M2M.CPUPerRoundTrip)
-					}
-				}
-				perCPU = median(vs)
-			}
+			perCPU := perCPURatio(r)
 			row = append(row, thousands(b.RoundTripsPerSec), fmt.Sprintf("%.2fx", r.Ratios.RoundTrips), fmt.Sprintf("%.2fx", perCPU),
 				lat(&r.Result), lat(b), fmt.Sprintf("%.2fx", r.Ratios.P99))
 			if b.Process != nil && r.Process != nil {
