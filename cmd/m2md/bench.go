@@ -257,7 +257,8 @@ func runBenchCodec(args []string, stdout, stderr io.Writer) error {
 }
 
 func runBenchTable(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench table", "bench table FILE.json...\n\nPrints one Markdown table row per report written by 'm2md bench load --json'.", stderr)
+	fs := newFlagSet("bench table", "bench table [--plot FILE.svg] FILE.json...\n\nPrints one Markdown table row per report written by 'm2md bench load --json'.", stderr)
+	plotOut := fs.String("plot", "", "also draw the M2M/relay ratios of the reports with a baseline into this `file` (.svg or .png)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -280,7 +281,13 @@ func runBenchTable(args []string, stdout, stderr io.Writer) error {
 		}
 		reps = append(reps, rep)
 	}
-	return bench.WriteLoadMarkdown(stdout, reps)
+	if err := bench.WriteLoadMarkdown(stdout, reps); err != nil {
+		return err
+	}
+	if *plotOut != "" {
+		return bench.PlotLoadRatios(*plotOut, reps)
+	}
+	return nil
 }
 
 // newBar returns a progress bar on stderr when it is a terminal, else nil:
