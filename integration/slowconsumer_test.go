@@ -207,6 +207,10 @@ func TestSlowConsumerMemoryBounded(t *testing.T) {
 			if grew > heapBound {
 				t.Fatalf("heap grew by %d MiB while %d MiB were pushed at a stalled reader; bound %d MiB", grew>>20, sent*int64(len(fr))>>20, heapBound>>20)
 			}
+			// The daemon has given up on the provider; its connection ends
+			// quickly once this side closes too (a WebSocket close otherwise
+			// waits 5 s for a handshake the stalled peer never reads).
+			prov.conn.Close()
 			waitSessions(t, d, 1)
 			closed := metric(t, d, "m2md_queue_drops_total", "reason=slow_consumer_closed") + metric(t, d, "m2md_sessions_closed_total", "reason=TIMEOUT")
 			if closed < 1 {
@@ -270,6 +274,7 @@ func TestStalledWriterClosed(t *testing.T) {
 					t.Fatalf("codes %v", codes)
 				}
 			}
+			prov.conn.Close()
 			waitSessions(t, d, 1)
 		})
 	}
