@@ -43,7 +43,6 @@ type session struct {
 	slowSince   atomic.Int64 // unix nanos the queue was first found full; 0 if not
 	closing     atomic.Bool  // CLOSE sent or received, or teardown began
 	closeReason atomic.Value // negotiate.CloseReason of the session's end
-	wake        chan struct{}
 	writerDone  chan struct{}
 	// stall fires when one DATA write has been blocked for
 	// SlowConsumerGrace (writeStalled); only the writer arms it.
@@ -161,7 +160,6 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 		machine:    negotiate.NewMachine(negotiate.RoleServer, time.Now()),
 		queue:      newSendQueue(s.cfg.SendQueueLen, max(s.cfg.MaxPayload*2, 4<<20)),
 		ctrl:       make(chan outMsg, 8),
-		wake:       make(chan struct{}, 1),
 		writerDone: make(chan struct{}),
 		rates:      newSessionRates(s.cfg.MessagesPerMinute, s.cfg.BytesPerSecond, p.MaxPayload),
 	}
