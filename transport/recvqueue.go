@@ -13,6 +13,12 @@ import (
 // A connection-level failure (fail) is delivered after the messages already
 // queued, so a peer's last words (REJECT, CLOSE) are not lost to the close
 // that follows them. A local close (close) drops everything at once.
+//
+// The ring starts with initialRecvSlots slots and doubles as messages pile
+// up, up to maxItems: most connections are idle or have one message in
+// flight, and a full-size ring per connection is a large share of an idle
+// session's memory. It never shrinks; a connection that once needed the
+// room is likely to need it again.
 type recvQueue struct {
 	mu       sync.Mutex
 	space    sync.Cond // producers wait here for room
@@ -33,9 +39,14 @@ type queued struct {
 	err error
 }
 
+// initialRecvSlots is the ring's starting size: enough for a request and
+// its control traffic without growing.
+const initialRecvSlots = 4
+
 func newRecvQueue(maxItems, maxBytes int) *recvQueue {
+	maxItems = max(maxItems, 1)
 	q := &recvQueue{
-		items:    make([]queued, maxItems),
+		items:    make([]queued, min(maxItems, initialRecvSlots)),
 		maxItems: maxItems,
 		maxBytes: maxBytes,
 		ready:    make(chan struct{}, 1),
@@ -69,6 +80,10 @@ func (q *recvQueue) push(msg Message) error {
 		}
 		return err
 	}
+	if q.n == len(q.items) {
+		// Room by count (q.n < maxItems), so len(q.items) < maxItems.
+		q.grow(min(2*len(q.items), q.maxItems))
+	}
 	q.items[(q.head+q.n)%len(q.items)] = queued{msg: msg}
 	q.n++
 	q.bytes += size
@@ -93,16 +108,22 @@ func (q *recvQueue) pushErr(err error) {
 		return
 	}
 	if q.n == len(q.items) {
-		grown := make([]queued, 2*len(q.items))
-		for i := 0; i < q.n; i++ {
-			grown[i] = q.items[(q.head+i)%len(q.items)]
-		}
-		q.items, q.head = grown, 0
+		q.grow(2 * len(q.items))
 	}
 	q.items[(q.head+q.n)%len(q.items)] = queued{err: err}
 	q.n++
 	q.mu.Unlock()
 	q.signal()
+}
+
+// grow moves the ring into size slots (size > q.n), oldest item first.
+// The caller holds q.mu.
+func (q *recvQueue) grow(size int) {
+	grown := make([]queued, size)
+	for i := 0; i < q.n; i++ {
+		grown[i] = q.items[(q.head+i)%len(q.items)]
+	}
+	q.items, q.head = grown, 0
 }
 
 // fail records the connection's terminal error; Receive returns it after

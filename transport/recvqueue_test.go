@@ -3,6 +3,7 @@ package transport
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 )
@@ -173,5 +174,118 @@ func TestRecvQueueManyProducers(t *testing.T) {
 		}
 		next[p]++
 		m.Release()
+	}
+}
+
+func TestRecvQueueGrowsToBound(t *testing.T) {
+	// The ring starts small and doubles on demand, capped at the bound even
+	// when the bound is not a power of two; order survives each move,
+	// including moves of a ring that has wrapped round.
+	for _, bound := range []int{1, 3, initialRecvSlots, 10, 64} {
+		t.Run(fmt.Sprintf("bound=%d", bound), func(t *testing.T) {
+			ctx := testCtx(t)
+			q := newRecvQueue(bound, 1<<20)
+			if got, want := len(q.items), min(bound, initialRecvSlots); got != want {
+				t.Fatalf("bound %d: starts with %d slots, want %d", bound, got, want)
+			}
+			next, popped := byte(0), byte(0)
+			pop := func() {
+				t.Helper()
+				m, err := q.pop(ctx)
+				if err != nil || m.Data[0] != popped {
+					t.Fatalf("bound %d: pop got %v (%v), want %d", bound, m.Data, err, popped)
+				}
+				popped++
+				m.Release()
+			}
+			// Move head off zero so the first growth copies a wrapped ring.
+			q.push(qmsg(1, next))
+			next++
+			pop()
+			for q.n < bound {
+				if err := q.push(qmsg(1, next)); err != nil {
+					t.Fatal(err)
+				}
+				next++
+				if len(q.items) > bound {
+					t.Fatalf("bound %d: ring grew to %d slots", bound, len(q.items))
+				}
+			}
+			if len(q.items) != bound {
+				t.Fatalf("bound %d: full queue has %d slots", bound, len(q.items))
+			}
+			done, isBlocked := blocked(func() { q.push(qmsg(1, next)) })
+			if !isBlocked {
+				t.Fatalf("bound %d: push into a full grown queue did not wait", bound)
+			}
+			pop()
+			<-done
+			next++
+			for popped != next {
+				pop()
+			}
+			if len(q.items) != bound {
+				t.Fatalf("bound %d: ring changed size to %d once drained", bound, len(q.items))
+			}
+		})
+	}
+}
+
+func TestRecvQueueGrowthKeepsByteBound(t *testing.T) {
+	// Growing the ring must not loosen the byte budget: with room for many
+	// items but not for their bytes, the producer waits.
+	ctx := testCtx(t)
+	q := newRecvQueue(64, 100)
+	for i := range 5 {
+		if err := q.push(qmsg(20, byte(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(q.items) <= initialRecvSlots {
+		t.Fatalf("ring did not grow past %d slots", initialRecvSlots)
+	}
+	done, isBlocked := blocked(func() { q.push(qmsg(20, 5)) })
+	if !isBlocked {
+		t.Fatal("push beyond the byte budget did not wait after growth")
+	}
+	for i := range 6 {
+		m, err := q.pop(ctx)
+		if err != nil || m.Data[0] != byte(i) {
+			t.Fatalf("pop %d: %v %v", i, m.Data, err)
+		}
+		m.Release()
+		if i == 0 {
+			<-done
+		}
+	}
+}
+
+func TestRecvQueueErrorsGrowPastBound(t *testing.T) {
+	// Channel errors bypass the bounds; they still come out in order after a
+	// full queue, and the messages keep working once the ring has grown past
+	// the bound.
+	ctx := testCtx(t)
+	q := newRecvQueue(2, 1000)
+	q.push(qmsg(1, 0))
+	q.push(qmsg(1, 1))
+	errs := []error{&ChannelError{Channel: 2, Err: ErrProtocol}, &ChannelError{Channel: 3, Err: ErrProtocol}}
+	for _, err := range errs {
+		q.pushErr(err)
+	}
+	for i := range 2 {
+		m, err := q.pop(ctx)
+		if err != nil || m.Data[0] != byte(i) {
+			t.Fatalf("pop %d: %v %v", i, m.Data, err)
+		}
+		m.Release()
+	}
+	for _, want := range errs {
+		if _, err := q.pop(ctx); err != want {
+			t.Fatalf("pop: %v, want %v", err, want)
+		}
+	}
+	q.push(qmsg(1, 7))
+	if m, err := q.pop(ctx); err != nil || m.Data[0] != 7 {
+		t.Fatalf("pop after errors: %v %v", m.Data, err)
 	}
 }
