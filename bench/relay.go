@@ -236,9 +236,10 @@ func (r *relayServer) forwardRequest(req *relayPeer, msg *transport.Message) {
 	}
 	var pch transport.ChannelID
 	if prov.perReq {
-		ctx, cancel := context.WithTimeout(r.ctx, 5*time.Second)
-		c, err := prov.conn.AcquireChannel(ctx)
-		cancel()
+		// The context matters only when every stream the provider allows is
+		// taken (the relay then waits: backpressure); a timer per request
+		// would be a cost the relay does not need.
+		c, err := prov.conn.AcquireChannel(r.ctx)
 		if err != nil {
 			fail()
 			return
