@@ -16,8 +16,15 @@ import (
 // WSHandler is the daemon's side of the WebSocket transport: an
 // http.Handler to mount on the daemon's own mux and http.Server, for ws://
 // and wss:// alike (TLS is the server's business). It upgrades requests that
-// offer the subprotocol m2m.v1 and calls serve with each connection on the
-// request's goroutine; the connection is closed when serve returns.
+// offer the subprotocol m2m.v1 and calls serve with each connection on a
+// goroutine of its own; the connection is closed when serve returns.
+//
+// ServeHTTP returns as soon as the upgrade is done, without waiting for
+// serve: holding the request's goroutine for the session's lifetime would
+// keep net/http's request and response state (about 3.5 KiB) alive for
+// nothing. The hijacked connection is no longer tracked by http.Server
+// (neither before nor after this choice), so a caller that needs to wait for
+// its sessions at shutdown counts them in serve.
 //
 //	mux.Handle("/m2m", transport.NewWSHandler(cfg, func(c transport.Conn) {
 //		runSession(c)
@@ -57,8 +64,10 @@ func (h *WSHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // Accept has written the HTTP error
 	}
 	c := newWSConn(ws, parseRemoteAddr(r.RemoteAddr), h.cfg)
-	defer c.Close()
-	h.serve(c)
+	go func() {
+		defer c.Close()
+		h.serve(c)
+	}()
 }
 
 // offersSubprotocol reports whether the Sec-WebSocket-Protocol header

@@ -8,12 +8,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/coder/websocket"
 )
 
 // wsServer serves NewWSHandler on a plain httptest server; serve gets each
-// connection and the handler returns when serve does.
+// connection on a goroutine of its own.
 func wsServer(t *testing.T, serve func(Conn)) (url string) {
 	t.Helper()
 	srv := httptest.NewServer(NewWSHandler(Config{}, serve))
@@ -154,4 +155,43 @@ func TestWSSendContextCancelled(t *testing.T) {
 	m := mustReceive(t, p.server)
 	equalMsg(t, m.Data, []byte("y"))
 	m.Release()
+}
+
+func TestWSHandlerReturnsBeforeServe(t *testing.T) {
+	// ServeHTTP must not hold the request for the session's lifetime, and
+	// the connection must still be closed once serve returns.
+	release := make(chan struct{})
+	serving := make(chan struct{})
+	h := NewWSHandler(Config{}, func(c Conn) {
+		close(serving)
+		<-release
+	})
+	returned := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h.ServeHTTP(w, r)
+		returned <- struct{}{}
+	}))
+	defer srv.Close()
+	ctx := testCtx(t)
+	raw, _, err := websocket.Dial(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/m2m",
+		&websocket.DialOptions{Subprotocols: []string{Subprotocol}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.CloseNow()
+	<-serving
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		close(release)
+		t.Fatal("ServeHTTP did not return while serve was running")
+	}
+	close(release)
+	// serve has returned: the handler closes the connection, which the
+	// peer sees as the end of the stream.
+	if _, _, err := raw.Read(ctx); err == nil {
+		t.Fatal("connection still open after serve returned")
+	} else if ctx.Err() != nil {
+		t.Fatalf("connection not closed after serve returned: %v", err)
+	}
 }
