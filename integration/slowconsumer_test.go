@@ -30,9 +30,9 @@ func TestSlowConsumerMemoryBounded(t *testing.T) {
 	// heapBound: the provider's send queue (4 MiB), what sits in transport
 	// buffers on both sides of the stalled connection (socket buffers, and
 	// on QUIC one message per stream the provider allows: 100 here, 6.4 MiB),
-	// and pooled buffers not yet collected. Measured: 15-30 MiB.
-	const heapBound = 48 << 20
-	total := 200 << 20 // bytes the requester pushes: four times the bound
+	// and pooled buffers not yet collected. Measured: 9-15 MiB.
+	const heapBound = 32 << 20
+	total := 200 << 20 // bytes the requester pushes: six times the bound
 	if raceEnabled {
 		// The race detector slows WebSocket masking and QUIC packet
 		// handling more than tenfold (6 MB/s here): under it this checks
