@@ -43,7 +43,17 @@ type session struct {
 	slowSince   atomic.Int64 // unix nanos the queue was first found full; 0 if not
 	closing     atomic.Bool  // CLOSE sent or received, or teardown began
 	closeReason atomic.Value // negotiate.CloseReason of the session's end
-	writerDone  chan struct{}
+	// The writer (writer.go) runs on demand: writing is set while one runs,
+	// writers counts it for teardown, wstopped (under wmu) keeps new ones
+	// from starting once teardown began. batch and the rest of the
+	// writer's state belong to the running writer.
+	writing  atomic.Bool
+	wmu      sync.Mutex
+	wstopped bool
+	writers  sync.WaitGroup
+	batch    []outMsg
+	timer    *time.Timer // the state machine's deadline: timerFired
+	tickDue  atomic.Bool
 	// stall fires when one DATA write has been blocked for
 	// SlowConsumerGrace (writeStalled); only the writer arms it.
 	stall *time.Timer
@@ -150,23 +160,26 @@ func (s *Server) sendHandshakeReply(conn transport.Conn, reply []byte) error {
 func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zerolog.Logger) (*session, error) {
 	p := neg.Params
 	se := &session{
-		srv:        s,
-		conn:       conn,
-		transport:  conn.Transport(),
-		neg:        neg,
-		agent:      neg.AgentID,
-		m:          s.metrics.forTransport(conn.Transport()),
-		seqs:       negotiate.NewSequences(0),
-		machine:    negotiate.NewMachine(negotiate.RoleServer, time.Now()),
-		queue:      newSendQueue(s.cfg.SendQueueLen, max(s.cfg.MaxPayload*2, 4<<20)),
-		ctrl:       make(chan outMsg, 8),
-		writerDone: make(chan struct{}),
-		rates:      newSessionRates(s.cfg.MessagesPerMinute, s.cfg.BytesPerSecond, p.MaxPayload),
+		srv:       s,
+		conn:      conn,
+		transport: conn.Transport(),
+		neg:       neg,
+		agent:     neg.AgentID,
+		m:         s.metrics.forTransport(conn.Transport()),
+		seqs:      negotiate.NewSequences(0),
+		machine:   negotiate.NewMachine(negotiate.RoleServer, time.Now()),
+		queue:     newSendQueue(s.cfg.SendQueueLen, max(s.cfg.MaxPayload*2, 4<<20)),
+		ctrl:      make(chan outMsg, 8),
+		rates:     newSessionRates(s.cfg.MessagesPerMinute, s.cfg.BytesPerSecond, p.MaxPayload),
 	}
 	se.log = log.With().Str("session", neg.ID).Str("agent", neg.AgentID).Logger()
 	if err := se.machine.Established(p, time.Now()); err != nil {
 		return nil, err
 	}
+	se.stall = time.AfterFunc(time.Hour, se.writeStalled)
+	se.stall.Stop()
+	se.timer = time.AfterFunc(time.Hour, se.timerFired)
+	se.timer.Stop() // armed once the session is registered
 	if p.SecurityMode != 0 {
 		var err error
 		if se.recvKey, err = security.NewFrameKey(p.SecurityMode, neg.ReceiveKey()); err != nil {
@@ -184,9 +197,11 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	}
 	rs, replaced, err := s.router.Register(neg.AgentID, models, se)
 	if err != nil {
+		se.cancel()
 		return nil, err
 	}
 	se.rs = rs
+	se.rearm()
 	if replaced != nil {
 		old := replaced.Value()
 		old.log.Info().Str("by", neg.ID).Msg("session replaced by a newer one for the same agent id")
@@ -204,7 +219,6 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 
 // run serves the session until it ends and then tears it down.
 func (se *session) run() {
-	go se.writeLoop()
 	se.readLoop()
 
 	// Teardown. The reader has stopped routing this session's messages, so
@@ -217,7 +231,7 @@ func (se *session) run() {
 	}
 	se.cancel()
 	se.conn.Close()
-	<-se.writerDone
+	se.stopWriter()
 	se.drainQueues("receiver_gone")
 	se.srv.mu.Lock()
 	delete(se.srv.sessions, se)
@@ -381,6 +395,7 @@ func (se *session) sendControl(b []byte, closeAfter bool) {
 func (se *session) enqueueControl(m outMsg) {
 	select {
 	case se.ctrl <- m:
+		se.kick()
 	default:
 		m.free()
 		se.srv.metrics.queueDrops.WithLabelValues("control_full").Inc()
@@ -400,6 +415,7 @@ func (se *session) enqueue(m outMsg) bool {
 		se.full()
 		return false
 	}
+	se.kick()
 	return true
 }
 

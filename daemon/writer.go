@@ -8,64 +8,118 @@ import (
 	"github.com/m2md/m2md/negotiate"
 )
 
-// writeLoop is the session's only writer: it drains the control and data
-// queues (control first), stamps and protects frames with the session's
-// send key, and runs the state machine's timers (keepalive, CLOSE ack).
-func (se *session) writeLoop() {
-	defer close(se.writerDone)
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	se.stall = time.AfterFunc(time.Hour, se.writeStalled)
-	se.stall.Stop()
-	defer se.stall.Stop()
-	rearm := func() {
-		se.mu.Lock()
-		d := se.machine.Deadline()
-		se.mu.Unlock()
-		if d.IsZero() {
-			d = time.Now().Add(time.Hour)
-		}
-		timer.Reset(time.Until(d))
+// The writer: one goroutine at a time drains the session's control and data
+// queues (control first), stamps and protects frames with the session's send
+// key, and runs the state machine's timers (keepalive, CLOSE ack). It runs
+// only while there is work and exits when there is none, so an idle session
+// costs no goroutine for it (its stack was about a third of an idle
+// WebSocket session's memory); kick starts it again.
+
+// kick makes sure a writer runs: called after anything is queued and when
+// the state machine's timer fires.
+func (se *session) kick() {
+	if !se.writing.CompareAndSwap(false, true) {
+		return // the running writer will see the new work
 	}
-	rearm()
-	var batch []outMsg
+	se.wmu.Lock()
+	if se.wstopped {
+		se.wmu.Unlock()
+		se.writing.Store(false)
+		return
+	}
+	se.writers.Add(1)
+	se.wmu.Unlock()
+	go se.drain()
+}
+
+// stopWriter waits for the running writer, if any, and keeps new ones from
+// starting (teardown).
+func (se *session) stopWriter() {
+	se.wmu.Lock()
+	se.wstopped = true
+	se.wmu.Unlock()
+	se.timer.Stop()
+	se.writers.Wait()
+}
+
+func (se *session) drain() {
+	defer se.writers.Done()
 	for {
-		select {
-		case m := <-se.ctrl:
-			se.write(m)
-			rearm()
-			continue
-		default:
+		if se.ctx.Err() != nil {
+			se.writing.Store(false)
+			return
 		}
-		select {
-		case m := <-se.ctrl:
-			se.write(m)
-			rearm()
-		case <-se.queue.waiting:
-			batch = se.queue.takeAll(batch[:0])
-			se.slowSince.Store(0) // the queue had room again
-			for i, m := range batch {
-				// Control messages (a CLOSE, a PONG) overtake a long batch.
-				se.writePendingControl()
-				se.write(m)
-				batch[i] = outMsg{}
-			}
-		case <-timer.C:
-			se.tick()
-			rearm()
-		case <-se.ctx.Done():
+		se.drainOnce()
+		se.writing.Store(false)
+		// Work queued after drainOnce looked, but before writing was
+		// cleared, found a writer running and did not start one: look again.
+		if !se.hasWork() || !se.writing.CompareAndSwap(false, true) {
 			return
 		}
 	}
 }
 
-func (se *session) writePendingControl() {
+func (se *session) hasWork() bool {
+	return len(se.ctrl) > 0 || len(se.queue.waiting) > 0 || se.tickDue.Load()
+}
+
+// drainOnce writes everything pending and runs the timer if it is due.
+func (se *session) drainOnce() {
+	if se.tickDue.Swap(false) {
+		se.tick()
+		se.rearm()
+	}
+	if se.writePendingControl() {
+		se.rearm()
+	}
+	select {
+	case <-se.queue.waiting:
+	default:
+		return
+	}
+	se.batch = se.queue.takeAll(se.batch[:0])
+	se.slowSince.Store(0) // the queue had room again
+	for i, m := range se.batch {
+		// Control messages (a CLOSE, a PONG) overtake a long batch.
+		if se.writePendingControl() {
+			se.rearm()
+		}
+		se.write(m)
+		se.batch[i] = outMsg{}
+	}
+	if cap(se.batch) > 64 {
+		se.batch = nil // let a burst's backing array go
+	}
+}
+
+// timerFired runs when the state machine's deadline may have come.
+func (se *session) timerFired() {
+	se.tickDue.Store(true)
+	se.kick()
+}
+
+// rearm sets the timer to the state machine's next deadline.
+func (se *session) rearm() {
+	se.mu.Lock()
+	d := se.machine.Deadline()
+	se.mu.Unlock()
+	if d.IsZero() {
+		d = time.Now().Add(time.Hour)
+	}
+	se.timer.Reset(time.Until(d))
+}
+
+// writePendingControl writes the queued control messages and reports
+// whether there were any.
+func (se *session) writePendingControl() bool {
+	wrote := false
 	for {
 		select {
 		case m := <-se.ctrl:
 			se.write(m)
+			wrote = true
 		default:
-			return
+			return wrote
 		}
 	}
 }
