@@ -311,7 +311,9 @@ func (s *Server) acceptQUIC(ctx context.Context, ln *transport.QUICListener) {
 
 // shutdown carries out the graceful stop described at Run.
 func (s *Server) shutdown(closers []func()) {
+	s.mu.Lock()
 	s.draining.Store(true)
+	s.mu.Unlock()
 	s.stopHandshakes()
 	s.log.Info().Int("sessions", s.sessionCount()).Msg("shutting down: no new sessions or requests")
 	for _, c := range closers {

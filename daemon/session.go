@@ -64,14 +64,20 @@ func (se *session) mode() string { return se.neg.Params.SecurityMode.String() }
 
 // serveConn runs one connection from HELLO to teardown.
 func (s *Server) serveConn(conn transport.Conn) {
-	s.conns.Add(1)
-	defer s.conns.Done()
 	defer conn.Close()
-	tname := conn.Transport()
-	log := s.log.With().Str("transport", tname).Str("remote", conn.RemoteAddr().String()).Logger()
+	// Counted under s.mu with the draining check, so that no connection is
+	// added once shutdown has begun waiting for them (WaitGroup.Add may not
+	// race Wait).
+	s.mu.Lock()
 	if s.draining.Load() {
+		s.mu.Unlock()
 		return
 	}
+	s.conns.Add(1)
+	s.mu.Unlock()
+	defer s.conns.Done()
+	tname := conn.Transport()
+	log := s.log.With().Str("transport", tname).Str("remote", conn.RemoteAddr().String()).Logger()
 	start := time.Now()
 	release, limit := s.adm.admit(conn.RemoteAddr(), start)
 	if limit != "" {
