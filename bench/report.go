@@ -515,3 +515,33 @@ func ReadLoadReport(rd io.Reader) (*LoadReport, error) {
 	}
 	return &r, nil
 }
+
+// WriteRepetitionsMarkdown writes one Markdown row per repetition of each
+// report: the M2M run beside the baseline run made right after it, with
+// the CPU wait of each, so that repetitions the machine's other work
+// disturbed can be told from the others.
+func WriteRepetitionsMarkdown(w io.Writer, reps []*LoadReport) error {
+	var t table
+	t.add("transport", "security", "payload", "load", "#", "M2M rt/s", "relay rt/s", "ratio",
+		"M2M p50 / p99", "relay p50 / p99", "p99 ratio", "CPU wait M2M / relay")
+	for _, r := range reps {
+		c := r.Config
+		load := fmt.Sprintf("%d in flight", c.Concurrency)
+		if c.Mode == "open" {
+			load = thousands(c.Rate) + " req/s"
+		}
+		for i, rp := range r.Repetitions {
+			row := []string{c.Transport, c.Security, c.PayloadName, load, fmt.Sprint(i + 1), thousands(rp.M2M.RoundTripsPerSec)}
+			m := fmt.Sprintf("%s / %s", micros(rp.M2M.P50US), micros(rp.M2M.P99US))
+			if b := rp.Baseline; b != nil {
+				row = append(row, thousands(b.RoundTripsPerSec), fmt.Sprintf("%.2fx", rp.RoundTripsRatio), m,
+					fmt.Sprintf("%s / %s", micros(b.P50US), micros(b.P99US)), fmt.Sprintf("%.2fx", rp.P99Ratio),
+					fmt.Sprintf("%.2f / %.2f", rp.M2M.CPUWait, b.CPUWait))
+			} else {
+				row = append(row, "-", "-", m, "-", "-", fmt.Sprintf("%.2f", rp.M2M.CPUWait))
+			}
+			t.add(row...)
+		}
+	}
+	return t.markdown(w)
+}

@@ -259,6 +259,7 @@ func runBenchCodec(args []string, stdout, stderr io.Writer) error {
 func runBenchTable(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench table", "bench table [--plot FILE.svg] FILE.json...\n\nPrints one Markdown table row per report written by 'm2md bench load --json'.", stderr)
 	plotOut := fs.String("plot", "", "also draw the M2M/relay ratios of the reports with a baseline into this `file` (.svg or .png)")
+	perRep := fs.Bool("repetitions", false, "one row per repetition (reports made with --repeat), with each run's CPU wait")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return err
@@ -281,7 +282,11 @@ func runBenchTable(args []string, stdout, stderr io.Writer) error {
 		}
 		reps = append(reps, rep)
 	}
-	if err := bench.WriteLoadMarkdown(stdout, reps); err != nil {
+	write := bench.WriteLoadMarkdown
+	if *perRep {
+		write = bench.WriteRepetitionsMarkdown
+	}
+	if err := write(stdout, reps); err != nil {
 		return err
 	}
 	if *plotOut != "" {
