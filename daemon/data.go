@@ -20,6 +20,8 @@ import (
 // receiver to the receiver's writer. Every refusal is answered to the sender.
 func (se *session) handleData(msg transport.Message, start time.Time) {
 	defer msg.Release()
+	se.srv.routing.Add(1)
+	defer se.srv.routing.Add(-1)
 	dh, fr, err := negotiate.ParseData(msg.Data)
 	if err != nil {
 		se.protocolError("malformed DATA header")

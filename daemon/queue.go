@@ -73,6 +73,19 @@ func (q *sendQueue) push(m outMsg) bool {
 	return true
 }
 
+// pushLast adds m whatever the bounds: the one CLOSE that ends a session
+// behind the messages already queued.
+func (q *sendQueue) pushLast(m outMsg) {
+	q.mu.Lock()
+	q.items = append(q.items, m)
+	q.bytes += cap(*m.buf)
+	q.mu.Unlock()
+	select {
+	case q.waiting <- struct{}{}:
+	default:
+	}
+}
+
 // takeAll moves every queued message to batch (reused by the caller) and
 // empties the queue.
 func (q *sendQueue) takeAll(batch []outMsg) []outMsg {

@@ -35,7 +35,11 @@ type Server struct {
 	limitLog *logOnce
 
 	draining atomic.Bool
-	ready    chan struct{}
+	// routing counts DATA messages being routed right now: between a
+	// reply's END leaving the router and the reply entering its
+	// requester's queue, the router already counts the request done.
+	routing atomic.Int64
+	ready   chan struct{}
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -320,7 +324,7 @@ func (s *Server) shutdown(closers []func()) {
 		c() // listeners and HTTP servers; accepted sessions live on
 	}
 	deadline := time.Now().Add(s.cfg.ShutdownGrace)
-	for time.Now().Before(deadline) && s.router.Stats().Pending > 0 {
+	for time.Now().Before(deadline) && (s.router.Stats().Pending > 0 || s.routing.Load() > 0) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if p := s.router.Stats().Pending; p > 0 {
@@ -333,7 +337,8 @@ func (s *Server) shutdown(closers []func()) {
 	}
 	s.mu.Unlock()
 	for _, se := range all {
-		se.initiateClose(negotiate.ReasonServerShutdown, "daemon shutting down")
+		// Behind what is queued: the last replies of the drain go first.
+		se.closeAfterQueued(negotiate.ReasonServerShutdown, "daemon shutting down")
 	}
 	done := make(chan struct{})
 	go func() { s.conns.Wait(); close(done) }()

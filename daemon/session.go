@@ -38,11 +38,14 @@ type session struct {
 	mu      sync.Mutex // guards machine
 	machine *negotiate.Machine
 
-	queue       *sendQueue   // DATA and errors, bounded
-	ctrl        chan outMsg  // control messages, written first
-	slowSince   atomic.Int64 // unix nanos the queue was first found full; 0 if not
-	closing     atomic.Bool  // CLOSE sent or received, or teardown began
-	closeReason atomic.Value // negotiate.CloseReason of the session's end
+	queue     *sendQueue   // DATA and errors, bounded
+	ctrl      chan outMsg  // control messages, written first
+	slowSince atomic.Int64 // unix nanos the queue was first found full; 0 if not
+	closing   atomic.Bool  // CLOSE sent or received, or teardown began
+	// closeWritten: the writer has sent CLOSE (or the acknowledgement of
+	// one); DATA still queued is dropped, never sent after it.
+	closeWritten atomic.Bool
+	closeReason  atomic.Value // negotiate.CloseReason of the session's end
 	// The writer (writer.go) runs on demand: writing is set while one runs,
 	// writers counts it for teardown, wstopped (under wmu) keeps new ones
 	// from starting once teardown began. batch and the rest of the
@@ -141,7 +144,7 @@ func (s *Server) serveConn(conn transport.Conn) {
 	if s.draining.Load() {
 		// Registered after shutdown collected the sessions to close (it sets
 		// draining first, so this check cannot miss it): close it ourselves.
-		se.initiateClose(negotiate.ReasonServerShutdown, "daemon shutting down")
+		se.closeAfterQueued(negotiate.ReasonServerShutdown, "daemon shutting down")
 	}
 	se.run()
 }
@@ -383,6 +386,21 @@ func (se *session) initiateClose(reason negotiate.CloseReason, why string) {
 	se.setReason(reason)
 	msg := negotiate.AppendClose(nil, se.neg.ID, time.Now(), reason, why)
 	se.enqueueControl(outMsg{buf: bufFrom(msg), frameOff: -1, algo: -1, closeSent: reason})
+	time.AfterFunc(se.srv.cfg.CloseTimeout+time.Second, func() { se.conn.Close() })
+}
+
+// closeAfterQueued sends CLOSE with reason behind everything already
+// queued for the session, so that replies waiting in its queue still reach
+// it first (a graceful shutdown); later messages are refused. Like
+// initiateClose, only the first close acts.
+func (se *session) closeAfterQueued(reason negotiate.CloseReason, why string) {
+	if !se.closing.CompareAndSwap(false, true) {
+		return
+	}
+	se.setReason(reason)
+	msg := negotiate.AppendClose(nil, se.neg.ID, time.Now(), reason, why)
+	se.queue.pushLast(outMsg{buf: bufFrom(msg), frameOff: -1, algo: -1, closeSent: reason})
+	se.kick()
 	time.AfterFunc(se.srv.cfg.CloseTimeout+time.Second, func() { se.conn.Close() })
 }
 

@@ -137,6 +137,7 @@ func (se *session) tick() {
 		se.closing.Store(true)
 		se.setReason(reason)
 		se.log.Info().Str("reason", string(reason)).Msg("closing idle session")
+		se.closeWritten.Store(true)
 		se.writeControl(negotiate.AppendClose(nil, se.neg.ID, now, reason, "no answer to PING"))
 		// The machine waits the protocol's 5 s for the acknowledgement;
 		// Config.CloseTimeout may be shorter, as it is for every other CLOSE.
@@ -157,6 +158,11 @@ func (se *session) writeControl(b []byte) {
 // protection, in place (the buffer carries tailroom for the tag).
 func (se *session) write(m outMsg) {
 	defer m.free()
+	if m.algo >= 0 && se.closeWritten.Load() {
+		// After CLOSE a side sends nothing else (docs/protocol.md §3.5).
+		se.srv.metrics.queueDrops.WithLabelValues("after_close").Inc()
+		return
+	}
 	if m.frameOff >= 0 && m.algo == 0 {
 		fr := (*m.buf)[m.frameOff:]
 		cs, err := se.seqs.Channel(uint32(m.ch))
@@ -179,6 +185,9 @@ func (se *session) write(m outMsg) {
 		se.mu.Lock()
 		_ = se.machine.CloseSent(m.closeSent, time.Now())
 		se.mu.Unlock()
+	}
+	if m.closeSent != "" || m.closeAfter {
+		se.closeWritten.Store(true)
 	}
 	// Data is written without a cancellable context: coder/websocket (and
 	// the QUIC transport) register a context.AfterFunc per write for one,
