@@ -380,3 +380,84 @@ func TestShutdownAbortsHandshakes(t *testing.T) {
 		expectConnClosed(t, c, 5*time.Second)
 	}
 }
+
+// TestShutdownFlushesReplies: replies that reach the daemon before the last
+// in-flight request ends are all delivered before CLOSE SERVER_SHUTDOWN,
+// and nothing is sent after it (a client discards what follows a CLOSE).
+func TestShutdownFlushesReplies(t *testing.T) {
+	t.Parallel()
+	const n = 50
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			d := startDaemon(t, func(c *daemon.Config) { c.ShutdownGrace = 10 * time.Second })
+			prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "flush-prov", Models: []string{"gpt-4o"}})
+			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "flush-req"})
+			var dls []*received
+			for range n {
+				req.request("", corpus(t, "req-chat-1k-01.json"))
+			}
+			for range n {
+				dls = append(dls, prov.recvData(5*time.Second))
+			}
+			d.cancel()
+			for {
+				if code, _ := adminGet(t, d, "/healthz"); code == http.StatusServiceUnavailable {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			// All the answers at once, large enough to take a while to
+			// write: the last END ends the drain while earlier replies still
+			// wait in the requester's queue.
+			big := paddedFrame(t, 256<<10)
+			for _, dl := range dls {
+				prov.mustSend(dl.ch, negotiate.FlagReply|negotiate.FlagEnd, dl.hdr.RequestID, "", prov.protect(dl.ch, big))
+			}
+			got, afterClose := 0, 0
+			closed := false
+			for got+afterClose < n {
+				wait := 10 * time.Second
+				if closed {
+					wait = 3 * time.Second
+				}
+				r, cm, err := req.recv(wait)
+				if cm != nil {
+					if closed || cm.Type != negotiate.TypeClose || cm.Close.Reason != negotiate.ReasonServerShutdown {
+						t.Fatalf("got %s %+v", cm.Type, cm.Close)
+					}
+					closed = true
+					continue
+				}
+				if err != nil {
+					t.Fatalf("after %d replies (+%d after CLOSE): %v", got, afterClose, err)
+				}
+				if r.code != "" || !r.hdr.IsEnd() || len(r.frame) != len(big) {
+					t.Fatalf("reply code %q flags %v, %d bytes", r.code, r.hdr.Flags, len(r.frame))
+				}
+				if closed {
+					afterClose++
+				} else {
+					got++
+				}
+			}
+			if !closed {
+				req.expectControl(10*time.Second, negotiate.TypeClose)
+			}
+			// On WebSocket order is total: every reply precedes the CLOSE. On
+			// QUIC the CLOSE travels on the control stream and may overtake
+			// replies the daemon wrote before it on data streams, so a
+			// client must go on reading those until it acknowledges.
+			t.Logf("%s: %d replies before CLOSE, %d after", tr, got, afterClose)
+			if tr == "ws" && afterClose > 0 {
+				t.Fatalf("%d replies after CLOSE on WebSocket", afterClose)
+			}
+			req.sendControl(negotiate.AppendClose(nil, req.sess.ID, time.Now(), negotiate.ReasonServerShutdown, "ack"))
+			expectConnClosed(t, req.conn, 5*time.Second) // and no DATA after the CLOSE
+			prov.expectClose(5*time.Second, negotiate.ReasonServerShutdown)
+			if err := waitRun(t, d, 15*time.Second); err != nil {
+				t.Fatalf("Run: %v", err)
+			}
+		})
+	}
+}
