@@ -26,6 +26,9 @@ type wsConn struct {
 	done      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
+	// policyViolation makes Close send 1008 instead of 1000: the peer sent
+	// a text message.
+	policyViolation atomic.Bool
 }
 
 func newWSConn(ws *websocket.Conn, remote net.Addr, cfg Config) *wsConn {
@@ -57,8 +60,11 @@ func (c *wsConn) readLoop() {
 			return
 		}
 		if typ != websocket.MessageBinary {
+			// The woken Receive's caller closes the connection; that close
+			// must say 1008. Closing here would block this reader for the
+			// closing handshake, which the caller's Close does anyway.
+			c.policyViolation.Store(true)
 			c.queue.fail(ErrTextMessage)
-			c.ws.Close(websocket.StatusPolicyViolation, "m2m.v1 carries binary messages only")
 			return
 		}
 		limit := c.readLimit.Load()
@@ -160,7 +166,11 @@ func (c *wsConn) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.done)
 		c.queue.close()
-		c.ws.Close(websocket.StatusNormalClosure, "")
+		if c.policyViolation.Load() {
+			c.ws.Close(websocket.StatusPolicyViolation, "m2m.v1 carries binary messages only")
+		} else {
+			c.ws.Close(websocket.StatusNormalClosure, "")
+		}
 	})
 	c.wg.Wait()
 	return nil
