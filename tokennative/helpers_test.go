@@ -1,10 +1,8 @@
 package tokennative
 
 import (
-	"encoding/json"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -13,6 +11,8 @@ import (
 
 	"github.com/dlclark/regexp2/v2"
 	"github.com/tiktoken-go/tokenizer/codec"
+
+	"github.com/m2md/m2md/internal/llama3vocab"
 )
 
 const corpusDir = "../testdata/corpus"
@@ -195,66 +195,15 @@ func mustTokenizer(t testing.TB, c *Codec, e Encoding) *Tokenizer {
 	return tok
 }
 
-// The real Llama 3 vocabulary is not in the repository: it comes from the Go
-// module proxy (module github.com/ollama/ollama@v0.17.4 carries it as
-// tokenizer/testdata/llama3.2/{encoder.json,vocab.bpe}), or from the path in
-// M2MD_LLAMA3_VOCAB.
-const (
-	llama3Module    = "github.com/ollama/ollama@v0.17.4"
-	llama3ModuleDir = "tokenizer/testdata/llama3.2"
-	llama3EnvVar    = "M2MD_LLAMA3_VOCAB"
-)
-
-var locateLlama3 = sync.OnceValues(func() (string, error) {
-	if p := os.Getenv(llama3EnvVar); p != "" {
-		return p, nil
-	}
-	goBin, err := exec.LookPath("go")
-	if err != nil {
-		goBin = filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	}
-	// Run outside any module, so the download cannot touch this module's go.mod.
-	dir, err := os.MkdirTemp("", "m2md-llama3-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(dir)
-	cmd := exec.Command(goBin, "mod", "download", "-json", llama3Module)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	out, err := cmd.Output()
-	var info struct{ Dir, Error string }
-	if jerr := json.Unmarshal(out, &info); jerr == nil && info.Error != "" {
-		return "", errString("go mod download " + llama3Module + ": " + info.Error)
-	}
-	if err != nil {
-		if ee, ok := err.(*exec.ExitError); ok {
-			return "", errString(err.Error() + ": " + string(ee.Stderr) + string(out))
-		}
-		return "", err
-	}
-	if info.Dir == "" {
-		return "", errString("go mod download printed no Dir: " + string(out))
-	}
-	return filepath.Join(info.Dir, filepath.FromSlash(llama3ModuleDir)), nil
-})
-
-type errString string
-
-func (e errString) Error() string { return string(e) }
+// The real Llama 3 vocabulary comes from the Go module proxy (or
+// M2MD_LLAMA3_VOCAB); see internal/llama3vocab.
+var locateLlama3 = llama3vocab.Locate
 
 // llama3Path returns the Llama 3 vocabulary directory. Without it the test
 // fails under CI (env CI set) and is skipped elsewhere.
 func llama3Path(t testing.TB) string {
 	t.Helper()
-	p, err := locateLlama3()
-	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("Llama 3 vocabulary unavailable (set %s to a directory with encoder.json): %v", llama3EnvVar, err)
-		}
-		t.Skipf("Llama 3 vocabulary unavailable (set %s, or allow `go mod download %s`): %v", llama3EnvVar, llama3Module, err)
-	}
-	return p
+	return llama3vocab.ForTest(t)
 }
 
 func llama3Codec(t testing.TB) *Codec {
