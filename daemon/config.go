@@ -23,7 +23,6 @@ const (
 	DefaultSessionTimeout = 5 * time.Minute
 	DefaultPingInterval   = 60 * time.Second
 	DefaultPongTimeout    = 10 * time.Second
-	DefaultMaxMissedPongs = 3
 	DefaultCloseTimeout   = 5 * time.Second
 	DefaultShutdownGrace  = 10 * time.Second
 	DefaultSendQueueLen   = 1024
@@ -101,7 +100,6 @@ type Config struct {
 	SessionTimeout time.Duration // nothing received for this long closes the session. Default 5 min, 60 s–1 h.
 	PingInterval   time.Duration // idle time before the daemon PINGs. Default 60 s.
 	PongTimeout    time.Duration // a PONG must arrive within this. Default 10 s.
-	MaxMissedPongs int           // this many missed PONGs in a row close the session. Default 3.
 	CloseTimeout   time.Duration // wait for a CLOSE acknowledgement. Default 5 s.
 	ShutdownGrace  time.Duration // on shutdown, in-flight requests may finish this long. Default 10 s.
 
@@ -141,7 +139,6 @@ func (c Config) withDefaults() (Config, error) {
 	setInt(&c.MaxSessions, DefaultMaxSessions)
 	setInt(&c.MaxPayload, DefaultMaxPayload)
 	setInt(&c.MaxOutstanding, DefaultMaxOutstanding)
-	setInt(&c.MaxMissedPongs, DefaultMaxMissedPongs)
 	setInt(&c.SendQueueLen, DefaultSendQueueLen)
 	setLimit := func(p *int, def int) {
 		if *p == 0 {
