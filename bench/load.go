@@ -588,9 +588,12 @@ func runOnce(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, i
 	// Let the requests in flight finish (bounded by their timeout).
 	drainEnd := time.Now().Add(cfg.Timeout + time.Second)
 	for time.Now().Before(drainEnd) && ctx.Err() == nil {
-		n := 0
+		// Open loop: a request holds its place in sem from the moment it is
+		// due until it ends, including the moment a sender has taken it off
+		// its queue but not yet sent it, which the requesters cannot see.
+		n := len(sem)
 		for _, r := range s.requesters {
-			n += r.inFlight() + len(r.jobs)
+			n += r.inFlight()
 		}
 		if n == 0 {
 			break

@@ -84,6 +84,7 @@ func (r *LoadReport) PlotLoad(path string) error {
 	lat.Y.Scale = plot.LogScale{}
 	lat.Y.Tick.Marker = plot.LogTicks{Prec: -1}
 	lat.Legend.Top = true
+	lat.Legend.TextStyle.Font.Size = vg.Points(8)
 	lat.Add(plotter.NewGrid())
 	tp := plot.New()
 	tp.Title.Text = "Throughput over time"
@@ -91,6 +92,7 @@ func (r *LoadReport) PlotLoad(path string) error {
 	tp.Y.Label.Text = "round trips / s"
 	tp.Y.Min = 0
 	tp.Legend.Top = true
+	tp.Legend.TextStyle.Font.Size = vg.Points(8)
 	tp.Add(plotter.NewGrid())
 
 	percentiles := []struct {
@@ -98,7 +100,6 @@ func (r *LoadReport) PlotLoad(path string) error {
 		v    func(Sample) float64
 	}{
 		{"p50", func(s Sample) float64 { return s.P50US }},
-		{"p90", func(s Sample) float64 { return s.P90US }},
 		{"p99", func(s Sample) float64 { return s.P99US }},
 	}
 	for i, run := range runs {
@@ -116,7 +117,7 @@ func (r *LoadReport) PlotLoad(path string) error {
 			if err != nil {
 				return err
 			}
-			l.Color = plotutil.Color(j)
+			l.Color = plotutil.Color(2*j + 1)
 			l.Width = vg.Points(1.2)
 			l.Dashes = plotutil.Dashes(i)
 			lat.Add(l)
