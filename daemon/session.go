@@ -204,7 +204,7 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	if neg.Peer != nil {
 		models = neg.Peer.Models
 	}
-	rs, replaced, err := s.router.Register(neg.AgentID, models, se)
+	rs, replaced, err := s.router.Register(neg.Org, neg.AgentID, models, se)
 	if err != nil {
 		se.cancel()
 		return nil, err

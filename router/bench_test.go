@@ -27,12 +27,12 @@ type benchRig struct {
 func newBenchRig(b *testing.B) *benchRig {
 	rig := &benchRig{r: New[int](Config{}), model: []byte("gpt-4o")}
 	var err error
-	if rig.requester, _, err = rig.r.Register("requester", nil, 0); err != nil {
+	if rig.requester, _, err = rig.r.Register("", "requester", nil, 0); err != nil {
 		b.Fatal(err)
 	}
 	for i := range benchProviders {
 		id := fmt.Sprintf("provider-%d", i)
-		p, _, err := rig.r.Register(id, []string{"gpt-4o-mini", "gpt-4o"}, i+1)
+		p, _, err := rig.r.Register("", id, []string{"gpt-4o-mini", "gpt-4o"}, i+1)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -120,7 +120,7 @@ func BenchmarkRouteParallel(b *testing.B) {
 		n++
 		name := fmt.Sprintf("parallel-%d", n)
 		rig.r.mu.Unlock()
-		requester, _, err := rig.r.Register(name, nil, 0)
+		requester, _, err := rig.r.Register("", name, nil, 0)
 		if err != nil {
 			b.Error(err)
 			return
@@ -155,9 +155,9 @@ func BenchmarkPickScaling(b *testing.B) {
 	for _, n := range []int{1, 4, 16, 64} {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			r := New[int](Config{})
-			requester, _, _ := r.Register("requester", nil, 0)
+			requester, _, _ := r.Register("", "requester", nil, 0)
 			for i := range n {
-				if _, _, err := r.Register(fmt.Sprintf("p%d", i), []string{"m"}, i); err != nil {
+				if _, _, err := r.Register("", fmt.Sprintf("p%d", i), []string{"m"}, i); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -100,7 +100,7 @@ func (sim *simulation) tellOrphans(orphans []Orphan[*simSession]) {
 
 func (sim *simulation) startProvider(i int) {
 	ss := &simSession{name: fmt.Sprintf("p%d", i), inbox: make(chan simMsg, simProviderQueue), stop: make(chan struct{})}
-	s, replaced, err := sim.r.Register(ss.name, []string{"m"}, ss)
+	s, replaced, err := sim.r.Register("", ss.name, []string{"m"}, ss)
 	if err != nil {
 		sim.errorf("Register: %v", err)
 		return
@@ -174,7 +174,7 @@ func (sim *simulation) requester(n int) {
 	sent := 0
 	for reg := 0; sent < simRequests && !sim.failed.Load(); reg++ {
 		ss := &simSession{name: fmt.Sprintf("r%d", n), inbox: make(chan simMsg, simRequesterQueue)}
-		s, _, err := sim.r.Register(ss.name, nil, ss)
+		s, _, err := sim.r.Register("", ss.name, nil, ss)
 		if err != nil {
 			sim.errorf("Register: %v", err)
 			return
@@ -299,8 +299,8 @@ func TestConcurrentDaemon(t *testing.T) {
 	if st.Sessions != 0 || st.Retiring != 0 || st.Models != 0 || st.Pending != 0 {
 		t.Errorf("after everyone left: %+v", st)
 	}
-	if len(sim.r.agents) != 0 || len(sim.r.models) != 0 || len(sim.r.retiring) != 0 {
-		t.Errorf("registry not empty: %d agents, %d models", len(sim.r.agents), len(sim.r.models))
+	if !sim.r.empty() {
+		t.Errorf("registry not empty")
 	}
 	checks := []struct {
 		reason Reason

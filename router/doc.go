@@ -6,10 +6,14 @@
 //
 // # Sessions
 //
-// The daemon registers every accepted session with its agent id, the models
-// it serves and an opaque value of its own (the type parameter S, usually the
-// daemon's *session), and keeps the returned *Session handle to pass back on
-// every call. A second registration of the same agent id replaces the first:
+// The daemon registers every accepted session with its org, its agent id,
+// the models it serves and an opaque value of its own (the type parameter S,
+// usually the daemon's *session), and keeps the returned *Session handle to
+// pass back on every call. An identity is (org, agent id): each org is a
+// namespace of its own, every lookup below (by agent id, by model) happens in
+// the requester's org only, and nothing is ever routed across orgs. A daemon
+// without org secrets registers everyone in the open org "". A second
+// registration of the same (org, agent id) replaces the first:
 // Register unlinks the old session (nothing more is routed to it and its own
 // requests are refused) and returns it, so the daemon can send it CLOSE
 // REPLACED.
@@ -27,12 +31,12 @@
 //
 // RouteRequest takes a request (DATA without REPLY) and picks its provider:
 //
-//   - Peer non-empty: the session registered under that agent id, or
-//     ErrUnknownAgent. A session may address itself: the request is
+//   - Peer non-empty: the session of the requester's org registered under
+//     that agent id, or ErrUnknownAgent. A session may address itself: the request is
 //     delivered back to it like to any other provider, which is harmless and
 //     useful for tests and loopback agents.
-//   - Peer empty: any session serving the model named in the frame's routing
-//     header, the one with the fewest outstanding deliveries. Ties are broken
+//   - Peer empty: any session of the requester's org serving the model named
+//     in the frame's routing header, the one with the fewest outstanding deliveries. Ties are broken
 //     round robin: the scan starts just after the previous pick and keeps the
 //     first minimum, so equally loaded providers take turns. The
 //     requester itself is never chosen by model (an agent that serves a model

@@ -14,8 +14,8 @@ type conn struct{ name string }
 // provider's replies back, and tell requesters when a provider leaves.
 func Example() {
 	r := router.New[*conn](router.Config{})
-	alice, _, _ := r.Register("alice", nil, &conn{"alice's connection"})
-	bob, _, _ := r.Register("bob", []string{"gpt-4o"}, &conn{"bob's connection"})
+	alice, _, _ := r.Register("", "alice", nil, &conn{"alice's connection"})
+	bob, _, _ := r.Register("", "bob", []string{"gpt-4o"}, &conn{"bob's connection"})
 
 	// alice: DATA request id 1 on channel 4, peer "", M2M frame for gpt-4o.
 	d, err := r.RouteRequest(alice, router.Request{ID: 1, Channel: 4, Model: []byte("gpt-4o"), HasRoutingHeader: true})

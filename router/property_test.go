@@ -95,7 +95,7 @@ func (m *refModel) register() {
 			models = append(models, mod)
 		}
 	}
-	s, replaced, err := m.r.Register(agent, models, agent)
+	s, replaced, err := m.r.Register("", agent, models, agent)
 	if err != nil {
 		m.t.Fatalf("Register: %v", err)
 	}
@@ -330,8 +330,8 @@ func (m *refModel) finish() {
 	if st.Sessions != 0 || st.Retiring != 0 || st.Models != 0 || st.Pending != 0 {
 		m.t.Fatalf("after removing every session: %+v", st)
 	}
-	if len(m.r.agents) != 0 || len(m.r.models) != 0 || len(m.r.retiring) != 0 {
-		m.t.Fatalf("registry not empty: %d agents, %d models", len(m.r.agents), len(m.r.models))
+	if !m.r.empty() {
+		m.t.Fatalf("registry not empty")
 	}
 	for _, rs := range m.all {
 		if rs.s.slots != nil || rs.s.free != nil || rs.s.requests != nil || rs.s.Outstanding() != 0 {

@@ -15,9 +15,12 @@ type Router[S any] struct {
 	shift uint      // delivery ids keep slot index+1 in their low shift bits
 	epoch time.Time // carries a monotonic reading; start times are offsets from it
 
-	mu     sync.RWMutex
-	agents map[string]*Session[S]
-	models map[string]*modelRoute[S]
+	mu sync.RWMutex
+	// orgs holds one namespace per org: agent ids and models are looked up
+	// only within the requester's org. Namespaces are never deleted; their
+	// number is bounded by the daemon's configured orgs (one, "", in open
+	// mode).
+	orgs map[string]*namespace[S]
 	// retiring holds sessions replaced by a newer registration and not yet
 	// removed: unreachable, but still answering their deliveries.
 	retiring map[*Session[S]]struct{}
@@ -32,8 +35,7 @@ func New[S any](cfg Config) *Router[S] {
 		cfg:      cfg,
 		shift:    uint(bits.Len(uint(cfg.MaxDeliveries))),
 		epoch:    time.Now(),
-		agents:   make(map[string]*Session[S]),
-		models:   make(map[string]*modelRoute[S]),
+		orgs:     make(map[string]*namespace[S]),
 		retiring: make(map[*Session[S]]struct{}),
 	}
 }
@@ -86,18 +88,33 @@ type Orphan[S any] struct {
 	Channel   uint64
 }
 
-// Register adds a session under agentID, serving models (may be empty: a
-// pure requester), carrying the daemon's value.
+// namespace is one org's agents and models.
+type namespace[S any] struct {
+	agents map[string]*Session[S]
+	models map[string]*modelRoute[S]
+}
+
+// Register adds a session under (org, agentID), serving models (may be
+// empty: a pure requester), carrying the daemon's value. org is the org the
+// agent authenticated as, "" for the open namespace of a daemon without org
+// secrets. An identity is the pair: the session is reachable only from
+// sessions of the same org, by agent id or by model, and it replaces only a
+// session of the same org and agent id.
 //
-// If another session held agentID, it is returned as replaced: from now on
+// If another session held (org, agentID), it is returned as replaced: from now on
 // nothing is routed to it, by agent id or by model, and its requests are
 // refused with ErrSessionClosed, but replies to the deliveries it already
 // has are still routed until the daemon calls Remove(replaced), which
 // returns them as orphans (agent_gone). The daemon sends replaced CLOSE
 // REPLACED and removes it like any departing session (see Remove).
-func (r *Router[S]) Register(agentID string, models []string, value S) (sess, replaced *Session[S], err error) {
+func (r *Router[S]) Register(org, agentID string, models []string, value S) (sess, replaced *Session[S], err error) {
 	if err := validAgentID(agentID); err != nil {
 		return nil, nil, err
+	}
+	if org != "" {
+		if err := validOrg(org); err != nil {
+			return nil, nil, err
+		}
 	}
 	models, err = cleanModels(models)
 	if err != nil {
@@ -105,23 +122,30 @@ func (r *Router[S]) Register(agentID string, models []string, value S) (sess, re
 	}
 	sess = &Session[S]{
 		value:    value,
+		org:      org,
 		agentID:  agentID,
 		models:   models,
 		requests: make(map[uint64]struct{}),
 	}
 
 	r.mu.Lock()
-	if old := r.agents[agentID]; old != nil {
+	ns := r.orgs[org]
+	if ns == nil {
+		ns = &namespace[S]{agents: make(map[string]*Session[S]), models: make(map[string]*modelRoute[S])}
+		r.orgs[org] = ns
+	}
+	sess.ns = ns
+	if old := ns.agents[agentID]; old != nil {
 		r.unlinkLocked(old)
 		r.retiring[old] = struct{}{}
 		replaced = old
 	}
-	r.agents[agentID] = sess
+	ns.agents[agentID] = sess
 	for _, m := range models {
-		route := r.models[m]
+		route := ns.models[m]
 		if route == nil {
 			route = &modelRoute[S]{}
-			r.models[m] = route
+			ns.models[m] = route
 		}
 		route.providers = append(route.providers, sess)
 	}
@@ -143,7 +167,7 @@ func (r *Router[S]) Register(agentID string, models []string, value S) (sess, re
 // consistent but that ordering is lost.
 func (r *Router[S]) Remove(s *Session[S]) []Orphan[S] {
 	r.mu.Lock()
-	if r.agents[s.agentID] == s {
+	if s.ns.agents[s.agentID] == s {
 		r.unlinkLocked(s)
 	}
 	delete(r.retiring, s)
@@ -155,10 +179,10 @@ func (r *Router[S]) Remove(s *Session[S]) []Orphan[S] {
 // its further requests.
 func (r *Router[S]) unlinkLocked(s *Session[S]) {
 	s.unlinked.Store(true)
-	delete(r.agents, s.agentID)
+	delete(s.ns.agents, s.agentID)
 	for _, m := range s.models {
-		if route := r.models[m]; route != nil && route.remove(s) {
-			delete(r.models, m)
+		if route := s.ns.models[m]; route != nil && route.remove(s) {
+			delete(s.ns.models, m)
 		}
 	}
 }
@@ -212,11 +236,12 @@ func (r *Router[S]) routeRequest(requester *Session[S], req *Request) (Delivery[
 	r.mu.RLock()
 	var provider *Session[S]
 	var err error
+	ns := requester.ns // the requester's org: no route leaves it
 	if len(req.Peer) > 0 {
-		if provider = r.agents[string(req.Peer)]; provider == nil {
+		if provider = ns.agents[string(req.Peer)]; provider == nil {
 			err = ErrUnknownAgent
 		}
-	} else if route := r.models[string(req.Model)]; route == nil {
+	} else if route := ns.models[string(req.Model)]; route == nil {
 		err = ErrNoRoute
 	} else {
 		provider, err = route.pick(requester, r.cfg.MaxDeliveries)
@@ -263,12 +288,27 @@ func (r *Router[S]) Abort(provider *Session[S], deliveryID uint64) (Reply[S], er
 	return r.RouteReply(provider, deliveryID, true)
 }
 
-// Lookup returns the agent's registered session, if any.
-func (r *Router[S]) Lookup(agentID string) (*Session[S], bool) {
+// Lookup returns the session registered under (org, agentID), if any.
+func (r *Router[S]) Lookup(org, agentID string) (*Session[S], bool) {
 	r.mu.RLock()
-	s, ok := r.agents[agentID]
+	var s *Session[S]
+	if ns := r.orgs[org]; ns != nil {
+		s = ns.agents[agentID]
+	}
 	r.mu.RUnlock()
-	return s, ok
+	return s, s != nil
+}
+
+// empty reports whether no session is registered or retiring (tests).
+func (r *Router[S]) empty() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	for _, ns := range r.orgs {
+		if len(ns.agents) != 0 || len(ns.models) != 0 {
+			return false
+		}
+	}
+	return len(r.retiring) == 0
 }
 
 func (r *Router[S]) count(err error) {

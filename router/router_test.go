@@ -20,7 +20,7 @@ func setup(t testing.TB, cfg Config, agents ...agentSpec) (*Router[string], map[
 	r := New[string](cfg)
 	sessions := make(map[string]*Session[string])
 	for _, a := range agents {
-		s, replaced, err := r.Register(a.id, a.models, a.id)
+		s, replaced, err := r.Register("", a.id, a.models, a.id)
 		if err != nil {
 			t.Fatalf("Register(%q): %v", a.id, err)
 		}
@@ -82,7 +82,7 @@ func TestRegisterValidation(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := New[string](Config{})
-			s, _, err := r.Register(tt.id, tt.models, "v")
+			s, _, err := r.Register("", tt.id, tt.models, "v")
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("err = %v, want %v", err, tt.wantErr)
 			}
@@ -98,7 +98,7 @@ func TestRegisterValidation(t *testing.T) {
 			if s.AgentID() != tt.id || s.Value() != "v" || fmt.Sprint(s.Models()) != fmt.Sprint(tt.want) {
 				t.Fatalf("session = %q %q %v, want %q v %v", s.AgentID(), s.Value(), s.Models(), tt.id, tt.want)
 			}
-			if got, ok := r.Lookup(tt.id); !ok || got != s {
+			if got, ok := r.Lookup("", tt.id); !ok || got != s {
 				t.Fatal("Lookup does not find the session")
 			}
 		})
@@ -475,7 +475,7 @@ func TestReplace(t *testing.T) {
 	own := mustRoute(t, r, old, toPeer(9, "other")) // old's own request
 	od := mustRoute(t, r, other, toPeer(3, "p"))
 
-	neu, replaced, err := r.Register("p", []string{"m"}, "p-new")
+	neu, replaced, err := r.Register("", "p", []string{"m"}, "p-new")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -487,7 +487,7 @@ func TestReplace(t *testing.T) {
 	}
 	// The agent id and the model now reach the new session; the old-only
 	// model is gone.
-	if s, _ := r.Lookup("p"); s != neu {
+	if s, _ := r.Lookup("", "p"); s != neu {
 		t.Fatal("Lookup does not return the new session")
 	}
 	if d2 := mustRoute(t, r, req, byModel(2, "m")); d2.Provider != neu || d2.Provider.Value() != "p-new" {
@@ -531,7 +531,7 @@ func TestReplace(t *testing.T) {
 		t.Fatalf("reply to the removed session's request: %v", err)
 	}
 	// Removing the old session did not touch the new one.
-	if s, _ := r.Lookup("p"); s != neu || neu.Closed() {
+	if s, _ := r.Lookup("", "p"); s != neu || neu.Closed() {
 		t.Fatal("Remove(old) unregistered the new session")
 	}
 	if again := r.Remove(old); again != nil {
@@ -651,5 +651,86 @@ func TestSteadyStateAllocatesNothing(t *testing.T) {
 	}
 	if n := testing.AllocsPerRun(1000, refused); n != 0 {
 		t.Errorf("refusals allocate %.1f times", n)
+	}
+}
+
+// An identity is (org, agent id): the same agent id in two orgs is two
+// agents, neither replaces the other, and no request crosses orgs, by
+// agent id or by model (security review finding 1).
+func TestOrgsAreSeparateNamespaces(t *testing.T) {
+	r := New[string](Config{})
+	reg := func(org, id string, models ...string) *Session[string] {
+		t.Helper()
+		s, replaced, err := r.Register(org, id, models, org+"/"+id)
+		if err != nil {
+			t.Fatalf("Register(%q, %q): %v", org, id, err)
+		}
+		if replaced != nil {
+			t.Fatalf("Register(%q, %q) replaced %s", org, id, replaced.Value())
+		}
+		return s
+	}
+	acmeAlice := reg("acme", "alice", "gpt-4o")
+	acmeReq := reg("acme", "req")
+	evilAlice := reg("evil", "alice", "gpt-4o")
+	evilReq := reg("evil", "req")
+	if acmeAlice.Replaced() || acmeAlice.Org() != "acme" || evilAlice.Org() != "evil" {
+		t.Fatal("registering evil/alice touched acme/alice")
+	}
+	if s, _ := r.Lookup("acme", "alice"); s != acmeAlice {
+		t.Fatal("Lookup(acme, alice) does not find acme's alice")
+	}
+	if _, ok := r.Lookup("other", "alice"); ok {
+		t.Fatal("Lookup in an org with no agents found one")
+	}
+	tests := []struct {
+		name string
+		from *Session[string]
+		req  Request
+		want *Session[string]
+	}{
+		{"acme by id", acmeReq, toPeer(1, "alice"), acmeAlice},
+		{"evil by id", evilReq, toPeer(1, "alice"), evilAlice},
+		{"acme by model", acmeReq, byModel(2, "gpt-4o"), acmeAlice},
+		{"evil by model", evilReq, byModel(2, "gpt-4o"), evilAlice},
+	}
+	for _, tt := range tests {
+		for range 3 { // round robin must not wander into the other org
+			d := mustRoute(t, r, tt.from, tt.req)
+			if d.Provider != tt.want {
+				t.Fatalf("%s: routed to %s", tt.name, d.Provider.Value())
+			}
+			mustReply(t, r, d.Provider, d.ID, true)
+		}
+	}
+	if _, err := r.RouteRequest(evilReq, toPeer(3, "nobody-in-evil")); !errors.Is(err, ErrUnknownAgent) {
+		t.Fatalf("unknown agent: %v", err)
+	}
+	// An org whose only agent is the requester has no route by model, even
+	// though another org serves the model.
+	lone := reg("lone", "req")
+	if _, err := r.RouteRequest(lone, byModel(4, "gpt-4o")); !errors.Is(err, ErrNoRoute) {
+		t.Fatalf("model served only in other orgs: %v", err)
+	}
+	if _, err := r.RouteRequest(lone, toPeer(5, "alice")); !errors.Is(err, ErrUnknownAgent) {
+		t.Fatalf("agent id of other orgs: %v", err)
+	}
+	// Replacement stays within the org.
+	neu, replaced, err := r.Register("evil", "alice", nil, "evil/alice-2")
+	if err != nil || replaced != evilAlice || acmeAlice.Replaced() {
+		t.Fatalf("re-register evil/alice: replaced %v, err %v, acme replaced %v", replaced, err, acmeAlice.Replaced())
+	}
+	r.Remove(evilAlice)
+	if st := r.Stats(); st.Sessions != 5 || st.Models != 1 {
+		t.Fatalf("stats = %+v, want 5 sessions and acme's one model", st)
+	}
+	if _, _, err := r.Register("bad/org", "x", nil, ""); !errors.Is(err, ErrInvalidOrg) {
+		t.Fatalf("invalid org: %v", err)
+	}
+	for _, s := range []*Session[string]{acmeAlice, acmeReq, evilReq, lone, neu} {
+		r.Remove(s)
+	}
+	if !r.empty() {
+		t.Fatal("registry not empty")
 	}
 }

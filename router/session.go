@@ -17,8 +17,10 @@ import (
 // the traffic of others towards it do not contend.
 type Session[S any] struct {
 	value   S
+	org     string
 	agentID string
 	models  []string
+	ns      *namespace[S] // the org's namespace; set by Register
 
 	// unlinked is set when the session leaves the registry (replaced or
 	// removed): its own requests are refused from then on.
@@ -56,6 +58,9 @@ type slot[S any] struct {
 
 // Value returns the value the daemon registered the session with.
 func (s *Session[S]) Value() S { return s.value }
+
+// Org returns the org the session registered under ("" in open mode).
+func (s *Session[S]) Org() string { return s.org }
 
 // AgentID returns the agent id the session registered under.
 func (s *Session[S]) AgentID() string { return s.agentID }

@@ -7,7 +7,7 @@ type Stats struct {
 	// Retiring is the number of replaced sessions not yet removed (gauge).
 	// It stays above zero only if the daemon forgets a Remove.
 	Retiring int
-	// Models is the number of distinct models served (gauge).
+	// Models is the number of distinct (org, model) pairs served (gauge).
 	Models int
 	// Pending is the number of deliveries awaiting their END, over all
 	// providers (gauge).
@@ -26,11 +26,13 @@ func (r *Router[S]) Stats() Stats {
 		st.Failures[reason] = r.failures[reason].Load()
 	}
 	r.mu.RLock()
-	st.Sessions = len(r.agents)
 	st.Retiring = len(r.retiring)
-	st.Models = len(r.models)
-	for _, s := range r.agents {
-		st.Pending += int(s.outstanding.Load())
+	for _, ns := range r.orgs {
+		st.Sessions += len(ns.agents)
+		st.Models += len(ns.models)
+		for _, s := range ns.agents {
+			st.Pending += int(s.outstanding.Load())
+		}
 	}
 	for s := range r.retiring {
 		st.Pending += int(s.outstanding.Load())

@@ -5,12 +5,13 @@ import (
 	"fmt"
 )
 
-// ErrInvalidAgentID and ErrInvalidModel refuse a registration
-// (docs/protocol.md §3.1): an agent id is 1–128 characters of
+// ErrInvalidAgentID, ErrInvalidOrg and ErrInvalidModel refuse a registration
+// (docs/protocol.md §3.1): an agent id or org is 1–128 characters of
 // [A-Za-z0-9_-]; a model is 1–255 bytes (the routing header's length byte,
 // wire reference §3.6).
 var (
 	ErrInvalidAgentID = errors.New("router: invalid agent id")
+	ErrInvalidOrg     = errors.New("router: invalid org")
 	ErrInvalidModel   = errors.New("router: invalid model")
 )
 
@@ -19,14 +20,19 @@ const (
 	maxModelLen   = 255
 )
 
-func validAgentID(id string) error {
+func validAgentID(id string) error { return validID(ErrInvalidAgentID, id) }
+
+// validOrg: an org name follows the agent id rule (docs/protocol.md §3.1).
+func validOrg(org string) error { return validID(ErrInvalidOrg, org) }
+
+func validID(sentinel error, id string) error {
 	if len(id) == 0 || len(id) > maxAgentIDLen {
-		return fmt.Errorf("%w: length %d, want 1 to %d", ErrInvalidAgentID, len(id), maxAgentIDLen)
+		return fmt.Errorf("%w: length %d, want 1 to %d", sentinel, len(id), maxAgentIDLen)
 	}
 	for i := 0; i < len(id); i++ {
 		c := id[i]
 		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
-			return fmt.Errorf("%w: byte 0x%02x at offset %d is not one of [A-Za-z0-9_-]", ErrInvalidAgentID, c, i)
+			return fmt.Errorf("%w: byte 0x%02x at offset %d is not one of [A-Za-z0-9_-]", sentinel, c, i)
 		}
 	}
 	return nil
