@@ -120,14 +120,14 @@ func (s *m2mSession) open(fr []byte, ch transport.ChannelID) ([]byte, string) {
 	}
 	plain, err := s.recvKey.Open(fr[:0], fr)
 	if err != nil {
-		return nil, "bad_tag"
+		return nil, string(negotiate.CodeBadTag)
 	}
 	seq, fch, err := frame.Sequence(plain)
 	if err != nil {
-		return nil, "bad_frame"
+		return nil, string(negotiate.CodeBadFrame)
 	}
 	if err := s.seqs.CheckReceive(uint32(ch), fch, seq); err != nil {
-		return nil, "replay"
+		return nil, string(negotiate.CodeReplay)
 	}
 	return plain, ""
 }

@@ -280,12 +280,12 @@ func TestRemoteErrors(t *testing.T) {
 	for _, tc := range []struct {
 		body     []byte
 		opts     []CallOption
-		code     string
+		code     negotiate.ErrorCode
 		fromPeer string
 	}{
 		{chatRequest("error", "x"), nil, "test_error", ""},
-		{chatRequest("nobody-serves-this", "x"), nil, CodeNoRoute, ""},
-		{chatRequest("echo", "x"), []CallOption{To("ghost")}, CodeUnknownAgent, ""},
+		{chatRequest("nobody-serves-this", "x"), nil, negotiate.CodeNoRoute, ""},
+		{chatRequest("echo", "x"), []CallOption{To("ghost")}, negotiate.CodeUnknownAgent, ""},
 	} {
 		_, err := c.Do(testCtx(t), tc.body, tc.opts...)
 		var re *RemoteError

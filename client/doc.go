@@ -48,7 +48,8 @@
 // # Errors
 //
 // Error replies (schema 0x10, from the daemon or the provider) are returned
-// as *RemoteError with their code (CodeNoRoute, CodeAgentGone, …). Frames
+// as *RemoteError with their code (negotiate.CodeNoRoute,
+// negotiate.CodeAgentGone, …: the protocol's codes are negotiate's). Frames
 // that fail verification, the sequence check or decoding give ErrBadFrame,
 // wrapping the security, negotiate or frame error. ErrConnectionLost,
 // ErrClosed, ErrTooLarge, ErrSlowConsumer, ErrDeliveryCancelled and the

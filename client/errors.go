@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+
+	"github.com/m2md/m2md/negotiate"
 )
 
 var (
@@ -44,38 +46,15 @@ var (
 	ErrUnsupportedFrame = errors.New("client: unsupported frame format")
 )
 
-// Error codes of the daemon's error replies and notices (docs/protocol.md §4),
-// and those this client sends as a provider. Providers may send any code.
-const (
-	CodeNoRoute          = "no_route"
-	CodeUnknownAgent     = "unknown_agent"
-	CodeAgentGone        = "agent_gone"
-	CodeQueueFull        = "queue_full"
-	CodeBadFrame         = "bad_frame"
-	CodeBadTag           = "bad_tag"
-	CodeReplay           = "replay"
-	CodeTooLarge         = "too_large"
-	CodeShutdown         = "shutdown"
-	CodeDuplicateRequest = "duplicate_request"
-	CodeTooManyRequests  = "too_many_requests"
-	CodeProviderBusy     = "provider_busy"
-	CodeRequesterGone    = "requester_gone"
-
-	// CodeNoHandler: this agent received a request but has no Handler.
-	CodeNoHandler = "no_handler"
-	// CodeNoResponse: the handler returned without a final reply.
-	CodeNoResponse = "no_response"
-	// CodeHandlerPanic: the handler panicked.
-	CodeHandlerPanic = "handler_panic"
-)
-
 // RemoteError is an error reply: an M2M v1 frame of schema 0x10 carrying
 // {"error":{"message":…,"type":…,"code":…}}, sent by the daemon (no_route,
 // agent_gone, …) or by the provider. Match it with errors.As.
 type RemoteError struct {
 	// From is the agent that answered; empty when the daemon did.
-	From    string
-	Code    string
+	From string
+	// Code is the body's "code", e.g. negotiate.CodeNoRoute; a provider may
+	// send a code of its own.
+	Code    negotiate.ErrorCode
 	Message string
 	// Type is the error's "type" member ("m2md_error" from m2md).
 	Type string
@@ -116,7 +95,7 @@ func parseRemoteError(from string, body []byte) (*RemoteError, error) {
 	}
 	return &RemoteError{
 		From:    from,
-		Code:    jsonText(doc.Error.Code),
+		Code:    negotiate.ErrorCode(jsonText(doc.Error.Code)),
 		Message: jsonText(doc.Error.Message),
 		Type:    jsonText(doc.Error.Type),
 	}, nil

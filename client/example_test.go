@@ -12,6 +12,7 @@ import (
 
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
 )
 
 // A requester: send a chat request to whichever agent serves the model.
@@ -31,7 +32,7 @@ func Example_request() {
 	resp, err := c.Do(ctx, []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"Hi"}]}`))
 	var re *client.RemoteError
 	switch {
-	case errors.As(err, &re) && re.Code == client.CodeNoRoute:
+	case errors.As(err, &re) && re.Code == negotiate.CodeNoRoute:
 		log.Fatal("nobody serves gpt-4o right now")
 	case err != nil:
 		log.Fatal(err)

@@ -281,7 +281,7 @@ func (d *fakeDaemon) sessionGone(fs *fakeSession) {
 	fs.deliveries = map[uint64]route{}
 	fs.mu.Unlock()
 	for _, r := range deliveries {
-		r.req.sendError(r.reqCh, negotiate.FlagReply|negotiate.FlagEnd, r.reqID, fs.agent, CodeAgentGone, "provider disconnected")
+		r.req.sendError(r.reqCh, negotiate.FlagReply|negotiate.FlagEnd, r.reqID, fs.agent, negotiate.CodeAgentGone, "provider disconnected")
 	}
 	d.mu.Lock()
 	others := make([]*fakeSession, 0, len(d.all))
@@ -302,7 +302,7 @@ func (d *fakeDaemon) sessionGone(fs *fakeSession) {
 		}
 		prov.mu.Unlock()
 		for i, id := range gone {
-			prov.sendError(chans[i], negotiate.FlagReply|negotiate.FlagEnd|negotiate.FlagNotice, id, "", CodeRequesterGone, "requester disconnected")
+			prov.sendError(chans[i], negotiate.FlagReply|negotiate.FlagEnd|negotiate.FlagNotice, id, "", negotiate.CodeRequesterGone, "requester disconnected")
 		}
 	}
 }
@@ -409,7 +409,7 @@ func (fs *fakeSession) handleData(msg transport.Message) {
 		prov := d.byAgent[string(hdr.Peer)]
 		d.mu.Unlock()
 		if prov == nil {
-			fs.sendError(ch, negotiate.FlagReply|negotiate.FlagEnd, hdr.RequestID, "", CodeUnknownAgent, "no such agent")
+			fs.sendError(ch, negotiate.FlagReply|negotiate.FlagEnd, hdr.RequestID, "", negotiate.CodeUnknownAgent, "no such agent")
 			return
 		}
 		d.deliver(fs, hdr.RequestID, ch, prov, plain)
@@ -417,7 +417,7 @@ func (fs *fakeSession) handleData(msg transport.Message) {
 	}
 	var h frame.Header
 	if err := frame.ReadHeader(plain, &h); err != nil {
-		fs.sendError(ch, negotiate.FlagReply|negotiate.FlagEnd, hdr.RequestID, "", CodeBadFrame, err.Error())
+		fs.sendError(ch, negotiate.FlagReply|negotiate.FlagEnd, hdr.RequestID, "", negotiate.CodeBadFrame, err.Error())
 		return
 	}
 	id := hdr.RequestID
@@ -430,7 +430,7 @@ func (fs *fakeSession) handleData(msg transport.Message) {
 	case "stream":
 		body, err := frame.AppendDecode(nil, plain, frame.Limits{})
 		if err != nil {
-			fs.sendError(ch, end, id, "", CodeBadFrame, err.Error())
+			fs.sendError(ch, end, id, "", negotiate.CodeBadFrame, err.Error())
 			return
 		}
 		var req struct {
@@ -464,7 +464,7 @@ func (fs *fakeSession) handleData(msg transport.Message) {
 	default:
 		prov := d.provider(model, fs)
 		if prov == nil {
-			fs.sendError(ch, end, id, "", CodeNoRoute, "no agent serves "+model)
+			fs.sendError(ch, end, id, "", negotiate.CodeNoRoute, "no agent serves "+model)
 			return
 		}
 		d.deliver(fs, id, ch, prov, plain)
@@ -487,7 +487,7 @@ func (d *fakeDaemon) provider(model string, requester *fakeSession) *fakeSession
 func (d *fakeDaemon) deliver(req *fakeSession, reqID uint64, reqCh transport.ChannelID, prov *fakeSession, plain []byte) {
 	provCh, err := prov.conn.AcquireChannel(d.ctx)
 	if err != nil {
-		req.sendError(reqCh, negotiate.FlagReply|negotiate.FlagEnd, reqID, "", CodeAgentGone, err.Error())
+		req.sendError(reqCh, negotiate.FlagReply|negotiate.FlagEnd, reqID, "", negotiate.CodeAgentGone, err.Error())
 		return
 	}
 	id := d.nextDelivery.Add(1)
@@ -496,7 +496,7 @@ func (d *fakeDaemon) deliver(req *fakeSession, reqID uint64, reqCh transport.Cha
 	prov.mu.Unlock()
 	fr := slices.Clone(plain)
 	if err := prov.sendFrame(provCh, 0, id, req.agent, fr); err != nil {
-		req.sendError(reqCh, negotiate.FlagReply|negotiate.FlagEnd, reqID, "", CodeAgentGone, err.Error())
+		req.sendError(reqCh, negotiate.FlagReply|negotiate.FlagEnd, reqID, "", negotiate.CodeAgentGone, err.Error())
 	}
 }
 
@@ -563,8 +563,8 @@ func (fs *fakeSession) sendJSON(ch transport.ChannelID, flags negotiate.DataFlag
 	return fs.sendFrame(ch, flags, id, peer, fr)
 }
 
-func (fs *fakeSession) sendError(ch transport.ChannelID, flags negotiate.DataFlags, id uint64, peer, code, text string) error {
-	fr, err := frame.AppendErrorFrame(nil, code, text)
+func (fs *fakeSession) sendError(ch transport.ChannelID, flags negotiate.DataFlags, id uint64, peer string, code negotiate.ErrorCode, text string) error {
+	fr, err := frame.AppendErrorFrame(nil, string(code), text)
 	if err != nil {
 		return err
 	}

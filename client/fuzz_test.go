@@ -37,11 +37,11 @@ func FuzzRemoteError(f *testing.F) {
 		}
 		_ = re.Error()
 		// Round trip through the writer m2md uses.
-		again, err := parseRemoteError("p", frame.AppendErrorBody(nil, re.Code, re.Message))
+		again, err := parseRemoteError("p", frame.AppendErrorBody(nil, string(re.Code), re.Message))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if again.Code != toValidUTF8(re.Code) || again.Message != toValidUTF8(re.Message) {
+		if string(again.Code) != toValidUTF8(string(re.Code)) || again.Message != toValidUTF8(re.Message) {
 			t.Fatalf("round trip: %+v, want %+v", again, re)
 		}
 	})

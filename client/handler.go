@@ -55,8 +55,9 @@ type ResponseWriter interface {
 	Respond(json []byte) error
 	// Error sends an error reply (schema 0x10, END) with an OpenAI-style
 	// body {"error":{"message":…,"type":"m2md_error","code":…}}; the
-	// requester gets it as a *RemoteError.
-	Error(code, message string) error
+	// requester gets it as a *RemoteError. Code is one of negotiate's
+	// codes or one of the provider's own ("error" when empty).
+	Error(code negotiate.ErrorCode, message string) error
 }
 
 // delivery is one request being served.
@@ -88,14 +89,14 @@ func (d *delivery) Respond(json []byte) error {
 	return d.write(negotiate.FlagReply|negotiate.FlagEnd, json, "", "")
 }
 
-func (d *delivery) Error(code, message string) error {
+func (d *delivery) Error(code negotiate.ErrorCode, message string) error {
 	if code == "" {
 		code = "error"
 	}
 	return d.write(negotiate.FlagReply|negotiate.FlagEnd, nil, code, message)
 }
 
-func (d *delivery) write(flags negotiate.DataFlags, json []byte, code, message string) error {
+func (d *delivery) write(flags negotiate.DataFlags, json []byte, code negotiate.ErrorCode, message string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.done {
@@ -145,7 +146,7 @@ func (s *session) serve(d *delivery, msg transport.Message, plain []byte) {
 	}()
 	req, err := s.decodeRequest(d, msg, plain)
 	if err != nil {
-		if werr := d.Error(CodeBadFrame, err.Error()); werr != nil {
+		if werr := d.Error(negotiate.CodeBadFrame, err.Error()); werr != nil {
 			s.log.Debug().Err(werr).Msg("could not refuse delivery")
 		}
 		return
@@ -154,7 +155,7 @@ func (s *session) serve(d *delivery, msg transport.Message, plain []byte) {
 		return
 	}
 	if !d.finished() && d.ctx.Err() == nil {
-		d.Error(CodeNoResponse, "the handler returned without a final reply")
+		d.Error(negotiate.CodeNoResponse, "the handler returned without a final reply")
 	}
 }
 
@@ -166,7 +167,7 @@ func (s *session) runHandler(d *delivery, req *Request) (panicked bool) {
 			buf := make([]byte, 4096)
 			buf = buf[:runtime.Stack(buf, false)]
 			s.log.Error().Interface("panic", p).Bytes("stack", buf).Uint64("delivery", d.id).Msg("handler panicked")
-			d.Error(CodeHandlerPanic, "the handler failed")
+			d.Error(negotiate.CodeHandlerPanic, "the handler failed")
 			panicked = true
 		}
 	}()

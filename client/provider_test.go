@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
 )
 
 // upper is a provider that answers with the request's content, upper-cased,
@@ -112,11 +113,15 @@ func TestProviderErrors(t *testing.T) {
 	dial(t, d, "ws", Options{AgentID: "idle", Models: []string{"unhandled"}})
 	req := dial(t, d, "ws", Options{Security: frame.SecurityAEAD})
 
-	for _, tc := range []struct{ model, code, from string }{
+	for _, tc := range []struct {
+		model string
+		code  negotiate.ErrorCode
+		from  string
+	}{
 		{"refuses", "not_today", "prov"},
-		{"silent", CodeNoResponse, "prov"},
-		{"panics", CodeHandlerPanic, "prov"},
-		{"unhandled", CodeNoHandler, "idle"},
+		{"silent", negotiate.CodeNoResponse, "prov"},
+		{"panics", negotiate.CodeHandlerPanic, "prov"},
+		{"unhandled", negotiate.CodeNoHandler, "idle"},
 	} {
 		_, err := req.Do(testCtx(t), chatRequest(tc.model, "x"))
 		var re *RemoteError
@@ -135,7 +140,7 @@ func TestProviderErrors(t *testing.T) {
 	<-started
 	_, err := req.Do(testCtx(t), chatRequest("blocks", "2"))
 	var re *RemoteError
-	if !errors.As(err, &re) || re.Code != CodeProviderBusy {
+	if !errors.As(err, &re) || re.Code != negotiate.CodeProviderBusy {
 		t.Fatalf("second delivery: %v, want provider_busy", err)
 	}
 	close(release)
@@ -168,7 +173,7 @@ func TestProviderBadRequest(t *testing.T) {
 			defer st.Close()
 			_, err = st.Recv()
 			var re *RemoteError
-			if !errors.As(err, &re) || re.Code != CodeBadFrame || re.From != prov.AgentID() {
+			if !errors.As(err, &re) || re.Code != negotiate.CodeBadFrame || re.From != prov.AgentID() {
 				t.Fatalf("got %v, want bad_frame from the provider", err)
 			}
 			if prov.Stats().BadFrames != 1 {
@@ -228,7 +233,7 @@ func TestNoticeStopsHandler(t *testing.T) {
 			select {
 			case err := <-stopped:
 				var re *RemoteError
-				if !errors.Is(err, ErrDeliveryCancelled) || !errors.As(err, &re) || re.Code != CodeRequesterGone {
+				if !errors.Is(err, ErrDeliveryCancelled) || !errors.As(err, &re) || re.Code != negotiate.CodeRequesterGone {
 					t.Fatalf("handler's write failed with %v, want the requester_gone notice", err)
 				}
 			case <-time.After(testTimeout):

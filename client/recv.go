@@ -197,15 +197,15 @@ func isM2M(fr []byte) bool {
 }
 
 // refusalCode names a refused frame in an error reply.
-func refusalCode(err error) string {
+func refusalCode(err error) negotiate.ErrorCode {
 	switch {
 	case errors.Is(err, negotiate.ErrReplay):
-		return CodeReplay
+		return negotiate.CodeReplay
 	case errors.Is(err, security.ErrVerificationFailed), errors.Is(err, security.ErrDecryptionFailed),
 		errors.Is(err, security.ErrWrongMode), errors.Is(err, security.ErrUnknownMode):
-		return CodeBadTag
+		return negotiate.CodeBadTag
 	default:
-		return CodeBadFrame
+		return negotiate.CodeBadFrame
 	}
 }
 
@@ -269,7 +269,7 @@ func (s *session) handleRequest(hdr negotiate.DataHeader, msg transport.Message,
 	id, ch := hdr.RequestID, msg.Channel
 	c := s.c
 	c.stats.deliveries.Add(1)
-	refuse := func(code, text string) {
+	refuse := func(code negotiate.ErrorCode, text string) {
 		msg.Release()
 		if err := s.sendError(ch, id, code, text); err != nil {
 			s.log.Debug().Err(err).Msg("could not refuse delivery")
@@ -280,14 +280,14 @@ func (s *session) handleRequest(hdr negotiate.DataHeader, msg transport.Message,
 		refuse(refusalCode(ferr), ferr.Error())
 		return
 	case c.cfg.Handler == nil:
-		refuse(CodeNoHandler, "agent "+c.cfg.AgentID+" serves no requests")
+		refuse(negotiate.CodeNoHandler, "agent "+c.cfg.AgentID+" serves no requests")
 		return
 	}
 	select {
 	case c.sem <- struct{}{}:
 	default:
 		c.stats.busy.Add(1)
-		refuse(CodeProviderBusy, "agent "+c.cfg.AgentID+" is running its maximum of handlers")
+		refuse(negotiate.CodeProviderBusy, "agent "+c.cfg.AgentID+" is running its maximum of handlers")
 		return
 	}
 	d := newDelivery(s, id, ch, string(hdr.Peer))
@@ -303,7 +303,7 @@ func (s *session) handleRequest(hdr negotiate.DataHeader, msg transport.Message,
 		s.mu.Unlock()
 		<-c.sem
 		d.cancel(nil)
-		refuse(CodeDuplicateRequest, "delivery id already in progress")
+		refuse(negotiate.CodeDuplicateRequest, "delivery id already in progress")
 		return
 	}
 	s.deliveries[id] = d

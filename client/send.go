@@ -143,13 +143,13 @@ func (s *session) sendJSON(ch transport.ChannelID, flags negotiate.DataFlags, id
 }
 
 // sendError sends an error reply (REPLY|END, schema 0x10) to request id.
-func (s *session) sendError(ch transport.ChannelID, id uint64, code, text string) error {
+func (s *session) sendError(ch transport.ChannelID, id uint64, code negotiate.ErrorCode, text string) error {
 	o, err := newOutgoing(negotiate.FlagReply|negotiate.FlagEnd, id, "", len(code)+len(text)+64)
 	if err != nil {
 		return err
 	}
 	defer o.free()
-	b, err := frame.AppendErrorFrame(*o.buf, code, text)
+	b, err := frame.AppendErrorFrame(*o.buf, string(code), text)
 	if err != nil {
 		return fmt.Errorf("client: %w", err)
 	}

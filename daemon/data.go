@@ -44,29 +44,29 @@ func (se *session) handleData(msg transport.Message, start time.Time) {
 		if se.recvKey != nil {
 			plain, err := se.recvKey.Open(fr[:0], fr)
 			if err != nil {
-				se.refuse(msg.Channel, &dh, "bad_tag", "frame failed verification for security mode "+se.mode())
+				se.refuse(msg.Channel, &dh, negotiate.CodeBadTag, "frame failed verification for security mode "+se.mode())
 				return
 			}
 			fr = plain
 			seq, ch, _ := frame.Sequence(fr)
 			if err := se.seqs.CheckReceive(uint32(msg.Channel), ch, seq); err != nil {
-				se.refuse(msg.Channel, &dh, "replay", "frame out of sequence on its channel")
+				se.refuse(msg.Channel, &dh, negotiate.CodeReplay, "frame out of sequence on its channel")
 				return
 			}
 		} else if len(fr) > frame.OffSecurity && fr[frame.OffSecurity] != byte(frame.SecurityNone) {
-			se.refuse(msg.Channel, &dh, "bad_tag", "protected frame in a session of security mode none")
+			se.refuse(msg.Channel, &dh, negotiate.CodeBadTag, "protected frame in a session of security mode none")
 			return
 		}
 		if err := frame.ReadHeader(fr, &h); err != nil {
-			se.refuse(msg.Channel, &dh, "bad_frame", "frame header unreadable")
+			se.refuse(msg.Channel, &dh, negotiate.CodeBadFrame, "frame header unreadable")
 			return
 		}
 	} else if se.recvKey != nil {
-		se.refuse(msg.Channel, &dh, "bad_tag", "TokenNative frames cannot be protected; session mode is "+se.mode())
+		se.refuse(msg.Channel, &dh, negotiate.CodeBadTag, "TokenNative frames cannot be protected; session mode is "+se.mode())
 		return
 	}
 	if limit := se.neg.Params.MaxPayload; wireLen > limit {
-		se.refuse(msg.Channel, &dh, "too_large", fmt.Sprintf("frame of %d bytes exceeds this session's max_payload %d", wireLen, limit))
+		se.refuse(msg.Channel, &dh, negotiate.CodeTooLarge, fmt.Sprintf("frame of %d bytes exceeds this session's max_payload %d", wireLen, limit))
 		return
 	}
 
@@ -80,7 +80,7 @@ func (se *session) handleData(msg transport.Message, start time.Time) {
 func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHeader, fr []byte, algo int8, h *frame.Header, start time.Time) {
 	srv := se.srv
 	if srv.draining.Load() {
-		se.refuse(ch, dh, "shutdown", "daemon shutting down")
+		se.refuse(ch, dh, negotiate.CodeShutdown, "daemon shutting down")
 		return
 	}
 	req := router.Request{
@@ -96,29 +96,29 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 		if errors.As(err, &reason) && reason == router.ErrSessionClosed {
 			return
 		}
-		code := "bad_frame"
+		code := negotiate.CodeBadFrame
 		if errors.As(err, &reason) {
 			code = reason.Code()
 		}
-		srv.metrics.routingFailures.WithLabelValues(code).Inc()
+		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
 		se.sendError(ch, dh.RequestID, 0, code, routeMessage(code, dh, h), "")
 		return
 	}
 	prov := d.Provider.Value()
-	fail := func(code, message string) {
-		srv.metrics.routingFailures.WithLabelValues(code).Inc()
+	fail := func(code negotiate.ErrorCode, message string) {
+		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
 		if rep, err := srv.router.Abort(d.Provider, d.ID); err == nil {
 			rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, message, prov.agent)
 		}
 	}
 	if algo == 1 && prov.sendKey != nil {
-		fail("bad_frame", "receiver's session requires protected frames; TokenNative cannot be protected")
+		fail(negotiate.CodeBadFrame, "receiver's session requires protected frames; TokenNative cannot be protected")
 		return
 	}
 	if n, limit := prov.outLen(fr, algo), prov.neg.Params.MaxPayload; n > limit {
 		// Sent anyway, it would break the provider's connection (its read
 		// limit is max_payload + 512) or hand it more than it agreed to.
-		fail("too_large", fmt.Sprintf("frame of %d bytes exceeds provider %s's max_payload %d", n, prov.agent, limit))
+		fail(negotiate.CodeTooLarge, fmt.Sprintf("frame of %d bytes exceeds provider %s's max_payload %d", n, prov.agent, limit))
 		return
 	}
 	// Take a free channel or open one, but never wait for one: a QUIC
@@ -130,22 +130,22 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 	pch, err := prov.conn.AcquireChannel(endedCtx)
 	if err != nil {
 		if errors.Is(err, context.Canceled) && prov.ctx.Err() == nil {
-			fail("provider_busy", "provider "+prov.agent+" has no free channel: as many requests in flight as it accepts streams")
+			fail(negotiate.CodeProviderBusy, "provider "+prov.agent+" has no free channel: as many requests in flight as it accepts streams")
 		} else {
-			fail("agent_gone", "no channel to provider "+prov.agent)
+			fail(negotiate.CodeAgentGone, "no channel to provider "+prov.agent)
 		}
 		return
 	}
 	m, ok := buildData(pch, 0, d.ID, se.agent, fr, algo)
 	if !ok {
 		prov.conn.ReleaseChannel(pch)
-		fail("bad_frame", "request cannot be addressed")
+		fail(negotiate.CodeBadFrame, "request cannot be addressed")
 		return
 	}
 	if !prov.enqueue(m) {
 		m.free()
 		prov.conn.ReleaseChannel(pch)
-		fail("queue_full", "provider "+prov.agent+" is not reading fast enough")
+		fail(negotiate.CodeQueueFull, "provider "+prov.agent+" is not reading fast enough")
 		return
 	}
 	srv.metrics.routingSeconds.Observe(time.Since(start).Seconds())
@@ -160,17 +160,17 @@ var endedCtx = func() context.Context {
 	return ctx
 }()
 
-func routeMessage(code string, dh *negotiate.DataHeader, h *frame.Header) string {
+func routeMessage(code negotiate.ErrorCode, dh *negotiate.DataHeader, h *frame.Header) string {
 	switch code {
-	case "no_route":
+	case negotiate.CodeNoRoute:
 		return "no connected agent serves model " + string(h.Model)
-	case "unknown_agent":
+	case negotiate.CodeUnknownAgent:
 		return "agent " + string(dh.Peer) + " is not connected"
-	case "provider_busy":
+	case negotiate.CodeProviderBusy:
 		return "every provider has its maximum of requests outstanding"
-	case "too_many_requests":
+	case negotiate.CodeTooManyRequests:
 		return "too many requests outstanding on this session"
-	case "duplicate_request":
+	case negotiate.CodeDuplicateRequest:
 		return "a request with this id is still outstanding"
 	}
 	return "request has no address and no routing header"
@@ -184,14 +184,14 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 		se.conn.ReleaseChannel(ch)
 	}
 	if err != nil {
-		code := "unknown_request"
+		code := negotiate.CodeUnknownRequest
 		var reason router.Reason
 		if errors.As(err, &reason) {
 			code = reason.Code()
 		}
-		srv.metrics.routingFailures.WithLabelValues(code).Inc()
+		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
 		if reason == router.ErrRequesterGone {
-			se.sendError(ch, dh.RequestID, negotiate.FlagNotice, "requester_gone", "the requester of this delivery has disconnected", "")
+			se.sendError(ch, dh.RequestID, negotiate.FlagNotice, negotiate.CodeRequesterGone, "the requester of this delivery has disconnected", "")
 		}
 		return
 	}
@@ -201,16 +201,16 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 		flags |= negotiate.FlagEnd
 	}
 	if algo == 1 && req.sendKey != nil {
-		srv.metrics.routingFailures.WithLabelValues("bad_frame").Inc()
-		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, "bad_frame", "requester's session requires protected frames; TokenNative cannot be protected", "")
+		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeBadFrame)).Inc()
+		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, negotiate.CodeBadFrame, "requester's session requires protected frames; TokenNative cannot be protected", "")
 		if end {
-			req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, "bad_frame", "provider replied with an unprotectable frame", se.agent)
+			req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeBadFrame, "provider replied with an unprotectable frame", se.agent)
 		}
 		return
 	}
 	if n, limit := req.outLen(fr, algo), req.neg.Params.MaxPayload; n > limit {
-		srv.metrics.routingFailures.WithLabelValues("too_large").Inc()
-		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, "too_large", fmt.Sprintf("reply of %d bytes exceeds requester %s's max_payload %d", n, req.agent, limit), "")
+		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeTooLarge)).Inc()
+		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, negotiate.CodeTooLarge, fmt.Sprintf("reply of %d bytes exceeds requester %s's max_payload %d", n, req.agent, limit), "")
 		// The requester would miss part of the answer: end its request
 		// now rather than let it wait for an END that means nothing.
 		// Later replies to the delivery are unknown and dropped.
@@ -219,14 +219,14 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 				return
 			}
 		}
-		req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, "too_large", "provider's reply exceeds this session's max_payload", se.agent)
+		req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeTooLarge, "provider's reply exceeds this session's max_payload", se.agent)
 		return
 	}
 	m, _ := buildData(transport.ChannelID(rep.Channel), flags, rep.RequestID, se.agent, fr, algo)
 	if !req.enqueue(m) {
 		m.free()
-		srv.metrics.routingFailures.WithLabelValues("queue_full").Inc()
-		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, "queue_full", "requester "+req.agent+" is not reading fast enough", "")
+		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeQueueFull)).Inc()
+		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, negotiate.CodeQueueFull, "requester "+req.agent+" is not reading fast enough", "")
 		return
 	}
 	srv.metrics.routingSeconds.Observe(time.Since(start).Seconds())
@@ -249,9 +249,9 @@ func (se *session) outLen(fr []byte, algo int8) int {
 
 // refuse answers a frame the daemon will not route: an error reply for a
 // request, a NOTICE for a reply.
-func (se *session) refuse(ch transport.ChannelID, dh *negotiate.DataHeader, code, message string) {
-	se.srv.metrics.framesRefused.WithLabelValues(code).Inc()
-	se.log.Debug().Str("code", code).Uint64("request_id", dh.RequestID).Msg("frame refused")
+func (se *session) refuse(ch transport.ChannelID, dh *negotiate.DataHeader, code negotiate.ErrorCode, message string) {
+	se.srv.metrics.framesRefused.WithLabelValues(string(code)).Inc()
+	se.log.Debug().Str("code", string(code)).Uint64("request_id", dh.RequestID).Msg("frame refused")
 	var flags negotiate.DataFlags
 	if dh.IsReply() {
 		flags = negotiate.FlagNotice
@@ -268,8 +268,8 @@ func (se *session) refuse(ch transport.ChannelID, dh *negotiate.DataHeader, code
 }
 
 // sendError queues an error frame (REPLY|END, plus flags) to this session.
-func (se *session) sendError(ch transport.ChannelID, requestID uint64, flags negotiate.DataFlags, code, message, peer string) {
-	fr, err := frame.AppendErrorFrame(nil, code, message)
+func (se *session) sendError(ch transport.ChannelID, requestID uint64, flags negotiate.DataFlags, code negotiate.ErrorCode, message, peer string) {
+	fr, err := frame.AppendErrorFrame(nil, string(code), message)
 	if err != nil {
 		se.log.Error().Err(err).Msg("building an error frame failed")
 		return

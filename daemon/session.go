@@ -235,7 +235,7 @@ func (se *session) run() {
 	se.closing.Store(true)
 	orphans := se.srv.router.Remove(se.rs)
 	for _, o := range orphans {
-		o.Requester.Value().sendError(transport.ChannelID(o.Channel), o.RequestID, 0, "agent_gone",
+		o.Requester.Value().sendError(transport.ChannelID(o.Channel), o.RequestID, 0, negotiate.CodeAgentGone,
 			"provider "+se.agent+" disconnected before its final reply", se.agent)
 	}
 	se.cancel()
@@ -262,7 +262,7 @@ func (se *session) readLoop() {
 			if !errors.Is(err, transport.ErrClosed) && se.ctx.Err() == nil {
 				se.log.Debug().Err(err).Msg("receive failed")
 				if errors.Is(err, transport.ErrMessageTooLarge) {
-					se.srv.metrics.framesRefused.WithLabelValues("too_large").Inc()
+					se.srv.metrics.framesRefused.WithLabelValues(string(negotiate.CodeTooLarge)).Inc()
 					se.setReason(negotiate.ReasonError)
 				}
 			}
@@ -278,7 +278,7 @@ func (se *session) readLoop() {
 			se.srv.limitHit(limit, se.conn.RemoteAddr(), se.neg.ID)
 			if kind == negotiate.KindData {
 				if dh, _, err := negotiate.ParseData(msg.Data); err == nil {
-					se.refuse(msg.Channel, &dh, "rate_limited", "session exceeds its "+limit)
+					se.refuse(msg.Channel, &dh, negotiate.CodeRateLimited, "session exceeds its "+limit)
 				}
 			}
 			msg.Release()
@@ -444,7 +444,7 @@ func (se *session) enqueue(m outMsg) bool {
 }
 
 func (se *session) full() {
-	se.srv.metrics.queueDrops.WithLabelValues("queue_full").Inc()
+	se.srv.metrics.queueDrops.WithLabelValues(string(negotiate.CodeQueueFull)).Inc()
 	now := time.Now().UnixNano()
 	if !se.slowSince.CompareAndSwap(0, now) {
 		return

@@ -150,7 +150,7 @@ func TestLameDuckShutdown(t *testing.T) {
 				_, err := r.Do(ctx, x.reqs[1])
 				el := time.Since(start)
 				switch {
-				case remoteCode(err) != client.CodeShutdown:
+				case remoteCode(err) != negotiate.CodeShutdown:
 					lateErrs <- fmt.Sprintf("%s: request during the drain: %v, want error shutdown", r.AgentID(), err)
 				case el > 500*time.Millisecond:
 					lateErrs <- fmt.Sprintf("%s: shutdown error after %v", r.AgentID(), el)

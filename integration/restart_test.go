@@ -14,6 +14,7 @@ import (
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -107,7 +108,7 @@ func restartErrorOK(err error) bool {
 		return true
 	}
 	switch remoteCode(err) {
-	case client.CodeShutdown, client.CodeAgentGone, client.CodeNoRoute:
+	case negotiate.CodeShutdown, negotiate.CodeAgentGone, negotiate.CodeNoRoute:
 		return true
 	}
 	return false
@@ -278,7 +279,7 @@ func TestRestartUnderLoad(t *testing.T) {
 			continue
 		}
 		failed++
-		code := remoteCode(o.err)
+		code := string(remoteCode(o.err))
 		if code == "" {
 			code = o.err.Error()
 			if errors.Is(o.err, client.ErrConnectionLost) {

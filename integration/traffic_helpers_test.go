@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/negotiate"
 )
 
 // Helpers for the tests that drive the daemon with the client library under
@@ -121,7 +122,7 @@ func (x *exchangeSet) check(i int, resp *client.Response) error {
 }
 
 // remoteCode is the code of a *client.RemoteError in err's chain, or "".
-func remoteCode(err error) string {
+func remoteCode(err error) negotiate.ErrorCode {
 	var re *client.RemoteError
 	if errors.As(err, &re) {
 		return re.Code

@@ -55,3 +55,49 @@ func (r CloseReason) Known() bool {
 	}
 	return false
 }
+
+// ErrorCode is the code of an error reply or a notice (docs/protocol.md §4):
+// the "code" member of its {"error":{…}} body, written on the wire as the
+// constant's text. The daemon sends the codes below; a provider may send any
+// code, so a receiver keeps a code it does not know as it came.
+type ErrorCode string
+
+// Codes the daemon sends (docs/protocol.md §4).
+const (
+	CodeNoRoute          ErrorCode = "no_route"
+	CodeUnknownAgent     ErrorCode = "unknown_agent"
+	CodeAgentGone        ErrorCode = "agent_gone"
+	CodeQueueFull        ErrorCode = "queue_full"
+	CodeBadFrame         ErrorCode = "bad_frame"
+	CodeBadTag           ErrorCode = "bad_tag"
+	CodeReplay           ErrorCode = "replay"
+	CodeTooLarge         ErrorCode = "too_large"
+	CodeShutdown         ErrorCode = "shutdown"
+	CodeDuplicateRequest ErrorCode = "duplicate_request"
+	CodeRateLimited      ErrorCode = "rate_limited"
+	CodeTooManyRequests  ErrorCode = "too_many_requests"
+	CodeProviderBusy     ErrorCode = "provider_busy"
+	CodeRequesterGone    ErrorCode = "requester_gone"
+)
+
+// Codes the Go client sends as a provider (docs/protocol.md §4).
+const (
+	// CodeNoHandler: the agent received a request but serves none.
+	CodeNoHandler ErrorCode = "no_handler"
+	// CodeNoResponse: the handler returned without a final reply.
+	CodeNoResponse ErrorCode = "no_response"
+	// CodeHandlerPanic: the handler panicked.
+	CodeHandlerPanic ErrorCode = "handler_panic"
+)
+
+// Codes the daemon counts in its metrics but never sends: the frame they
+// would answer is dropped.
+const (
+	// CodeUnknownRequest: a reply names no outstanding delivery.
+	CodeUnknownRequest ErrorCode = "unknown_request"
+	// CodeSessionClosed: the sending session is no longer registered.
+	CodeSessionClosed ErrorCode = "session_closed"
+)
+
+// String returns the code's wire text.
+func (c ErrorCode) String() string { return string(c) }

@@ -1,5 +1,7 @@
 package router
 
+import "github.com/m2md/m2md/negotiate"
+
 // Reason is why the router could not route a message. It is an error:
 // compare with errors.Is against the Err constants, or extract it with
 // errors.As. Code is the error code of docs/protocol.md §4 that the daemon
@@ -44,17 +46,20 @@ const (
 	numReasons = iota + 1 // index 0 is unused
 )
 
-var reasonInfo = [numReasons]struct{ code, text string }{
-	ErrNoRoute:          {"no_route", "no connected agent serves the requested model"},
-	ErrUnknownAgent:     {"unknown_agent", "the addressed agent is not connected"},
-	ErrAgentGone:        {"agent_gone", "the provider disconnected before its final reply"},
-	ErrRequesterGone:    {"requester_gone", "the requester disconnected before the reply"},
-	ErrUnknownRequest:   {"unknown_request", "no outstanding delivery has this request id"},
-	ErrDuplicateRequest: {"duplicate_request", "a request with this id is already outstanding"},
-	ErrTooManyRequests:  {"too_many_requests", "the session has too many outstanding requests"},
-	ErrProviderBusy:     {"provider_busy", "the provider has too many outstanding requests"},
-	ErrBadFrame:         {"bad_frame", "request id 0, or a frame without routing header and no peer"},
-	ErrSessionClosed:    {"session_closed", "the session is no longer registered"},
+var reasonInfo = [numReasons]struct {
+	code negotiate.ErrorCode
+	text string
+}{
+	ErrNoRoute:          {negotiate.CodeNoRoute, "no connected agent serves the requested model"},
+	ErrUnknownAgent:     {negotiate.CodeUnknownAgent, "the addressed agent is not connected"},
+	ErrAgentGone:        {negotiate.CodeAgentGone, "the provider disconnected before its final reply"},
+	ErrRequesterGone:    {negotiate.CodeRequesterGone, "the requester disconnected before the reply"},
+	ErrUnknownRequest:   {negotiate.CodeUnknownRequest, "no outstanding delivery has this request id"},
+	ErrDuplicateRequest: {negotiate.CodeDuplicateRequest, "a request with this id is already outstanding"},
+	ErrTooManyRequests:  {negotiate.CodeTooManyRequests, "the session has too many outstanding requests"},
+	ErrProviderBusy:     {negotiate.CodeProviderBusy, "the provider has too many outstanding requests"},
+	ErrBadFrame:         {negotiate.CodeBadFrame, "request id 0, or a frame without routing header and no peer"},
+	ErrSessionClosed:    {negotiate.CodeSessionClosed, "the session is no longer registered"},
 }
 
 // Reasons lists every Reason, in declaration order.
@@ -66,22 +71,22 @@ func Reasons() []Reason {
 	return rs
 }
 
-// Code is the wire error code, e.g. "no_route"; "unknown" for a value that
-// is not a Reason.
-func (r Reason) Code() string {
+// Code is the wire error code, e.g. negotiate.CodeNoRoute; "unknown" for
+// a value that is not a Reason.
+func (r Reason) Code() negotiate.ErrorCode {
 	if r == 0 || r >= numReasons {
 		return "unknown"
 	}
 	return reasonInfo[r].code
 }
 
-// String returns Code.
-func (r Reason) String() string { return r.Code() }
+// String returns Code's text.
+func (r Reason) String() string { return string(r.Code()) }
 
 // Error reads "router: <code>: <explanation>".
 func (r Reason) Error() string {
 	if r == 0 || r >= numReasons {
 		return "router: unknown reason"
 	}
-	return "router: " + reasonInfo[r].code + ": " + reasonInfo[r].text
+	return "router: " + string(reasonInfo[r].code) + ": " + reasonInfo[r].text
 }

@@ -572,7 +572,7 @@ func TestReasons(t *testing.T) {
 		t.Fatalf("Reasons() has %d, want %d", len(all), len(want))
 	}
 	for _, reason := range all {
-		if reason.Code() != want[reason] || reason.String() != want[reason] {
+		if string(reason.Code()) != want[reason] || reason.String() != want[reason] {
 			t.Errorf("Code(%d) = %q, want %q", reason, reason.Code(), want[reason])
 		}
 		if !strings.HasPrefix(reason.Error(), "router: "+want[reason]+": ") {
