@@ -66,6 +66,8 @@ func (c *scriptConn) Send(ctx context.Context, ch transport.ChannelID, msg []byt
 }
 
 func (c *scriptConn) AcquireChannel(context.Context) (transport.ChannelID, error) { return 4, nil }
+func (c *scriptConn) Cork()                                                       {}
+func (c *scriptConn) Uncork() error                                               { return nil }
 func (c *scriptConn) ReleaseChannel(transport.ChannelID)                          {}
 func (c *scriptConn) SetReadLimit(int64)                                          {}
 func (c *scriptConn) Transport() string                                           { return "quic" }

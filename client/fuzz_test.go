@@ -226,6 +226,8 @@ func (c *sinkConn) Send(ctx context.Context, ch transport.ChannelID, msg []byte)
 	return nil
 }
 func (c *sinkConn) AcquireChannel(context.Context) (transport.ChannelID, error) { return 0, nil }
+func (c *sinkConn) Cork()                                                       {}
+func (c *sinkConn) Uncork() error                                               { return nil }
 func (c *sinkConn) ReleaseChannel(transport.ChannelID)                          {}
 func (c *sinkConn) SetReadLimit(int64)                                          {}
 func (c *sinkConn) Transport() string                                           { return "sink" }

@@ -47,7 +47,8 @@ type Config struct {
 	MaxIncomingChannels int
 	// CloseTimeout bounds how long Close waits for the peer to have taken
 	// the last messages sent before it tears the connection down (see
-	// Conn.Close). Default 2 s.
+	// Conn.Close); on WebSocket it bounds writing them and the close
+	// frame. Default 2 s.
 	CloseTimeout time.Duration
 }
 

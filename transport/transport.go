@@ -92,6 +92,18 @@ type Conn interface {
 	Receive(ctx context.Context) (Message, error)
 	// Send writes one message on channel ch.
 	Send(ctx context.Context, ch ChannelID, msg []byte) error
+	// Cork holds back the messages sent, by any goroutine, until the
+	// matching Uncork, so that a batch leaves in as few system calls as
+	// the transport allows. Corks nest; every Cork needs its Uncork.
+	// Nothing waits for more messages to arrive: a Send with no Cork
+	// under way is written at once, as before. Close writes what a batch
+	// holds before it closes, even when called inside the batch.
+	Cork()
+	// Uncork ends a Cork. The last one to end writes what is held and
+	// returns the connection's error if that fails (the messages were
+	// lost with the connection). The write can block on a peer that does
+	// not read, as Send can; closing the connection ends it.
+	Uncork() error
 	// AcquireChannel returns a data channel with no request outstanding,
 	// opening one if none is idle; when the peer's stream limit is reached
 	// it waits for a ReleaseChannel. On WebSocket it always returns 0.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/coder/websocket"
 )
@@ -17,11 +18,13 @@ const wsFirstRead = 512
 
 // wsConn is a Conn over one WebSocket connection: one channel, id 0.
 type wsConn struct {
-	ws        *websocket.Conn
-	remote    net.Addr
-	queue     *recvQueue
-	readLimit atomic.Int64
-	probe     [1]byte // readMessage's scratch, used by readLoop only
+	ws           *websocket.Conn
+	nc           *corkConn // under ws: holds a batch's writes for one system call
+	closeTimeout time.Duration
+	remote       net.Addr
+	queue        *recvQueue
+	readLimit    atomic.Int64
+	probe        [1]byte // readMessage's scratch, used by readLoop only
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -31,12 +34,14 @@ type wsConn struct {
 	policyViolation atomic.Bool
 }
 
-func newWSConn(ws *websocket.Conn, remote net.Addr, cfg Config) *wsConn {
+func newWSConn(ws *websocket.Conn, nc *corkConn, remote net.Addr, cfg Config) *wsConn {
 	c := &wsConn{
-		ws:     ws,
-		remote: remote,
-		queue:  newRecvQueue(cfg.ReceiveQueue, cfg.ReceiveQueueBytes),
-		done:   make(chan struct{}),
+		ws:           ws,
+		nc:           nc,
+		closeTimeout: cfg.CloseTimeout,
+		remote:       remote,
+		queue:        newRecvQueue(cfg.ReceiveQueue, cfg.ReceiveQueueBytes),
+		done:         make(chan struct{}),
 	}
 	// The library's own default (32 KiB) must never apply: set the
 	// protocol's pre-ACCEPT limit before the first read.
@@ -72,6 +77,7 @@ func (c *wsConn) readLoop() {
 		if err != nil {
 			c.queue.fail(c.readError(err))
 			if errors.Is(err, ErrMessageTooLarge) || isWSTooBig(err) {
+				c.flushForClose()
 				c.ws.Close(websocket.StatusMessageTooBig, "message exceeds the read limit")
 			}
 			return
@@ -110,8 +116,12 @@ func (c *wsConn) Receive(ctx context.Context) (Message, error) {
 }
 
 // Send writes msg as one binary message. The library serialises writers
-// itself. If ctx ends while the message is being written the library closes
-// the connection, as a half-written WebSocket message cannot be taken back.
+// itself. If ctx ends while the message is being written the connection is
+// closed, as a half-written WebSocket message cannot be taken back.
+//
+// Send counts as a Cork of its own: when another Send or a Cork is under
+// way the message joins their batch and the last to end writes it; alone,
+// it is written at once.
 func (c *wsConn) Send(ctx context.Context, ch ChannelID, msg []byte) error {
 	if ch != ControlChannel {
 		return fmt.Errorf("%w: %d (WebSocket has only channel 0)", ErrUnknownChannel, ch)
@@ -127,14 +137,61 @@ func (c *wsConn) Send(ctx context.Context, ch ChannelID, msg []byte) error {
 		// for the ended context; nothing has been written yet, so say no.
 		return fmt.Errorf("transport: send: %w", err)
 	}
-	if err := c.ws.Write(ctx, websocket.MessageBinary, msg); err != nil {
-		if c.isClosing() {
-			return ErrClosed
-		}
-		if ctxErr := ctx.Err(); ctxErr != nil {
-			return fmt.Errorf("transport: send: %w", ctxErr)
-		}
-		return closedBy(err)
+	c.nc.cork()
+	err := c.ws.Write(ctx, websocket.MessageBinary, msg)
+	if err == nil {
+		err = c.uncorkCtx(ctx)
+	} else {
+		c.nc.uncork() // the connection is failing; its own error says why
+	}
+	if err != nil {
+		return c.writeError(ctx, err)
+	}
+	return nil
+}
+
+func (c *wsConn) writeError(ctx context.Context, err error) error {
+	if c.isClosing() {
+		return ErrClosed
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return fmt.Errorf("transport: send: %w", ctxErr)
+	}
+	return closedBy(err)
+}
+
+// uncorkCtx ends a Send's cork. If that writes the batch, the write obeys
+// ctx as the library's own writes do: a context that ends first closes the
+// connection. Contexts that cannot end (the daemon's and client's data
+// path) cost no AfterFunc registration.
+func (c *wsConn) uncorkCtx(ctx context.Context) error {
+	if ctx.Done() == nil {
+		return c.nc.uncork()
+	}
+	stop := context.AfterFunc(ctx, func() { c.ws.CloseNow() })
+	err := c.nc.uncork()
+	stop()
+	return err
+}
+
+// flushForClose writes what a batch holds, ahead of the close frame (Close
+// may be called from inside a batch, whose end would come too late), and
+// makes later writes go straight out. A peer that does not read gets
+// Config.CloseTimeout for the batch and the close frame together, like
+// QUIC's linger: a stuck write must not hold Close forever.
+func (c *wsConn) flushForClose() {
+	c.nc.SetWriteDeadline(time.Now().Add(c.closeTimeout))
+	c.nc.closing()
+}
+
+// Cork holds back the messages sent until the matching Uncork, which
+// writes them all with one system call.
+func (c *wsConn) Cork() { c.nc.cork() }
+
+// Uncork ends a Cork; the last one to end writes what is held.
+func (c *wsConn) Uncork() error {
+	if err := c.nc.uncork(); err != nil {
+		return c.writeError(context.Background(), err)
 	}
 	return nil
 }
@@ -166,6 +223,7 @@ func (c *wsConn) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.done)
 		c.queue.close()
+		c.flushForClose()
 		if c.policyViolation.Load() {
 			c.ws.Close(websocket.StatusPolicyViolation, "m2m.v1 carries binary messages only")
 		} else {

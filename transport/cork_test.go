@@ -1,0 +1,272 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// wsCorks returns the corkConns under both ends of a WebSocket pair.
+func wsCorks(t *testing.T, p pair) (client, server *corkConn) {
+	t.Helper()
+	return p.client.(*wsConn).nc, p.server.(*wsConn).nc
+}
+
+// wssPair is wsPair over TLS: the daemon's cork sits above TLS, the
+// client's below it.
+func wssPair(t *testing.T) pair {
+	t.Helper()
+	accepted := make(chan Conn, 1)
+	stop := make(chan struct{})
+	var handlers sync.WaitGroup
+	url := wssServer(t, NewWSHandler(Config{}, func(c Conn) {
+		handlers.Add(1)
+		defer handlers.Done()
+		accepted <- c
+		<-stop
+	}))
+	_, ctls := testTLSConfigs(t)
+	ctx := testCtx(t)
+	client, err := DialWS(ctx, url, ctls, Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := <-accepted
+	p := pair{client: client, server: server}
+	var once sync.Once
+	p.close = func() {
+		once.Do(func() {
+			var wg sync.WaitGroup
+			wg.Go(func() { client.Close() })
+			wg.Go(func() { server.Close() })
+			wg.Wait()
+			close(stop)
+			handlers.Wait()
+		})
+	}
+	t.Cleanup(p.close)
+	return p
+}
+
+// A corked batch leaves in one write system call, in order, and only when
+// the batch ends; each side, with and without TLS.
+func TestWSCorkOneWritePerBatch(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		make func(t *testing.T) pair
+	}{
+		{"ws", func(t *testing.T) pair { return wsPair(t, Config{}, Config{}) }},
+		{"wss", wssPair},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.make(t)
+			cc, sc := wsCorks(t, p)
+			for _, dir := range []struct {
+				name     string
+				from, to Conn
+				cork     *corkConn
+			}{
+				{"daemon", p.server, p.client, sc},
+				{"client", p.client, p.server, cc},
+			} {
+				const n = 32
+				before := dir.cork.writes.Load()
+				dir.from.Cork()
+				for i := range n {
+					mustSend(t, dir.from, ControlChannel, pattern(1000, byte(i)))
+				}
+				if got := dir.cork.writes.Load() - before; got != 0 {
+					t.Fatalf("%s: %d writes before Uncork", dir.name, got)
+				}
+				if err := dir.from.Uncork(); err != nil {
+					t.Fatal(err)
+				}
+				if got := dir.cork.writes.Load() - before; got != 1 {
+					t.Fatalf("%s: a batch of %d took %d writes, want 1", dir.name, n, got)
+				}
+				for i := range n {
+					m := mustReceive(t, dir.to)
+					equalMsg(t, m.Data, pattern(1000, byte(i)))
+					m.Release()
+				}
+			}
+		})
+	}
+}
+
+// Without a Cork a Send is written at once: a lone message at low load
+// waits for nothing.
+func TestWSSendAloneWritesAtOnce(t *testing.T) {
+	p := wsPair(t, Config{}, Config{})
+	_, sc := wsCorks(t, p)
+	for i := range 5 {
+		before := sc.writes.Load()
+		mustSend(t, p.server, ControlChannel, pattern(100, byte(i)))
+		if got := sc.writes.Load() - before; got != 1 {
+			t.Fatalf("a lone Send made %d writes", got)
+		}
+		m := mustReceive(t, p.client)
+		equalMsg(t, m.Data, pattern(100, byte(i)))
+		m.Release()
+	}
+}
+
+// A batch larger than the cork goes out in cork-sized writes, and frames
+// larger than it go straight through; every byte arrives in order.
+func TestWSCorkLargeBatch(t *testing.T) {
+	p := wsPair(t, Config{}, Config{})
+	p.client.SetReadLimit(1 << 20)
+	_, sc := wsCorks(t, p)
+	sizes := []int{16 << 10, 16 << 10, 16 << 10, 16 << 10, 16 << 10, corkMax, 3, corkMax + 1, 200_000, 10}
+	total := 0
+	for _, n := range sizes {
+		total += n
+	}
+	before := sc.writes.Load()
+	p.server.Cork()
+	for i, n := range sizes {
+		mustSend(t, p.server, ControlChannel, pattern(n, byte(i)))
+	}
+	if err := p.server.Uncork(); err != nil {
+		t.Fatal(err)
+	}
+	writes := int(sc.writes.Load() - before)
+	if most := total/corkMax + len(sizes); writes > most {
+		t.Fatalf("%d writes for %d bytes, want at most %d", writes, total, most)
+	}
+	for i, n := range sizes {
+		m := mustReceive(t, p.client)
+		equalMsg(t, m.Data, pattern(n, byte(i)))
+		m.Release()
+	}
+}
+
+// Close inside a batch writes the batch before the close frame: nothing
+// Send returned for is lost, and Close does not wait for the Uncork.
+func TestWSCloseInsideCork(t *testing.T) {
+	p := wsPair(t, Config{}, Config{})
+	p.server.Cork()
+	for i := range 10 {
+		mustSend(t, p.server, ControlChannel, pattern(500, byte(i)))
+	}
+	done := make(chan struct{})
+	go func() {
+		p.server.Close()
+		close(done)
+	}()
+	for i := range 10 {
+		m := mustReceive(t, p.client)
+		equalMsg(t, m.Data, pattern(500, byte(i)))
+		m.Release()
+	}
+	if _, err := p.client.Receive(testCtx(t)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after the batch: %v, want ErrClosed", err)
+	}
+	select {
+	case <-done:
+	case <-time.After(testTimeout):
+		t.Fatal("Close inside a Cork did not return")
+	}
+	p.server.Uncork() // nothing is held any more; a later Send fails
+	if err := p.server.Send(testCtx(t), ControlChannel, []byte{1}); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Send after Close: %v", err)
+	}
+}
+
+// Concurrent Sends join each other's batches; each goroutine's messages
+// still arrive in its order, and never more writes than messages.
+func TestWSConcurrentSendsBatch(t *testing.T) {
+	p := wsPair(t, Config{}, Config{})
+	cc, _ := wsCorks(t, p)
+	const senders, each = 8, 200
+	before := cc.writes.Load()
+	var wg sync.WaitGroup
+	for g := range senders {
+		wg.Go(func() {
+			for i := range each {
+				msg := fmt.Appendf(nil, "%d %d", g, i)
+				if err := p.client.Send(context.Background(), ControlChannel, msg); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	next := make([]int, senders)
+	for range senders * each {
+		m := mustReceive(t, p.server)
+		var g, i int
+		if _, err := fmt.Sscanf(string(m.Data), "%d %d", &g, &i); err != nil {
+			t.Fatal(err)
+		}
+		m.Release()
+		if i != next[g] {
+			t.Fatalf("sender %d: message %d arrived when %d was due", g, i, next[g])
+		}
+		next[g]++
+	}
+	wg.Wait()
+	if w := cc.writes.Load() - before; w > senders*each {
+		t.Fatalf("%d writes for %d messages", w, senders*each)
+	}
+}
+
+// A peer that stops reading blocks the batch's write, and Close still ends
+// within the close timeout instead of waiting on it forever.
+func TestWSCloseEndsStuckBatch(t *testing.T) {
+	accepted := make(chan Conn, 1)
+	stop := make(chan struct{})
+	srvURL := wsServerCfg(t, Config{CloseTimeout: 300 * time.Millisecond}, func(c Conn) {
+		accepted <- c
+		<-stop
+	})
+	defer close(stop)
+	ctx := testCtx(t)
+	client, err := DialWS(ctx, srvURL, nil, Config{ReceiveQueue: 1, ReceiveQueueBytes: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	server := <-accepted
+	// The client's receive queue holds one message, so its reader stops
+	// and TCP's buffers fill: the batch's write blocks.
+	blocked := make(chan error, 1)
+	go func() {
+		server.Cork()
+		msg := make([]byte, 60<<10)
+		for range 400 {
+			if err := server.Send(context.Background(), ControlChannel, msg); err != nil {
+				server.Uncork()
+				blocked <- err
+				return
+			}
+		}
+		blocked <- server.Uncork()
+	}()
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	server.Close()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Close took %v with a stuck batch", d)
+	}
+	select {
+	case err := <-blocked:
+		if err == nil {
+			t.Fatal("the stuck batch reported success")
+		}
+	case <-time.After(testTimeout):
+		t.Fatal("the stuck batch's writer never returned")
+	}
+}
+
+func wsServerCfg(t *testing.T, cfg Config, serve func(Conn)) string {
+	t.Helper()
+	srv := httptest.NewServer(NewWSHandler(cfg, serve))
+	t.Cleanup(srv.Close)
+	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/m2m"
+}
