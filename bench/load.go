@@ -44,10 +44,10 @@ type LoadConfig struct {
 	// wss://host:port/path. Empty starts a daemon in this process. The
 	// payloads' "model" is then replaced by a name of the run's own, so
 	// that real agents serving the model never receive benchmark traffic.
-	// The daemon must not rate-limit the benchmark's sessions (m2md serve
-	// --messages-per-minute -1 --bytes-per-second -1
-	// --max-sessions-per-ip -1 --new-sessions-per-minute -1) nor require
-	// authentication.
+	// A zero-config `m2md serve` carries the load; a daemon with
+	// per-session rate limits set (--messages-per-minute,
+	// --bytes-per-second) refuses what exceeds them, and the run counts
+	// those errors. The daemon must not require authentication.
 	Target string
 	// TLS verifies the target for quic:// and wss:// (see package certs);
 	// nil means the system roots. Ignored for the in-process daemon.

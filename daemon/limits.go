@@ -23,6 +23,10 @@ const (
 type admission struct {
 	maxPerIP  int // < 0: unlimited
 	perMinute int // < 0: unlimited
+	burst     int // opens allowed at once; at least perMinute
+	// forgetAfter is how long an address with no session must stay away
+	// for its whole burst to have refilled; sweep forgets it then.
+	forgetAfter time.Duration
 
 	mu    sync.Mutex
 	perIP map[netip.Addr]*ipEntry
@@ -34,8 +38,16 @@ type ipEntry struct {
 	lastSeen time.Time
 }
 
-func newAdmission(maxPerIP, perMinute int) *admission {
-	return &admission{maxPerIP: maxPerIP, perMinute: perMinute, perIP: make(map[netip.Addr]*ipEntry)}
+// newAdmission limits each address to maxPerIP connections at once and to
+// perMinute new ones a minute after a burst of burst (raised to perMinute
+// if lower).
+func newAdmission(maxPerIP, perMinute, burst int) *admission {
+	a := &admission{maxPerIP: maxPerIP, perMinute: perMinute, burst: max(burst, perMinute),
+		forgetAfter: time.Minute, perIP: make(map[netip.Addr]*ipEntry)}
+	if perMinute > 0 {
+		a.forgetAfter = max(time.Minute, time.Duration(float64(a.burst)/float64(perMinute)*float64(time.Minute)))
+	}
+	return a
 }
 
 // admit counts a new connection from addr. It returns the limit refused
@@ -49,9 +61,9 @@ func (a *admission) admit(addr net.Addr, now time.Time) (release func(), limit s
 	if e == nil {
 		e = &ipEntry{}
 		if a.perMinute > 0 {
-			// A full minute's allowance may be spent at once; it refills
-			// at perMinute per minute.
-			e.opens = rate.NewLimiter(rate.Limit(float64(a.perMinute)/60), a.perMinute)
+			// The burst may be spent at once; it refills at perMinute
+			// per minute.
+			e.opens = rate.NewLimiter(rate.Limit(float64(a.perMinute)/60), a.burst)
 		}
 		a.perIP[ip] = e
 	}
@@ -73,14 +85,14 @@ func (a *admission) admit(addr net.Addr, now time.Time) (release func(), limit s
 	}, ""
 }
 
-// sweep forgets addresses with no session that have not been seen for a
-// minute (their open allowance has refilled), so the table stays bounded by
-// the addresses active in the last minute.
+// sweep forgets addresses with no session that have not been seen for long
+// enough that their open allowance has refilled, so the table stays bounded
+// by the addresses active recently.
 func (a *admission) sweep(now time.Time) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for ip, e := range a.perIP {
-		if e.sessions == 0 && now.Sub(e.lastSeen) > time.Minute {
+		if e.sessions == 0 && now.Sub(e.lastSeen) > a.forgetAfter {
 			delete(a.perIP, ip)
 		}
 	}

@@ -8,7 +8,7 @@ import (
 
 func TestAdmissionPerIP(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
-	a := newAdmission(2, 3)
+	a := newAdmission(2, 3, 0)
 	ip1 := &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 1}
 	ip2 := &net.UDPAddr{IP: net.ParseIP("::1"), Port: 2}
 	r1, l := a.admit(ip1, now)
@@ -48,7 +48,7 @@ func TestAdmissionPerIP(t *testing.T) {
 }
 
 func TestAdmissionUnlimited(t *testing.T) {
-	a := newAdmission(-1, -1)
+	a := newAdmission(-1, -1, 0)
 	addr := &net.TCPAddr{IP: net.ParseIP("10.0.0.1")}
 	for i := 0; i < 1000; i++ {
 		if _, l := a.admit(addr, time.Now()); l != "" {
@@ -88,5 +88,41 @@ func TestLogOnce(t *testing.T) {
 	now := time.Now()
 	if !l.allow("a", now) || l.allow("a", now.Add(time.Second)) || !l.allow("b", now) || !l.allow("a", now.Add(2*time.Minute)) {
 		t.Fatal("logOnce does not log once per key and window")
+	}
+}
+
+// TestAdmissionBurst: an address may open a burst of sessions at once (the
+// default burst is MaxSessions), then perMinute a minute; it is forgotten
+// only once the whole burst has refilled.
+func TestAdmissionBurst(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	a := newAdmission(-1, 60, 1000)
+	addr := &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}
+	var rels []func()
+	for i := 0; i < 1000; i++ {
+		rel, l := a.admit(addr, now)
+		if l != "" {
+			t.Fatalf("open %d of the burst refused: %s", i, l)
+		}
+		rels = append(rels, rel)
+	}
+	if _, l := a.admit(addr, now); l != limitNewSessionsPerIP {
+		t.Fatalf("open beyond the burst: %q", l)
+	}
+	if rel, l := a.admit(addr, now.Add(1100*time.Millisecond)); l != "" {
+		t.Fatalf("one second later (60/min): %q", l)
+	} else {
+		rel()
+	}
+	for _, r := range rels {
+		r()
+	}
+	a.sweep(now.Add(2 * time.Minute))
+	if a.size() != 1 {
+		t.Fatal("forgotten before its burst refilled (1000 at 60/min: 16.7 min)")
+	}
+	a.sweep(now.Add(18 * time.Minute))
+	if a.size() != 0 {
+		t.Fatal("not forgotten after its burst refilled")
 	}
 }

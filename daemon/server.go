@@ -80,7 +80,7 @@ func New(cfg Config) (*Server, error) {
 		router:   router.New[*session](router.Config{MaxRequests: cfg.MaxOutstanding, MaxDeliveries: cfg.MaxOutstanding}),
 		ready:    make(chan struct{}),
 		sessions: make(map[*session]struct{}),
-		adm:      newAdmission(cfg.MaxSessionsPerIP, cfg.NewSessionsPerMinute),
+		adm:      newAdmission(cfg.MaxSessionsPerIP, cfg.NewSessionsPerMinute, cfg.openBurst()),
 		limitLog: newLogOnce(time.Minute),
 	}
 	if err := s.setupTLS(); err != nil {

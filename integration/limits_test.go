@@ -1,7 +1,10 @@
 package integration
 
 import (
+	"crypto/rand"
+	"encoding/base64"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -59,5 +62,75 @@ func TestMessageRateLimit(t *testing.T) {
 				t.Fatalf("%d of 8 requests rate limited, want ≥ 3 (allowance 5)", limited)
 			}
 		})
+	}
+}
+
+// TestByteRateLimit: requests beyond the session's byte allowance are
+// refused with rate_limited and counted as byte_rate.
+func TestByteRateLimit(t *testing.T) {
+	d := startDaemon(t, func(c *daemon.Config) {
+		c.MaxPayload = 4096 // the byte bucket's burst is max(rate, max payload)
+		c.BytesPerSecond = 4096
+	})
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "bytes-" + tr})
+			limited := 0
+			for i := 0; i < 16; i++ {
+				req.request("nobody", corpus(t, "req-chat-1k-01.json"))
+				back := req.recvData(2 * time.Second)
+				req.conn.ReleaseChannel(back.ch)
+				switch back.code {
+				case "unknown_agent":
+				case "rate_limited":
+					limited++
+				default:
+					t.Fatalf("request %d: code %q", i, back.code)
+				}
+			}
+			if limited < 4 {
+				t.Fatalf("%d of 16 requests (~8 KiB in all) rate limited, want ≥ 4 (allowance 4 KiB/s)", limited)
+			}
+		})
+	}
+	if n := metric(t, d, "m2md_limited_total", "limit=byte_rate"); n < 8 {
+		t.Fatalf("m2md_limited_total byte_rate = %v, want ≥ 8", n)
+	}
+	if n := metric(t, d, "m2md_limited_total", "limit=message_rate"); n != 0 {
+		t.Fatalf("m2md_limited_total message_rate = %v, want 0 (not set)", n)
+	}
+}
+
+// TestDefaultsDoNotRateLimit: a zero-config daemon lets one session send
+// more messages and bytes at once than any per-session default it ever had
+// (1,000 messages a minute, 10 MB/s with a 16 MiB burst): per-session rate
+// limits are off unless set.
+func TestDefaultsDoNotRateLimit(t *testing.T) {
+	d := startDaemon(t, nil)
+	// An incompressible 16 KB request, so that the bytes sent are real.
+	noise := make([]byte, 12<<10)
+	rand.Read(noise)
+	big := []byte(fmt.Sprintf(`{"model":"gpt-4o","messages":[{"role":"user","content":%q}]}`,
+		base64.StdEncoding.EncodeToString(noise)))
+	const batch, batches = 50, 22
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "norate-" + tr})
+			for b := 0; b < batches; b++ {
+				for i := 0; i < batch; i++ {
+					req.request("nobody", big)
+				}
+				for i := 0; i < batch; i++ {
+					back := req.recvData(10 * time.Second)
+					if back.code != "unknown_agent" {
+						t.Fatalf("request %d: code %q, want unknown_agent", b*batch+i, back.code)
+					}
+					req.conn.ReleaseChannel(back.ch)
+				}
+			}
+		})
+	}
+	if n := metric(t, d, "m2md_limited_total"); n != 0 {
+		t.Fatalf("m2md_limited_total = %v, want 0", n)
 	}
 }

@@ -53,7 +53,6 @@ func TestSlowConsumerMemoryBounded(t *testing.T) {
 				// stall timer calls the provider slow, even under -race.
 				c.SlowConsumerGrace = 2 * time.Second
 				c.CloseTimeout = time.Second
-				c.MessagesPerMinute, c.BytesPerSecond = -1, -1 // the flood is the point
 			})
 			// A QUIC agent's transport reads one message per stream ahead of
 			// its receive queue, so the streams it allows bound what it
@@ -251,7 +250,6 @@ func TestStalledWriterClosed(t *testing.T) {
 				fastKeepalive(c)
 				c.SlowConsumerGrace = 500 * time.Millisecond
 				c.CloseTimeout = time.Second
-				c.MessagesPerMinute, c.BytesPerSecond = -1, -1
 			})
 			fr := paddedFrame(t, 1<<20-1024)
 			// A small receive queue, so that little is absorbed before the
