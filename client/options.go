@@ -20,6 +20,12 @@ import (
 	"github.com/m2md/m2md/transport"
 )
 
+// Features are the protocol extensions this package implements, offered
+// in every HELLO unless Options.DisableFeatures names them.
+func Features() []negotiate.Feature { return slices.Clone(features) }
+
+var features = []negotiate.Feature{}
+
 // Defaults of Options.
 const (
 	DefaultMaxConcurrentHandlers = 256
@@ -113,6 +119,12 @@ type Options struct {
 	// for Recv; beyond it the stream fails with ErrSlowConsumer.
 	// Default 32 MiB.
 	StreamBuffer int
+
+	// DisableFeatures turns off protocol extensions (docs/protocol.md
+	// §3.6) of Features that this client would otherwise offer in HELLO.
+	// Default: every one is offered; SessionInfo.Params.Features says what
+	// the daemon granted.
+	DisableFeatures []negotiate.Feature
 
 	// Transport tunes the connection (queues, QUIC idle timeout, handshake
 	// timeout); its zero value is the transport's default.
@@ -221,7 +233,12 @@ func newConfig(rawURL string, o Options) (*config, error) {
 		}
 	}
 
+	features, err := negotiate.EnabledFeatures(features, c.DisableFeatures)
+	if err != nil {
+		return nil, fmt.Errorf("client: DisableFeatures: %w", err)
+	}
 	c.hello = negotiate.ClientConfig{
+		Features:   features,
 		AgentID:    c.AgentID,
 		Algorithms: c.Algorithms,
 		MaxPayload: c.MaxPayload,

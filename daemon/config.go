@@ -2,12 +2,20 @@ package daemon
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
 )
+
+// Features are the protocol extensions the daemon implements and offers
+// to every client that lists them in HELLO (docs/protocol.md §3.6).
+func Features() []negotiate.Feature { return slices.Clone(features) }
+
+var features = []negotiate.Feature{}
 
 // Defaults, in one place. Every one is a Config field (zero means default)
 // and an `m2md serve` flag.
@@ -77,6 +85,10 @@ type Config struct {
 	// still be fresh, authenticated HELLOs get REJECT RATE_LIMITED.
 	// Default 65,536.
 	ReplayCacheSize int
+
+	// DisableFeatures turns off protocol extensions (docs/protocol.md §3.6)
+	// that this build implements (Features). Default: every one is on.
+	DisableFeatures []negotiate.Feature
 
 	// MaxSessions bounds concurrent sessions; beyond it HELLO gets
 	// REJECT SERVER_BUSY.

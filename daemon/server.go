@@ -60,7 +60,12 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	features, err := negotiate.EnabledFeatures(features, cfg.DisableFeatures)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: --disable-features: %w", err)
+	}
 	neg, err := negotiate.NewServer(negotiate.ServerConfig{
+		Features:        features,
 		MaxPayload:      cfg.MaxPayload,
 		MinSecurity:     cfg.MinSecurity,
 		OrgSecrets:      cfg.OrgSecrets,

@@ -67,6 +67,9 @@ type Capabilities struct {
 	Extensions map[string]string
 	// Models are the models this agent serves (empty: a pure requester).
 	Models []string
+	// Features are the protocol extensions this side implements (§3.6);
+	// written only when non-empty.
+	Features []Feature
 	// Negotiated is the daemon's decision; present only in ACCEPT.
 	Negotiated *Negotiated
 }
@@ -116,6 +119,9 @@ type Negotiated struct {
 	// Authenticated reports that the daemon verified the agent's proof and
 	// that the agent key entered the frame keys (§5.1).
 	Authenticated bool
+	// Features both sides implement, in the client's order (§3.6); use an
+	// extension only when it is listed here. Written only when non-empty.
+	Features []Feature
 }
 
 // ParseSecurityMode maps "none", "hmac" and "aead" to their frame.Security.
@@ -207,6 +213,10 @@ func appendCapabilities(dst []byte, c *Capabilities) []byte {
 		dst = append(dst, `,"models":`...)
 		dst = appendJSONStrings(dst, c.Models)
 	}
+	if len(c.Features) > 0 {
+		dst = append(dst, `,"features":`...)
+		dst = appendJSONStrings(dst, c.Features)
+	}
 	if n := c.Negotiated; n != nil {
 		dst = append(dst, `,"negotiated":{"algorithms":`...)
 		dst = appendJSONStrings(dst, n.Algorithms)
@@ -224,6 +234,10 @@ func appendCapabilities(dst []byte, c *Capabilities) []byte {
 		dst = strconv.AppendInt(dst, n.PongTimeout.Milliseconds(), 10)
 		dst = append(dst, `,"authenticated":`...)
 		dst = appendJSONBool(dst, n.Authenticated)
+		if len(n.Features) > 0 {
+			dst = append(dst, `,"features":`...)
+			dst = appendJSONStrings(dst, n.Features)
+		}
 		dst = append(dst, '}')
 	}
 	return append(dst, '}')
@@ -323,6 +337,9 @@ func decodeCapabilities(o jsonObj) (*Capabilities, error) {
 		if !validModel(m) {
 			return nil, o.errorf("models", "element %d: model names are 1-%d bytes without control characters", i, MaxModelLen)
 		}
+	}
+	if c.Features, err = decodeFeatures(o, "features"); err != nil {
+		return nil, err
 	}
 	neg, ok, err := o.object("negotiated", false)
 	if err != nil {
@@ -431,6 +448,9 @@ func decodeNegotiated(o jsonObj) (*Negotiated, error) {
 		*d.dst = time.Duration(ms) * time.Millisecond
 	}
 	if n.Authenticated, err = o.boolean("authenticated", false); err != nil {
+		return nil, err
+	}
+	if n.Features, err = decodeFeatures(o, "features"); err != nil {
 		return nil, err
 	}
 	return n, nil

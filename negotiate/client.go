@@ -57,6 +57,7 @@ func NewHello(cfg ClientConfig, now time.Time) (*ClientHandshake, error) {
 			},
 			Extensions: eff.Extensions,
 			Models:     eff.Models,
+			Features:   eff.Features,
 		},
 	}
 	if eff.Org != "" {
@@ -167,6 +168,14 @@ func (h *ClientHandshake) checkAccept(caps *Capabilities, n *Negotiated) error {
 	if _, _, _, err := effectiveTimers(n.SessionTimeout, n.PingInterval, n.PongTimeout); err != nil ||
 		n.SessionTimeout == 0 || n.PingInterval == 0 || n.PongTimeout == 0 {
 		return bad("timers %v/%v/%v out of range", n.SessionTimeout, n.PingInterval, n.PongTimeout)
+	}
+	for i, f := range n.Features {
+		if !slices.Contains(h.cfg.Features, f) {
+			return bad("feature %q was not offered", f)
+		}
+		if slices.Contains(n.Features[:i], f) {
+			return bad("feature %q listed twice", f)
+		}
 	}
 	if n.Authenticated != (h.cfg.Org != "") {
 		return fmt.Errorf("%w: authenticated=%t, agent key held=%t", ErrAuthDowngrade, n.Authenticated, h.cfg.Org != "")

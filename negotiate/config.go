@@ -82,6 +82,10 @@ type ServerConfig struct {
 	// is full of unexpired proofs, authenticated HELLOs are refused with
 	// RATE_LIMITED. 0 = 65,536.
 	ReplayCacheSize int
+	// Features are the protocol extensions the daemon implements (§3.6),
+	// at most 32 names. A HELLO's features are granted when listed here.
+	// Default: none (this package cannot know what its embedder implements).
+	Features []Feature
 
 	// entropy, when set, supplies keys, nonces and session ids (tests only).
 	entropy io.Reader
@@ -147,6 +151,10 @@ func (c ServerConfig) effective() (ServerConfig, error) {
 	case c.ReplayCacheSize < 0:
 		return c, fmt.Errorf("%w: negative ReplayCacheSize", ErrConfig)
 	}
+	if err := checkFeatures("Features", c.Features); err != nil {
+		return c, err
+	}
+	c.Features = slices.Clone(c.Features)
 	return c, nil
 }
 
@@ -202,6 +210,9 @@ type ClientConfig struct {
 	Models []string
 	// Extensions is sent as "extensions".
 	Extensions map[string]string
+	// Features are the protocol extensions the agent implements (§3.6),
+	// at most 32 names, sent as "features". Default: none.
+	Features []Feature
 
 	entropy io.Reader
 }
@@ -267,6 +278,9 @@ func (c ClientConfig) effective() (ClientConfig, error) {
 		if len(k) > maxLabelLen || len(v) > maxLabelLen {
 			return c, fmt.Errorf("%w: extension %q: keys and values are at most %d bytes", ErrConfig, k, maxLabelLen)
 		}
+	}
+	if err := checkFeatures("Features", c.Features); err != nil {
+		return c, err
 	}
 	return c, nil
 }

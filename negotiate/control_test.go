@@ -330,6 +330,7 @@ func TestJSONFloat32(t *testing.T) {
 func FuzzParseControl(f *testing.F) {
 	f.Add(helloEnvelope(helloPayload))
 	f.Add(ctl(`{"type":"ACCEPT","session_id":"` + testSID + `","timestamp":5,"payload":` + withMember(helloPayload, "negotiated", negotiatedJSON) + `}`))
+	f.Add(ctl(`{"type":"ACCEPT","session_id":"` + testSID + `","timestamp":5,"payload":` + withMember(withMember(helloPayload, "features", `["cancel","x"]`), "negotiated", strings.TrimSuffix(negotiatedJSON, "}")+`,"features":["cancel"]}`) + `}`))
 	f.Add(AppendPing(nil, testSID, t0))
 	f.Add(AppendClose(nil, testSID, t0, ReasonReplaced, "newer session"))
 	f.Add(AppendReject(nil, t0, RejectSecurityPolicy, "authentication failed"))

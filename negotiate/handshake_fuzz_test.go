@@ -2,6 +2,7 @@ package negotiate
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	"github.com/m2md/m2md/frame"
@@ -11,12 +12,16 @@ import (
 // agent authentication: it must never panic, always answer with a
 // well-formed ACCEPT or REJECT, and succeed only with an ACCEPT.
 func FuzzHello(f *testing.F) {
-	plain := newTestServer(f, func(c *ServerConfig) { c.MinSecurity = frame.SecurityNone })
+	plain := newTestServer(f, func(c *ServerConfig) {
+		c.MinSecurity = frame.SecurityNone
+		c.Features = []Feature{FeatureCancel, FeatureDelta}
+	})
 	auth := authServer(f, nil)
 	for _, cc := range []ClientConfig{
 		{AgentID: "alice"},
 		{AgentID: "bob", Security: frame.SecurityAEAD, Models: []string{"gpt-4o", "llama-3"}, MaxPayload: 4096,
-			Encodings: []Encoding{EncodingO200k, EncodingLlamaBPE}, Extensions: map[string]string{"k": "v"}},
+			Encodings: []Encoding{EncodingO200k, EncodingLlamaBPE}, Extensions: map[string]string{"k": "v"},
+			Features: []Feature{FeatureTNSealed, FeatureCancel, "x-unknown"}},
 		authClient(f),
 	} {
 		h, err := NewHello(cc, t0)
@@ -46,6 +51,13 @@ func FuzzHello(f *testing.F) {
 				sess.Params.MaxPayload < MinPayloadLimit || sess.Params.MaxPayload > MaxPayloadLimit ||
 				len(sess.Params.Algorithms) == 0 || (s == auth && !sess.Params.Authenticated) {
 				t.Fatalf("accepted with %v, reply %+v", sess, r)
+			}
+			// Only features both sides have, each once.
+			for i, feat := range sess.Params.Features {
+				if !slices.Contains(s.cfg.Features, feat) || !slices.Contains(sess.Peer.Features, feat) ||
+					slices.Contains(sess.Params.Features[:i], feat) {
+					t.Fatalf("negotiated features %q from %q", sess.Params.Features, sess.Peer.Features)
+				}
 			}
 		}
 	})

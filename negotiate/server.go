@@ -235,6 +235,9 @@ func (s *Server) negotiate(now time.Time, hello *ControlMessage, atCapacity bool
 		n.MaxPayload = max(int(want), MinPayloadLimit)
 	}
 
+	// Features never refuse a session: the offered ones the daemon has.
+	n.Features = negotiateFeatures(c.Features, s.cfg.Features)
+
 	// 5. Security mode: the client's, unless weaker than the policy.
 	if mode < s.cfg.MinSecurity {
 		return n, nil, rejectf(RejectSecurityPolicy, "security mode %s is weaker than the required %s", mode, s.cfg.MinSecurity)

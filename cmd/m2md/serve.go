@@ -19,6 +19,7 @@ import (
 
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
 )
 
 func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
@@ -27,6 +28,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 		cfg         daemon.Config
 		minSecurity string
 		secretsFile string
+		disableFeat string
 		logLevel    string
 		logFormat   string
 	)
@@ -41,6 +43,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.StringVar(&cfg.CertDir, "cert-dir", daemon.DefaultCertDir, "`folder` where the development certificate is made and reused")
 	fs.StringVar(&minSecurity, "min-security", "none", "weakest frame security a client may choose: none, hmac or aead")
 	fs.StringVar(&secretsFile, "org-secrets-file", "", "`file` of 'org hex-secret' lines; when set, agents must authenticate")
+	fs.StringVar(&disableFeat, "disable-features", "", "comma-separated protocol `features` not to offer (docs/protocol.md §3.6)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", daemon.DefaultMaxSessions, "concurrent sessions before HELLO gets SERVER_BUSY")
 	fs.IntVar(&cfg.MaxPayload, "max-payload", daemon.DefaultMaxPayload, "largest DATA message in `bytes` (at most 16 MiB)")
 	fs.IntVar(&cfg.MaxOutstanding, "max-outstanding", daemon.DefaultMaxOutstanding, "requests in flight per session")
@@ -88,6 +91,11 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 			return err
 		}
 		cfg.OrgSecrets = secrets
+	}
+	for _, f := range strings.Split(disableFeat, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			cfg.DisableFeatures = append(cfg.DisableFeatures, negotiate.Feature(f))
+		}
 	}
 	logger, err := newLogger(logLevel, logFormat, stderr)
 	if err != nil {

@@ -1,0 +1,108 @@
+package negotiate
+
+import (
+	"fmt"
+	"slices"
+)
+
+// Feature names an optional extension of the session protocol
+// (docs/protocol.md §3.6). A client lists the features it implements in
+// HELLO; the daemon answers, in ACCEPT's negotiated.features, the ones it
+// implements too. Either side uses an extension only when it is negotiated.
+type Feature string
+
+// Reserved feature names.
+const (
+	// FeatureCancel: CANCEL of an outstanding request (docs/protocol.md §4.2).
+	FeatureCancel Feature = "cancel"
+	// FeatureDelta: conversation deltas (reserved).
+	FeatureDelta Feature = "delta"
+	// FeatureTNSealed: TokenNative frames in protected sessions (reserved).
+	FeatureTNSealed Feature = "tn_sealed"
+)
+
+// Bounds of a features list.
+const (
+	// MaxFeatures bounds the names in one features list.
+	MaxFeatures = 32
+	// MaxFeatureLen bounds one feature name, in bytes.
+	MaxFeatureLen = 32
+)
+
+// ValidFeature reports whether f is 1-32 bytes of [a-z0-9_-].
+func ValidFeature(f Feature) bool {
+	if len(f) == 0 || len(f) > MaxFeatureLen {
+		return false
+	}
+	for i := 0; i < len(f); i++ {
+		c := f[i]
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// Has reports whether feature f was negotiated.
+func (n *Negotiated) Has(f Feature) bool { return slices.Contains(n.Features, f) }
+
+// checkFeatures validates a configured features list.
+func checkFeatures(what string, fs []Feature) error {
+	if len(fs) > MaxFeatures {
+		return fmt.Errorf("%w: %s: more than %d features", ErrConfig, what, MaxFeatures)
+	}
+	for _, f := range fs {
+		if !ValidFeature(f) {
+			return fmt.Errorf("%w: %s: feature %q is not 1-%d bytes of [a-z0-9_-]", ErrConfig, what, f, MaxFeatureLen)
+		}
+	}
+	return nil
+}
+
+// decodeFeatures reads an optional features member: at most MaxFeatures
+// valid names. Duplicates are allowed here; negotiation lists each once.
+func decodeFeatures(o jsonObj, name string) ([]Feature, error) {
+	names, _, err := o.strings(name, false)
+	if err != nil {
+		return nil, err
+	}
+	if len(names) > MaxFeatures {
+		return nil, o.errorf(name, "more than %d features", MaxFeatures)
+	}
+	for i, s := range names {
+		if !ValidFeature(Feature(s)) {
+			return nil, o.errorf(name, "element %d: feature names are 1-%d bytes of [a-z0-9_-]", i, MaxFeatureLen)
+		}
+	}
+	return convertStrings[Feature](names), nil
+}
+
+// negotiateFeatures returns the offered features the daemon supports, in
+// the client's order, each once.
+func negotiateFeatures(offered, supported []Feature) []Feature {
+	var out []Feature
+	for _, f := range offered {
+		if slices.Contains(supported, f) && !slices.Contains(out, f) {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// EnabledFeatures returns implemented without the disabled features, or an
+// ErrConfig error naming a disabled feature that is not implemented (a
+// typo would otherwise silently disable nothing).
+func EnabledFeatures(implemented, disabled []Feature) ([]Feature, error) {
+	for _, f := range disabled {
+		if !slices.Contains(implemented, f) {
+			return nil, fmt.Errorf("%w: feature %q cannot be disabled: this build implements %q", ErrConfig, f, implemented)
+		}
+	}
+	var out []Feature
+	for _, f := range implemented {
+		if !slices.Contains(disabled, f) {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
