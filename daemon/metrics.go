@@ -23,6 +23,7 @@ type metrics struct {
 	handshakeSeconds  *prometheus.HistogramVec
 	framesIn          *prometheus.CounterVec
 	framesOut         *prometheus.CounterVec
+	writeBatches      *prometheus.CounterVec
 	bytesIn           *prometheus.CounterVec
 	bytesOut          *prometheus.CounterVec
 	routingFailures   *prometheus.CounterVec
@@ -55,6 +56,9 @@ func newMetrics() *metrics {
 		framesOut: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "m2md_frames_out_total", Help: "DATA frames written to agents, by transport and algorithm.",
 		}, []string{"transport", "algorithm"}),
+		writeBatches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "m2md_write_batches_total", Help: "Batches of messages the session writers handed their transport, by transport; on WebSocket each leaves in one write system call (up to 64 KiB). Frames out per batch is the coalescing.",
+		}, []string{"transport"}),
 		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "m2md_bytes_in_total", Help: "Bytes of DATA messages received, by transport and algorithm.",
 		}, []string{"transport", "algorithm"}),
@@ -85,7 +89,7 @@ func newMetrics() *metrics {
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.sessions, m.sessionsTotal, m.handshakeFailures, m.handshakeSeconds,
-		m.framesIn, m.framesOut, m.bytesIn, m.bytesOut,
+		m.framesIn, m.framesOut, m.writeBatches, m.bytesIn, m.bytesOut,
 		m.routingFailures, m.framesRefused, m.queueDrops, m.routingSeconds, m.sessionsClosed, m.limited,
 	)
 	return m
@@ -96,10 +100,11 @@ func newMetrics() *metrics {
 type sessionMetrics struct {
 	framesIn, framesOut [2]prometheus.Counter // index: 0 m2m, 1 tokennative
 	bytesIn, bytesOut   [2]prometheus.Counter
+	writeBatches        prometheus.Counter
 }
 
 func (m *metrics) forTransport(transport string) *sessionMetrics {
-	s := &sessionMetrics{}
+	s := &sessionMetrics{writeBatches: m.writeBatches.WithLabelValues(transport)}
 	for i, algo := range [2]string{algoM2M, algoTokenNative} {
 		s.framesIn[i] = m.framesIn.WithLabelValues(transport, algo)
 		s.framesOut[i] = m.framesOut.WithLabelValues(transport, algo)

@@ -55,8 +55,11 @@ type session struct {
 	wstopped bool
 	writers  sync.WaitGroup
 	batch    []outMsg
-	timer    *time.Timer // the state machine's deadline: timerFired
-	tickDue  atomic.Bool
+	// batchWrote: the writer's pass has handed the transport a message
+	// (owned by the running writer).
+	batchWrote bool
+	timer      *time.Timer // the state machine's deadline: timerFired
+	tickDue    atomic.Bool
 	// stall fires when one DATA write has been blocked for
 	// SlowConsumerGrace (writeStalled); only the writer arms it.
 	stall *time.Timer

@@ -64,7 +64,16 @@ func (se *session) hasWork() bool {
 }
 
 // drainOnce writes everything pending and runs the timer if it is due.
+//
+// What one pass writes is one batch for the transport: it holds the
+// messages (Cork) and writes them with one system call at the end of the
+// pass (Uncork), where a write per message used to cost most of the
+// daemon's CPU under load. Nothing waits for more work to arrive: a pass
+// writes what is queued when it looks, so a lone message leaves at once,
+// and what arrives during the batch's write is the next pass's batch.
 func (se *session) drainOnce() {
+	se.conn.Cork()
+	defer se.uncork()
 	if se.tickDue.Swap(false) {
 		se.tick()
 		se.rearm()
@@ -90,6 +99,23 @@ func (se *session) drainOnce() {
 	if cap(se.batch) > 64 {
 		se.batch = nil // let a burst's backing array go
 	}
+}
+
+// uncork writes the pass's batch. That write is where a peer that does not
+// read now blocks the writer, so the stall timer watches it as it watches
+// a single write. An error means the connection is gone, which its reader
+// reports; the frames were counted as written, as a frame the kernel took
+// but the peer never read would be.
+func (se *session) uncork() {
+	if !se.batchWrote {
+		_ = se.conn.Uncork() // nothing held: returns at once
+		return
+	}
+	se.batchWrote = false
+	se.m.writeBatches.Inc()
+	se.stall.Reset(se.srv.cfg.SlowConsumerGrace)
+	_ = se.conn.Uncork()
+	se.stall.Stop()
 }
 
 // timerFired runs when the state machine's deadline may have come.
@@ -151,6 +177,7 @@ func (se *session) writeControl(b []byte) {
 	ctx, cancel := context.WithTimeout(se.ctx, se.srv.cfg.CloseTimeout)
 	defer cancel()
 	_ = se.conn.Send(ctx, 0, b)
+	se.batchWrote = true
 }
 
 // write sends one queued message. A frame gets the channel's next sequence
@@ -210,6 +237,7 @@ func (se *session) write(m outMsg) {
 	if m.algo >= 0 {
 		se.stall.Stop()
 	}
+	se.batchWrote = true
 	if err != nil {
 		if m.algo >= 0 {
 			se.srv.metrics.queueDrops.WithLabelValues("send_failed").Inc()
