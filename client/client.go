@@ -245,6 +245,7 @@ func (c *Client) reconnect() (*session, bool) {
 		c.setSessionLocked(s)
 		c.mu.Unlock()
 		c.stats.reconnects.Add(1)
+		c.log.Info().Int("attempts", attempt+1).Msg("session re-established")
 		s.start()
 		return s, true
 	}

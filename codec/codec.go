@@ -58,7 +58,7 @@ type Encoded struct {
 func (c *Codec) Encode(dst, data []byte, opt EncodeOptions) ([]byte, Encoded, error) {
 	info := Encoded{Algorithm: opt.Algorithm}
 	if opt.Auto {
-		info.Algorithm, info.Reason = Select(data)
+		info.Algorithm, info.Reason = selectFor(data, opt)
 	}
 	if opt.Security != frame.SecurityNone && info.Algorithm != M2M {
 		return dst, info, fmt.Errorf("%w: security mode %s applies to M2M v1 frames only, not %s", ErrUnsupported, opt.Security, info.Algorithm)

@@ -258,3 +258,38 @@ func TestRepetitionRatioCountsRunes(t *testing.T) {
 		t.Fatalf("ratio %v", r)
 	}
 }
+
+// TestAutoCarriesWhatIsAsked: with security or the binary shape, auto picks
+// a form that has them, at every size, and the result decodes back.
+func TestAutoCarriesWhatIsAsked(t *testing.T) {
+	key := bytes.Repeat([]byte{0x42}, 32)
+	c := New(Config{})
+	for _, tc := range []struct {
+		name string
+		in   []byte
+		opt  EncodeOptions
+		want Algorithm
+	}{
+		{"aead tiny", []byte(`{"model":"gpt-4o","messages":[]}`), EncodeOptions{Auto: true, Security: frame.SecurityAEAD, Key: key}, M2M},
+		{"hmac large", bytes.Repeat([]byte(" "), 2000), EncodeOptions{Auto: true, Security: frame.SecurityHMAC, Key: key}, M2M},
+		{"binary tiny JSON", []byte(`{"a":1}`), EncodeOptions{Auto: true, Binary: true}, M2M},
+		{"binary text", []byte("not JSON at all, just words"), EncodeOptions{Auto: true, Binary: true}, TokenNative},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "hmac large" {
+				tc.in = append(append([]byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"`), tc.in...), `"}]}`...)
+			}
+			wire, info, err := c.Encode(nil, tc.in, tc.opt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.Algorithm != tc.want || info.Reason == "" {
+				t.Fatalf("picked %v (%q), want %v", info.Algorithm, info.Reason, tc.want)
+			}
+			got, _, err := c.Decode(nil, wire, DecodeOptions{Key: key, TokenNativeBinary: tc.want == TokenNative})
+			if err != nil || !bytes.Equal(got, tc.in) {
+				t.Fatalf("round trip: %v", err)
+			}
+		})
+	}
+}

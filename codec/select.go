@@ -3,6 +3,7 @@ package codec
 import (
 	"unicode/utf8"
 
+	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/internal/jsonscan"
 )
 
@@ -41,6 +42,22 @@ func Select(data []byte) (Algorithm, string) {
 		return M2M, "JSON: M2M v1 frame"
 	}
 	return None, "not JSON: passthrough"
+}
+
+// selectFor is Select limited to the forms that can carry what opt asks
+// for: security needs an M2M v1 frame; the binary shape exists for M2M v1
+// and TokenNative only (TokenNative for text that is not JSON).
+func selectFor(data []byte, opt EncodeOptions) (Algorithm, string) {
+	switch {
+	case opt.Security != frame.SecurityNone:
+		return M2M, "security " + opt.Security.String() + " is carried by M2M v1 frames only"
+	case opt.Binary:
+		if _, err := jsonscan.TopLevelKeys(data, jsonscan.Limits{}); err != nil {
+			return TokenNative, "binary shape of text that is not JSON: TokenNative"
+		}
+		return M2M, "binary shape of JSON: M2M v1 frame"
+	}
+	return Select(data)
 }
 
 // repetitionRatio is 1 − distinct 4-grams / (chars − 3) over Unicode scalar

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -150,6 +151,9 @@ func (c Config) openBurst() int {
 	}
 	return c.MaxSessions
 }
+// ErrConfig is wrapped by every error New returns for a Config value out of
+// its range: the operator's setting is wrong, not the machine.
+var ErrConfig = errors.New("daemon: invalid configuration")
 
 // withDefaults returns c with every zero field set and checks ranges.
 func (c Config) withDefaults() (Config, error) {
@@ -192,13 +196,13 @@ func (c Config) withDefaults() (Config, error) {
 	setDur(&c.ShutdownGrace, DefaultShutdownGrace)
 	setDur(&c.SlowConsumerGrace, DefaultSlowGrace)
 	if c.MaxPayload > DefaultMaxPayload {
-		return c, fmt.Errorf("daemon: max payload %d exceeds the protocol's 16 MiB", c.MaxPayload)
+		return c, fmt.Errorf("%w: max payload %d exceeds the protocol's 16 MiB", ErrConfig, c.MaxPayload)
 	}
 	if c.SessionTimeout < minSessionTimeout || c.SessionTimeout > maxSessionTimeout {
-		return c, fmt.Errorf("daemon: session timeout %v outside 60s..1h", c.SessionTimeout)
+		return c, fmt.Errorf("%w: session timeout %v is outside 60s..1h", ErrConfig, c.SessionTimeout)
 	}
 	if c.MinSecurity > frame.SecurityAEAD {
-		return c, fmt.Errorf("daemon: unknown minimum security mode %d", c.MinSecurity)
+		return c, fmt.Errorf("%w: unknown minimum security mode %d", ErrConfig, c.MinSecurity)
 	}
 	return c, nil
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"time"
 
 	"github.com/quic-go/quic-go"
 )
@@ -21,6 +22,10 @@ const (
 	quicInitialConnWindow   = 1 << 20
 	quicMaxConnWindow       = 24 << 20
 )
+
+// dialSilence is how long a QUIC dial waits for the first packet from the
+// daemon before it concludes nothing is listening.
+const dialSilence = 2 * time.Second
 
 // quicConfig translates cfg (already defaulted) for quic-go.
 func quicConfig(cfg Config) *quic.Config {
@@ -113,7 +118,19 @@ func DialQUIC(ctx context.Context, addr string, tlsConf *tls.Config, cfg Config)
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.HandshakeTimeout)
 	defer cancel()
-	qc, err := quic.DialAddr(ctx, addr, tc, quicConfig(cfg))
+	qcfg := quicConfig(cfg)
+	// UDP gives no "connection refused": a daemon that is not there looks
+	// like one that is slow. A live one answers the first Initial within a
+	// round trip (and two retransmissions fit in dialSilence), so silence
+	// for dialSilence means nothing is listening; the whole handshake may
+	// still take up to HandshakeTimeout.
+	qcfg.HandshakeIdleTimeout = min(cfg.HandshakeTimeout, dialSilence)
+	qc, err := quic.DialAddr(ctx, addr, tc, qcfg)
+	var idle *quic.IdleTimeoutError
+	var hs *quic.HandshakeTimeoutError
+	if errors.As(err, &idle) || errors.As(err, &hs) {
+		return nil, fmt.Errorf("transport: dial quic %s: no answer within %v: is a daemon listening there (m2md serve --quic-addr)?: %w", addr, qcfg.HandshakeIdleTimeout, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("transport: dial quic %s: %w", addr, err)
 	}

@@ -138,6 +138,9 @@ func DialWS(ctx context.Context, url string, tlsConf *tls.Config, cfg Config) (C
 		CompressionMode: websocket.CompressionDisabled,
 	})
 	if err != nil {
+		if resp != nil && resp.StatusCode == http.StatusNotFound {
+			return nil, fmt.Errorf("transport: dial %s: HTTP 404: no WebSocket endpoint at this path; the daemon's is its --ws-path, /m2m by default (ws://host:8080/m2m): %w", url, err)
+		}
 		if resp != nil && resp.StatusCode != http.StatusSwitchingProtocols {
 			return nil, fmt.Errorf("transport: dial %s: HTTP %d: %w", url, resp.StatusCode, err)
 		}

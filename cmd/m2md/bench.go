@@ -3,12 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/m2md/m2md/bench"
 	"github.com/m2md/m2md/certs"
+	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/tokennative"
 )
@@ -34,9 +35,10 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return runBenchCodec(args[1:], stdout, stderr)
 	case "table":
 		return runBenchTable(args[1:], stdout, stderr)
-	case "-h", "--help", "help":
-		printBenchUsage(stderr)
-		return flag.ErrHelp
+	case "-h", "-help", "--help", "help":
+		var buf bytes.Buffer
+		printBenchUsage(&buf)
+		return helpError{buf.String()}
 	}
 	printBenchUsage(stderr)
 	return usagef("unknown subcommand %q (want load, codec or table)", args[0])
@@ -52,7 +54,7 @@ func printBenchUsage(w io.Writer) {
 }
 
 func runBenchLoad(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench load", "bench load [flags]\n\nSends request/response round trips through the M2M daemon from its own requester\nconnections to its own echo providers, and prints a table. Without --target it starts\na daemon in this process (loopback only).", stderr)
+	fs := newFlagSet("bench load", "bench load [flags]\n\nSends request/response round trips through the M2M daemon from its own requester\nconnections to its own echo providers, and prints a table. Without --url it starts\na daemon in this process (loopback only).", stderr)
 	var (
 		cfg                                bench.LoadConfig
 		pin, caFile, payload, corpus, algo string
@@ -60,34 +62,36 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 		cpuProfile, memProfile             string
 		insecure                           bool
 	)
-	fs.StringVar(&cfg.Target, "target", "", "daemon `URL` (quic://host:port, ws://host:port/m2m, wss://…); empty: start one in-process")
-	fs.StringVar(&cfg.Transport, "transport", bench.TransportQUIC, "quic, ws or wss: for the in-process daemon and the baseline")
-	fs.StringVar(&pin, "pin", "", "SHA-256 `fingerprint` of the target's certificate (quic://, wss://)")
-	fs.StringVar(&caFile, "ca-file", "", "PEM `file` of CAs to verify the target against")
-	fs.BoolVar(&insecure, "insecure", false, "accept any certificate from the target (development only)")
-	fs.StringVar(&cfg.DaemonMetrics, "daemon-metrics", "", "the target's Prometheus `URL` (http://127.0.0.1:9090/metrics): report the daemon's own CPU and allocations")
+	fs.StringVar(&cfg.Target, "url", "", "daemon `URL` (quic://host:port, ws://host:port/m2m, wss://…); empty: start one in-process")
+	fs.StringVar(&cfg.Transport, "transport", bench.TransportQUIC, "`transport` of the in-process daemon and the baseline: quic, ws or wss")
+	fs.StringVar(&pin, "pin", "", "SHA-256 `fingerprint` of the daemon's certificate (quic://, wss://); default: the development\ncertificate in ./certs when there is one, as the demo does")
+	fs.StringVar(&caFile, "ca-file", "", "PEM `file` of CAs to verify the daemon at --url against")
+	fs.BoolVar(&insecure, "insecure", false, "accept any certificate from the daemon at --url (development only)")
+	fs.StringVar(&cfg.DaemonMetrics, "daemon-metrics", "", "the daemon's Prometheus `URL` (http://127.0.0.1:9090/metrics): report its own CPU and allocations")
 	fs.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "measured time")
 	fs.DurationVar(&cfg.Warmup, "warmup", bench.DefaultWarmup, "load before measuring, not measured")
 	fs.IntVar(&cfg.Connections, "connections", bench.DefaultConnections, "requester connections")
 	fs.IntVar(&cfg.Providers, "providers", bench.DefaultProviders, "echo provider agents")
 	fs.IntVar(&cfg.Concurrency, "concurrency", bench.DefaultConcurrency, "closed loop: requests in flight over all connections")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: requests per `second` on a fixed schedule, latency from the intended send time (0: closed loop)")
+	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: `n` requests per second on a fixed schedule, latency from the intended send time (0: closed loop)")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", bench.DefaultMaxInFlight, "open loop: most requests waiting for replies")
 	fs.DurationVar(&cfg.ServiceTime, "service-time", 0, "how long providers wait before echoing")
 	fs.DurationVar(&cfg.Timeout, "timeout", bench.DefaultTimeout, "give up on a request after this")
-	fs.StringVar(&payload, "payload", bench.Size1KB, "built-in payload: "+strings.Join(bench.BuiltinSizes(), ", "))
+	fs.StringVar(&payload, "payload", bench.Size1KB, "built-in payload `size`: "+strings.Join(bench.BuiltinSizes(), ", "))
 	fs.StringVar(&corpus, "corpus", "", "`folder` of JSON documents to send in turn instead of the built-in payload")
-	fs.StringVar(&algo, "algorithm", bench.AlgorithmM2M, "frames to send: m2m or tokennative")
-	fs.StringVar(&enc, "encoding", "cl100k", "TokenNative tokenizer: cl100k or o200k")
-	fs.StringVar(&security, "security", "none", "frame security: none, hmac or aead")
+	fs.StringVar(&algo, "algo", bench.AlgorithmM2M, "wire `form` of the frames sent: m2m or tokennative")
+	fs.StringVar(&enc, "encoding", "cl100k", "TokenNative `tokenizer`: cl100k or o200k")
+	fs.StringVar(&security, "security", "none", "frame security `mode`: none, hmac or aead")
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the same load through a bare relay on the same transport (no M2M protocol) and report the ratio")
 	fs.BoolVar(&cfg.Echo, "echo", false, "also run the load generator against a target that echoes at once (the generator's own limit)")
 	fs.StringVar(&jsonOut, "json", "", "write every figure to this JSON `file`")
 	fs.StringVar(&plotOut, "plot", "", "draw latency percentiles and throughput over time into this `file` (.svg or .png)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measurement window to `file` (goroutines labelled role=daemon|loadgen)")
 	fs.StringVar(&memProfile, "memprofile", "", "write an allocation profile to `file` at the end of the profiled run")
-	fs.StringVar(&cfg.ProfileRun, "profile-run", bench.RunM2M, "the run --cpuprofile and --memprofile cover: m2m, relay or echo")
+	fs.StringVar(&cfg.ProfileRun, "profile-run", bench.RunM2M, "the `run` --cpuprofile and --memprofile cover: m2m, relay or echo")
 	fs.IntVar(&cfg.Repeat, "repeat", 1, "run everything this many times, interleaved, and report medians")
+	alias(fs, "target", "url")
+	alias(fs, "algorithm", "algo")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -106,16 +110,27 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 		return usagef("--encoding must be cl100k or o200k, not %q", enc)
 	}
 	if algo != bench.AlgorithmM2M && algo != bench.AlgorithmTokenNative {
-		return usagef("--algorithm must be m2m or tokennative, not %q", algo)
+		return usagef("--algo must be m2m or tokennative, not %q", algo)
 	}
 	cfg.Algorithm = algo
 	if plotOut != "" && !strings.HasSuffix(plotOut, ".svg") && !strings.HasSuffix(plotOut, ".png") {
 		return usagef("--plot file must end in .svg or .png")
 	}
 	if (cpuProfile != "" || memProfile != "") && cfg.Target != "" && cfg.ProfileRun == bench.RunM2M {
-		return usagef("--cpuprofile and --memprofile profile this process; the daemon at --target is elsewhere")
+		return usagef("--cpuprofile and --memprofile profile this process; the daemon at --url is elsewhere")
+	}
+	if err := checkWritable(map[string]string{"json": jsonOut, "plot": plotOut, "cpuprofile": cpuProfile, "memprofile": memProfile}); err != nil {
+		return err
 	}
 	if cfg.Target != "" {
+		if pin == "" && caFile == "" && !insecure && !strings.HasPrefix(cfg.Target, "ws://") {
+			// The local development daemon, as the demo finds it.
+			fp, err := certFingerprint(filepath.Join(daemon.DefaultCertDir, certs.DevCertFile))
+			if err != nil {
+				return usagef("--url %s needs the daemon's certificate: --pin FINGERPRINT (printed by 'm2md serve'), --ca-file or --insecure; there is no development certificate in ./%s to pin", cfg.Target, daemon.DefaultCertDir)
+			}
+			pin = fp
+		}
 		tc, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: pin, CAFile: caFile, InsecureSkipVerify: insecure})
 		if err != nil {
 			return usagef("%v", err)
@@ -190,7 +205,11 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	// Figures of a run where most requests failed measure the failure.
+	return rep.Check()
 }
 
 func runBenchCodec(args []string, stdout, stderr io.Writer) error {
@@ -214,6 +233,9 @@ func runBenchCodec(args []string, stdout, stderr io.Writer) error {
 	}
 	if plotOut != "" && !strings.HasSuffix(plotOut, ".svg") && !strings.HasSuffix(plotOut, ".png") {
 		return usagef("--plot file must end in .svg or .png")
+	}
+	if err := checkWritable(map[string]string{"csv": csvOut, "json": jsonOut, "plot": plotOut}); err != nil {
+		return err
 	}
 	payloads, err := bench.LoadCorpus(corpus)
 	if err != nil {
@@ -261,10 +283,7 @@ func runBenchTable(args []string, stdout, stderr io.Writer) error {
 	plotOut := fs.String("plot", "", "also draw the M2M/relay ratios of the reports with a baseline into this `file` (.svg or .png)")
 	perRep := fs.Bool("repetitions", false, "one row per repetition (reports made with --repeat), with each run's CPU wait")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usagef("%v", err)
+		return flagError(fs, err)
 	}
 	if fs.NArg() == 0 {
 		return usagef("name at least one report")
@@ -310,6 +329,36 @@ func newBar(stderr io.Writer, max int64, what string) *progressbar.ProgressBar {
 		progressbar.OptionClearOnFinish(),
 		progressbar.OptionSetPredictTime(true),
 	)
+}
+
+// checkWritable fails, naming the flag, when a file an output flag names
+// could not be written: found before a run of minutes, not after it.
+func checkWritable(files map[string]string) error {
+	for _, name := range sortedNames(files) {
+		path := files[name]
+		if path == "" {
+			continue
+		}
+		if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+			return fmt.Errorf("--%s %s is a folder, not a file", name, path)
+		}
+		f, err := os.CreateTemp(filepath.Dir(path), ".m2md-write-check-*")
+		if err != nil {
+			return fmt.Errorf("--%s %s cannot be written: %v", name, path, err)
+		}
+		f.Close()
+		os.Remove(f.Name())
+	}
+	return nil
+}
+
+func sortedNames(m map[string]string) []string {
+	names := make([]string, 0, len(m))
+	for k := range m {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
 }
 
 // writeFileWith writes what write produces to path, only if it succeeds.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -11,12 +12,15 @@ import (
 
 	"github.com/m2md/m2md/codec"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/jsonscan"
 	"github.com/m2md/m2md/internal/llama3vocab"
+	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/tokennative"
 )
 
 // readInput reads stdin up to the 16 MiB message limit; more is bad input,
-// found before it is all buffered.
+// found before it is all buffered. Empty stdin is bad input for every
+// command: it is almost always a mistake in a pipe, and no wire form is empty.
 func readInput(r io.Reader) ([]byte, error) {
 	b, err := io.ReadAll(io.LimitReader(r, frame.DefaultMaxMessage+1))
 	if err != nil {
@@ -24,6 +28,9 @@ func readInput(r io.Reader) ([]byte, error) {
 	}
 	if len(b) > frame.DefaultMaxMessage {
 		return nil, fmt.Errorf("input exceeds the %d-byte message limit", frame.DefaultMaxMessage)
+	}
+	if len(b) == 0 {
+		return nil, errors.New("stdin is empty")
 	}
 	return b, nil
 }
@@ -40,13 +47,32 @@ func parseEncoding(s string) (tokennative.Encoding, error) {
 	return 0, usagef("--encoding must be cl100k, o200k or llama, not %q", s)
 }
 
-func parseKey(s string) ([]byte, error) {
+func parseSecurity(flagName, s string) (frame.Security, error) {
+	switch s {
+	case "none":
+		return frame.SecurityNone, nil
+	case "hmac":
+		return frame.SecurityHMAC, nil
+	case "aead":
+		return frame.SecurityAEAD, nil
+	}
+	return 0, usagef("--%s must be none, hmac or aead, not %q", flagName, s)
+}
+
+// parseKey reads --key; mode, when known, sets the length it must have.
+func parseKey(s string, mode frame.Security) ([]byte, error) {
 	if s == "" {
 		return nil, nil
 	}
 	k, err := hex.DecodeString(s)
 	if err != nil {
-		return nil, usagef("--key must be hex: %v", err)
+		return nil, usagef("--key must be hex (two digits per byte): %v", err)
+	}
+	switch {
+	case mode == frame.SecurityHMAC && len(k) < security.MinHMACKeyLen:
+		return nil, usagef("--key for hmac must be at least %d bytes (%d hex digits), not %d", security.MinHMACKeyLen, 2*security.MinHMACKeyLen, len(k))
+	case mode == frame.SecurityAEAD && len(k) < security.AEADKeyLen:
+		return nil, usagef("--key for aead must be at least %d bytes (%d hex digits), not %d", security.AEADKeyLen, 2*security.AEADKeyLen, len(k))
 	}
 	return k, nil
 }
@@ -60,14 +86,37 @@ func llamaPath(flagValue string) string {
 	return os.Getenv(llama3vocab.EnvVar)
 }
 
+// inputError rewrites a codec error about the user's input in the user's
+// terms: what is wrong with stdin, or which flag or variable to set.
+func inputError(err error) error {
+	var se *jsonscan.Error
+	switch {
+	case errors.As(err, &se) && errors.Is(err, jsonscan.ErrSyntax):
+		return fmt.Errorf("stdin is not valid JSON: %s at byte %d", se.Reason, se.Offset)
+	case errors.As(err, &se):
+		return fmt.Errorf("stdin is beyond a JSON limit of the wire forms: %s at byte %d", se.Reason, se.Offset)
+	case errors.Is(err, tokennative.ErrUnavailable):
+		return fmt.Errorf("--encoding llama needs the Llama 3 vocabulary: pass --llama3-vocab DIR or set %s=DIR", llama3vocab.EnvVar)
+	case errors.Is(err, codec.ErrKeyRequired):
+		return errors.New("the frame is protected (hmac or aead): pass its --key")
+	}
+	return err
+}
+
 func runCompress(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlagSet("compress", "compress [flags] < in.json > out\n\nReads JSON (or any text) on stdin and writes its wire form on stdout, without a trailing newline.", stderr)
-	algo := fs.String("algo", "auto", "auto, m2m, tokennative, brotli, t1, zlib, dictionary or none")
-	encoding := fs.String("encoding", "cl100k", "TokenNative tokenizer: cl100k, o200k or llama")
+	fs := newFlagSet("compress", `compress [flags] < in.json > out
+
+Reads JSON (or any text) on stdin and writes its wire form on stdout, without
+a trailing newline. Every form but t1 decompresses to the input byte for byte;
+t1 (legacy) may rename keys, drop nulls and round numbers, and is refused for
+a document it would change unless --lossy is given.`, stderr)
+	algo := fs.String("algo", "auto", "wire `form`: auto, m2m, tokennative, brotli, t1, zlib, dictionary or none;\nauto picks an M2M v1 frame for --security and --binary")
+	encoding := fs.String("encoding", "cl100k", "TokenNative `tokenizer`: cl100k, o200k or llama")
 	binary := fs.Bool("binary", false, "write the raw binary shape (m2m and tokennative) instead of Base64 text")
-	security := fs.String("security", "none", "protect an m2m frame: none, hmac or aead")
-	keyHex := fs.String("key", "", "key for --security, in hex (hmac: 16+ bytes, aead: 32 bytes)")
-	llama := fs.String("llama3-vocab", "", "Llama 3 vocabulary (folder with encoder.json, or a tiktoken rank file); default $M2MD_LLAMA3_VOCAB")
+	securityMode := fs.String("security", "none", "protect an M2M v1 frame with this security `mode`: none, hmac or aead (needs --key)")
+	keyHex := fs.String("key", "", "`hex` key for --security (hmac: 16 bytes or more, aead: 32)")
+	llama := fs.String("llama3-vocab", "", "Llama 3 vocabulary `path` (folder with encoder.json, or a tiktoken rank file); default $M2MD_LLAMA3_VOCAB")
+	lossy := fs.Bool("lossy", false, "accept a t1 encoding that does not decompress to the input byte for byte")
 	verbose := fs.Bool("v", false, "print the algorithm, the reason for it and the sizes on stderr")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -78,7 +127,7 @@ func runCompress(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	} else {
 		a, err := codec.ParseAlgorithm(*algo)
 		if err != nil {
-			return usagef("%v", err)
+			return usagef("--algo must be auto, m2m, tokennative, brotli, t1, zlib, dictionary or none, not %q", *algo)
 		}
 		opt.Algorithm = a
 	}
@@ -87,20 +136,21 @@ func runCompress(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 		return err
 	}
 	opt.Binary = *binary
-	switch *security {
-	case "none":
-	case "hmac":
-		opt.Security = frame.SecurityHMAC
-	case "aead":
-		opt.Security = frame.SecurityAEAD
-	default:
-		return usagef("--security must be none, hmac or aead, not %q", *security)
-	}
-	if opt.Key, err = parseKey(*keyHex); err != nil {
+	if opt.Security, err = parseSecurity("security", *securityMode); err != nil {
 		return err
 	}
-	if opt.Security != frame.SecurityNone && opt.Key == nil {
-		return usagef("--security %s needs --key", *security)
+	if opt.Key, err = parseKey(*keyHex, opt.Security); err != nil {
+		return err
+	}
+	switch {
+	case opt.Security != frame.SecurityNone && opt.Key == nil:
+		return usagef("--security %s needs --key", *securityMode)
+	case opt.Security == frame.SecurityNone && opt.Key != nil:
+		return usagef("--key protects nothing without --security hmac or aead")
+	case !opt.Auto && opt.Security != frame.SecurityNone && opt.Algorithm != codec.M2M:
+		return usagef("--security is carried by M2M v1 frames only: use --algo m2m or auto, not %s", *algo)
+	case !opt.Auto && opt.Binary && opt.Algorithm != codec.M2M && opt.Algorithm != codec.TokenNative:
+		return usagef("--binary exists for --algo m2m and tokennative only, not %s", *algo)
 	}
 	in, err := readInput(stdin)
 	if err != nil {
@@ -109,7 +159,13 @@ func runCompress(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 	c := codec.New(codec.Config{Tokens: tokennative.Config{Llama3Path: llamaPath(*llama)}})
 	out, info, err := c.Encode(nil, in, opt)
 	if err != nil {
-		return err
+		return inputError(err)
+	}
+	if info.Algorithm == codec.T1 && !*lossy {
+		back, _, err := c.Decode(nil, out, codec.DecodeOptions{})
+		if err != nil || !bytes.Equal(back, in) {
+			return errors.New("--algo t1 would change this document (t1 renames keys, drops nulls and rounds numbers): pass --lossy to accept, or use another --algo")
+		}
 	}
 	if *verbose {
 		fmt.Fprintf(stderr, "algorithm %s", info.Algorithm)
@@ -123,15 +179,21 @@ func runCompress(args []string, stdin io.Reader, stdout, stderr io.Writer) error
 }
 
 func runDecompress(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	fs := newFlagSet("decompress", "decompress [flags] < wire > out.json\n\nDetects the wire form (text or binary) and writes the original content byte for byte.\nThe binary TokenNative shape has no prefix: name it with --algo tokennative.", stderr)
-	keyHex := fs.String("key", "", "key for HMAC or AEAD frames, in hex")
-	algo := fs.String("algo", "auto", "auto (detect), or tokennative for the prefix-less binary TokenNative shape")
-	encoding := fs.String("encoding", "", "with --algo tokennative: the tokenizer the data must name (cl100k, o200k, llama)")
-	llama := fs.String("llama3-vocab", "", "Llama 3 vocabulary; default $M2MD_LLAMA3_VOCAB")
+	fs := newFlagSet("decompress", `decompress [flags] < wire > out.json
+
+Detects the wire form (text or binary) and writes the original content byte for
+byte. Input with no known prefix is passed through unchanged, as the protocol
+says, unless --strict. The binary TokenNative shape has no prefix: name it
+with --algo tokennative.`, stderr)
+	keyHex := fs.String("key", "", "`hex` key for HMAC or AEAD frames")
+	algo := fs.String("algo", "auto", "`form`: auto (detect), or tokennative for the prefix-less binary TokenNative shape")
+	encoding := fs.String("encoding", "", "with --algo tokennative: the `tokenizer` the data must name (cl100k, o200k, llama)")
+	llama := fs.String("llama3-vocab", "", "Llama 3 vocabulary `path`; default $M2MD_LLAMA3_VOCAB")
+	strict := fs.Bool("strict", false, "fail on input that is no known wire form instead of passing it through")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	key, err := parseKey(*keyHex)
+	key, err := parseKey(*keyHex, frame.SecurityNone)
 	if err != nil {
 		return err
 	}
@@ -161,7 +223,10 @@ func runDecompress(args []string, stdin io.Reader, stdout, stderr io.Writer) err
 	c := codec.New(codec.Config{Tokens: tokennative.Config{Llama3Path: llamaPath(*llama)}})
 	out, info, err := c.Decode(nil, in, opt)
 	if err != nil {
-		return err
+		return inputError(err)
+	}
+	if *strict && info.Algorithm == codec.None {
+		return errors.New("stdin is no known wire form (--strict)")
 	}
 	if *encoding != "" && info.Encoding != want {
 		return fmt.Errorf("data is tokenized with %s, not %s", info.Encoding, want)

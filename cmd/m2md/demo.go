@@ -16,9 +16,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/client"
-	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/daemon"
 )
 
 // The demo: one terminal runs `m2md serve`, a second `m2md demo provider`
@@ -26,8 +28,20 @@ import (
 // `m2md demo requester` (an agent sending the corpus's requests to whoever
 // serves their model), which prints what each request cost on the wire.
 
+const demoUsage = `Usage: m2md demo <provider|requester> [flags]
+
+Two agents to try the daemon with, each in its own terminal next to 'm2md serve':
+
+  provider   serves the corpus's models with canned chat completions
+  requester  sends every request of testdata/corpus to whoever serves its model
+             and prints what each cost on the wire
+
+Run 'm2md demo provider --help' or 'm2md demo requester --help' for the flags.
+`
+
 func runDemo(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
+		fmt.Fprint(stderr, demoUsage)
 		return usagef("demo needs a role: provider or requester")
 	}
 	switch args[0] {
@@ -35,8 +49,10 @@ func runDemo(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 		return runDemoProvider(args[1:], stdout, stderr)
 	case "requester":
 		return runDemoRequester(args[1:], stdout, stderr)
+	case "-h", "-help", "--help", "help":
+		return helpError{demoUsage}
 	}
-	return usagef("demo role must be provider or requester, not %q", args[0])
+	return usagef("demo role must be provider or requester, not %q (run 'm2md demo --help')", args[0])
 }
 
 type demoFlags struct {
@@ -46,22 +62,17 @@ type demoFlags struct {
 func (d *demoFlags) register(fs interface {
 	StringVar(*string, string, string, string)
 }) {
-	fs.StringVar(&d.url, "url", "quic://127.0.0.1:4433", "daemon URL: quic://host:port, ws://host:port/m2m or wss://…")
-	fs.StringVar(&d.pin, "pin", "", "SHA-256 fingerprint of the daemon's certificate (default: read from --cert)")
-	fs.StringVar(&d.certFile, "cert", filepath.Join("certs", certs.DevCertFile), "the daemon's development certificate, to pin")
-	fs.StringVar(&d.security, "security", "aead", "frame protection: none, hmac or aead")
+	fs.StringVar(&d.url, "url", "quic://127.0.0.1:4433", "daemon `URL`: quic://host:port, ws://host:port/m2m or wss://…")
+	fs.StringVar(&d.pin, "pin", "", "SHA-256 `fingerprint` of the daemon's certificate (default: read from --cert)")
+	fs.StringVar(&d.certFile, "cert", filepath.Join(daemon.DefaultCertDir, certs.DevCertFile), "the daemon's development certificate `file`, to pin")
+	fs.StringVar(&d.security, "security", "aead", "frame security `mode`: none, hmac or aead")
 }
 
 func (d *demoFlags) options() (client.Options, error) {
 	var opt client.Options
-	switch d.security {
-	case "none":
-	case "hmac":
-		opt.Security = frame.SecurityHMAC
-	case "aead":
-		opt.Security = frame.SecurityAEAD
-	default:
-		return opt, usagef("--security must be none, hmac or aead")
+	var err error
+	if opt.Security, err = parseSecurity("security", d.security); err != nil {
+		return opt, err
 	}
 	if strings.HasPrefix(d.url, "ws://") {
 		return opt, nil
@@ -103,7 +114,7 @@ func runDemoProvider(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo provider", "demo provider [flags]\n\nServes the corpus's models with canned chat completions (streamed when asked).", stderr)
 	var df demoFlags
 	df.register(fs)
-	agent := fs.String("agent", "demo-provider", "agent id")
+	agent := fs.String("agent", "demo-provider", "agent `id`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -112,6 +123,8 @@ func runDemoProvider(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	opt.AgentID, opt.Models, opt.Reconnect = *agent, demoModels, true
+	// Losing the daemon and finding it again are logged on stderr.
+	opt.Logger = zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05"}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	opt.Handler = client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
 		answer := fmt.Sprintf("This is %s answering a %d-byte request for %s from %s.", *agent, len(req.Body), req.Model, req.From)
 		if req.Stream {
@@ -163,10 +176,16 @@ func demoChunk(model string, i int, word string) []byte {
 }
 
 func runDemoRequester(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("demo requester", "demo requester [flags]\n\nSends every request of a corpus folder to whoever serves its model and prints the bytes on the wire.", stderr)
+	fs := newFlagSet("demo requester", `demo requester [flags]
+
+Sends every request of a corpus folder to whoever serves its model and prints,
+per request, the JSON size, the bytes on the wire (DATA header + frame), their
+ratio, the round-trip time, and (after the arrow) the agent that answered with
+the size of its answer. Exits 1 when every request failed.`, stderr)
 	var df demoFlags
 	df.register(fs)
-	dir := fs.String("corpus", filepath.Join("testdata", "corpus"), "folder of JSON requests (req-*.json)")
+	dir := fs.String("corpus", filepath.Join("testdata", "corpus"), "`folder` of JSON requests (req-*.json)")
+	agent := fs.String("agent", "demo-requester", "agent `id`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -174,11 +193,11 @@ func runDemoRequester(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opt.AgentID = "demo-requester"
+	opt.AgentID = *agent
 	files, _ := filepath.Glob(filepath.Join(*dir, "req-*.json"))
 	sort.Strings(files)
 	if len(files) == 0 {
-		return fmt.Errorf("no req-*.json in %s", *dir)
+		return fmt.Errorf("no req-*.json in %s (set --corpus)", *dir)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -190,9 +209,13 @@ func runDemoRequester(args []string, stdout, stderr io.Writer) error {
 	}
 	defer c.Close()
 	s := c.Session()
-	fmt.Fprintf(stdout, "requester connected over %s, security %s\n\n", s.Transport, s.Params.SecurityMode)
-	fmt.Fprintf(stdout, "%-28s %-26s %9s %9s %7s %9s\n", "request", "model", "JSON B", "wire B", "ratio", "latency")
+	fmt.Fprintf(stdout, "requester %s connected over %s, security %s\n\n", s.AgentID, s.Transport, s.Params.SecurityMode)
+	fmt.Fprintf(stdout, "%-28s %-26s %9s %9s %7s %9s   %s\n", "request", "model", "JSON B", "wire B", "ratio", "latency", "← answered by (answer size)")
+	failed := 0
 	for _, f := range files {
+		if ctx.Err() != nil {
+			break
+		}
 		body, err := os.ReadFile(f)
 		if err != nil {
 			return err
@@ -203,6 +226,7 @@ func runDemoRequester(args []string, stdout, stderr io.Writer) error {
 		resp, err := c.Do(rctx, body)
 		cancel()
 		if err != nil {
+			failed++
 			fmt.Fprintf(stdout, "%-28s error: %v\n", filepath.Base(f), err)
 			continue
 		}
@@ -214,7 +238,11 @@ func runDemoRequester(args []string, stdout, stderr io.Writer) error {
 			float64(len(body))/float64(max(wire, 1)), time.Since(start).Round(10*time.Microsecond), resp.From, len(resp.Body))
 	}
 	st := c.Stats()
-	fmt.Fprintf(stdout, "\nsent %d JSON bytes as %d wire bytes (%.2fx); received %d JSON bytes as %d wire bytes (%.2fx)\n",
+	fmt.Fprintf(stdout, "\n%d of %d requests answered, %d failed\n", len(files)-failed, len(files), failed)
+	fmt.Fprintf(stdout, "sent %d JSON bytes as %d wire bytes (%.2fx); received %d JSON bytes as %d wire bytes (%.2fx)\n",
 		st.JSONBytesSent, st.WireBytesSent, st.SendRatio(), st.JSONBytesReceived, st.WireBytesReceived, st.ReceiveRatio())
+	if failed == len(files) {
+		return fmt.Errorf("all %d requests failed: is 'm2md demo provider' running against the same daemon?", failed)
+	}
 	return nil
 }

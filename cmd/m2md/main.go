@@ -6,8 +6,11 @@
 //	m2md inspect     print a frame's readable header as JSON, without a key
 //	m2md bench       load and codec benchmarks
 //	m2md demo        a provider and a requester agent to try the daemon with
+//	m2md version     the version, commit and Go version of this build
 //
-// Exit codes: 0 success, 1 bad input (one-line reason on stderr), 2 usage.
+// Exit codes: 0 success, 1 bad input or a failed run (one-line reason on
+// stderr), 2 usage (a wrong flag or argument). Help asked for goes to stdout.
+// The conventions new flags follow are in flags.go.
 package main
 
 import (
@@ -16,6 +19,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+
+	"github.com/m2md/m2md/internal/buildinfo"
 )
 
 const (
@@ -23,15 +28,6 @@ const (
 	exitBadInput = 1
 	exitUsage    = 2
 )
-
-// usageError marks errors that deserve exit code 2.
-type usageError struct{ msg string }
-
-func (e usageError) Error() string { return e.msg }
-
-func usagef(format string, args ...any) error {
-	return usageError{fmt.Sprintf(format, args...)}
-}
 
 type command struct {
 	name    string
@@ -47,6 +43,7 @@ func commands() []command {
 		{"inspect", "print a frame's readable header as JSON (no key, no decompression)", runInspect},
 		{"bench", "load benchmark against a daemon, or codec comparison", runBench},
 		{"demo", "demo agents: 'demo provider' serves models, 'demo requester' sends the corpus", runDemo},
+		{"version", "print the version, commit and Go version", runVersion},
 	}
 }
 
@@ -55,34 +52,50 @@ func main() {
 }
 
 func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 {
 		printUsage(stderr)
-		if len(args) == 0 {
-			return exitUsage
+		return exitUsage
+	}
+	switch args[0] {
+	case "-h", "-help", "--help", "help":
+		if len(args) > 1 { // m2md help compress
+			return run([]string{args[1], "--help"}, stdin, stdout, stderr)
 		}
+		printUsage(stdout)
 		return exitOK
+	case "-version", "--version":
+		args = []string{"version"}
 	}
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
 		}
-		err := c.run(args[1:], stdin, stdout, stderr)
-		switch {
-		case err == nil:
-			return exitOK
-		case errors.Is(err, flag.ErrHelp):
-			return exitOK
-		case errors.As(err, new(usageError)):
-			fmt.Fprintf(stderr, "m2md %s: %v\n", c.name, err)
-			return exitUsage
-		default:
-			fmt.Fprintf(stderr, "m2md %s: %v\n", c.name, err)
-			return exitBadInput
-		}
+		return exitCode(c.run(args[1:], stdin, stdout, stderr), "m2md "+c.name, stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "m2md: unknown command %q\n\n", args[0])
 	printUsage(stderr)
 	return exitUsage
+}
+
+// exitCode reports err (help on stdout, anything else as one line on stderr)
+// and returns the exit code the README promises.
+func exitCode(err error, prefix string, stdout, stderr io.Writer) int {
+	var help helpError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &help):
+		fmt.Fprint(stdout, help.text)
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+		return exitUsage
+	default:
+		fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+		return exitBadInput
+	}
 }
 
 func printUsage(w io.Writer) {
@@ -92,31 +105,15 @@ func printUsage(w io.Writer) {
 		fmt.Fprintf(w, "  %-11s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nRun 'm2md <command> --help' for a command's flags.")
-	fmt.Fprintln(w, "Exit codes: 0 ok, 1 bad input, 2 usage.")
+	fmt.Fprintln(w, "Exit codes: 0 ok, 1 bad input or a failed run, 2 usage (a wrong flag or argument).")
 }
 
-// newFlagSet returns a FlagSet that reports errors instead of exiting, with a
-// usage text that lists the command's flags.
-func newFlagSet(name, synopsis string, stderr io.Writer) *flag.FlagSet {
-	fs := flag.NewFlagSet("m2md "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: m2md %s\n\n", synopsis)
-		fs.PrintDefaults()
+func runVersion(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlagSet("version", "version\n\nPrints the module version, the commit it was built from and the Go version.", stderr)
+	if err := parseFlags(fs, args); err != nil {
+		return err
 	}
-	return fs
-}
-
-// parseFlags parses args and turns flag errors into usage errors.
-func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
-	}
-	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
-	}
-	return nil
+	in := buildinfo.Get()
+	_, err := fmt.Fprintf(stdout, "m2md %s (commit %s, %s)\n", in.Version, in.Commit, in.GoVersion)
+	return err
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -18,7 +17,6 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/m2md/m2md/daemon"
-	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
 )
 
@@ -32,7 +30,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 		logLevel    string
 		logFormat   string
 	)
-	fs.String("config", "", "config file: one `flag value` pair per line, # comments")
+	fs.String("config", "", "config `file`: one 'flag value' pair per line, # comments")
 	fs.StringVar(&cfg.QUICAddr, "quic-addr", daemon.DefaultQUICAddr, "UDP `address` for QUIC (\"-\" disables)")
 	fs.StringVar(&cfg.WSAddr, "ws-addr", daemon.DefaultWSAddr, "TCP `address` for ws:// (\"-\" disables)")
 	fs.StringVar(&cfg.WSSAddr, "wss-addr", "", "TCP `address` for wss:// (TLS); off when empty")
@@ -41,11 +39,11 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.StringVar(&cfg.CertFile, "tls-cert", "", "certificate `file` (PEM); default: a development certificate in --cert-dir")
 	fs.StringVar(&cfg.KeyFile, "tls-key", "", "private key `file` (PEM) for --tls-cert")
 	fs.StringVar(&cfg.CertDir, "cert-dir", daemon.DefaultCertDir, "`folder` where the development certificate is made and reused")
-	fs.StringVar(&minSecurity, "min-security", "none", "weakest frame security a client may choose: none, hmac or aead")
+	fs.StringVar(&minSecurity, "min-security", "none", "weakest frame security `mode` a client may choose: none, hmac or aead")
 	fs.StringVar(&secretsFile, "org-secrets-file", "", "`file` of 'org hex-secret' lines; when set, agents must authenticate")
 	fs.StringVar(&disableFeat, "disable-features", "", "comma-separated protocol `features` not to offer (docs/protocol.md §3.6)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", daemon.DefaultMaxSessions, "concurrent sessions before HELLO gets SERVER_BUSY")
-	fs.IntVar(&cfg.MaxPayload, "max-payload", daemon.DefaultMaxPayload, "largest DATA message in `bytes` (at most 16 MiB)")
+	byteSizeVar(fs, &cfg.MaxPayload, "max-payload", daemon.DefaultMaxPayload, daemon.DefaultMaxPayload, "largest DATA message, e.g. 1MiB or 65536 (at most 16MiB)")
 	fs.IntVar(&cfg.MaxOutstanding, "max-outstanding", daemon.DefaultMaxOutstanding, "requests in flight per session")
 	fs.IntVar(&cfg.MaxSessionsPerIP, "max-sessions-per-ip", 0, "connections one source address may hold (0: as many as --max-sessions; -1: unlimited)")
 	fs.IntVar(&cfg.NewSessionsPerMinute, "new-sessions-per-minute", daemon.DefaultNewSessionsPerMinute, "connections one source address may open per minute, after a burst of --max-sessions-per-ip (-1: unlimited)")
@@ -58,8 +56,8 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", daemon.DefaultPingInterval, "PING a session idle this long")
 	fs.DurationVar(&cfg.PongTimeout, "pong-timeout", daemon.DefaultPongTimeout, "a PONG must arrive within this")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", daemon.DefaultShutdownGrace, "on SIGINT/SIGTERM, let in-flight requests finish this long")
-	fs.StringVar(&logLevel, "log-level", "info", "debug, info, warn or error")
-	fs.StringVar(&logFormat, "log-format", "auto", "json, console, or auto (console on a terminal)")
+	fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.StringVar(&logFormat, "log-format", "auto", "log `format`: json, console, or auto (console on a terminal)")
 
 	err := ff.Parse(fs, args,
 		ff.WithEnvVarPrefix("M2MD"),
@@ -67,23 +65,13 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 		ff.WithConfigFileParser(ff.PlainParser),
 	)
 	if err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usagef("%v", err)
+		return flagError(fs, err)
 	}
 	if fs.NArg() > 0 {
-		return usagef("unexpected argument %q", fs.Arg(0))
+		return usagef("unexpected argument %q (run 'm2md serve --help')", fs.Arg(0))
 	}
-	switch minSecurity {
-	case "none":
-		cfg.MinSecurity = frame.SecurityNone
-	case "hmac":
-		cfg.MinSecurity = frame.SecurityHMAC
-	case "aead":
-		cfg.MinSecurity = frame.SecurityAEAD
-	default:
-		return usagef("--min-security must be none, hmac or aead, not %q", minSecurity)
+	if cfg.MinSecurity, err = parseSecurity("min-security", minSecurity); err != nil {
+		return err
 	}
 	if secretsFile != "" {
 		secrets, err := readOrgSecrets(secretsFile)
@@ -104,6 +92,9 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	cfg.Logger = logger
 
 	srv, err := daemon.New(cfg)
+	if errors.Is(err, daemon.ErrConfig) {
+		return usagef("%v", err)
+	}
 	if err != nil {
 		return err
 	}
