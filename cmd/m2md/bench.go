@@ -5,10 +5,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -19,7 +20,6 @@ import (
 	"github.com/m2md/m2md/bench"
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/daemon"
-	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/tokennative"
 )
 
@@ -96,9 +96,9 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 
-	mode, err := negotiate.ParseSecurityMode(security)
+	mode, err := parseSecurity("security", security)
 	if err != nil {
-		return usagef("--security must be none, hmac or aead, not %q", security)
+		return err
 	}
 	cfg.Security = mode
 	switch enc {
@@ -334,7 +334,7 @@ func newBar(stderr io.Writer, max int64, what string) *progressbar.ProgressBar {
 // checkWritable fails, naming the flag, when a file an output flag names
 // could not be written: found before a run of minutes, not after it.
 func checkWritable(files map[string]string) error {
-	for _, name := range sortedNames(files) {
+	for _, name := range slices.Sorted(maps.Keys(files)) {
 		path := files[name]
 		if path == "" {
 			continue
@@ -350,15 +350,6 @@ func checkWritable(files map[string]string) error {
 		os.Remove(f.Name())
 	}
 	return nil
-}
-
-func sortedNames(m map[string]string) []string {
-	names := make([]string, 0, len(m))
-	for k := range m {
-		names = append(names, k)
-	}
-	sort.Strings(names)
-	return names
 }
 
 // writeFileWith writes what write produces to path, only if it succeeds.

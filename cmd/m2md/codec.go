@@ -14,6 +14,7 @@ import (
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/internal/jsonscan"
 	"github.com/m2md/m2md/internal/llama3vocab"
+	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/tokennative"
 )
@@ -48,15 +49,11 @@ func parseEncoding(s string) (tokennative.Encoding, error) {
 }
 
 func parseSecurity(flagName, s string) (frame.Security, error) {
-	switch s {
-	case "none":
-		return frame.SecurityNone, nil
-	case "hmac":
-		return frame.SecurityHMAC, nil
-	case "aead":
-		return frame.SecurityAEAD, nil
+	m, err := negotiate.ParseSecurityMode(s)
+	if err != nil {
+		return 0, usagef("--%s must be none, hmac or aead, not %q", flagName, s)
 	}
-	return 0, usagef("--%s must be none, hmac or aead, not %q", flagName, s)
+	return m, nil
 }
 
 // parseKey reads --key; mode, when known, sets the length it must have.
