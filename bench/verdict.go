@@ -3,6 +3,8 @@ package bench
 import (
 	"errors"
 	"fmt"
+
+	"github.com/m2md/m2md/negotiate"
 )
 
 // ErrMostlyFailed is wrapped by Check's error: at least as many requests of
@@ -14,18 +16,18 @@ var ErrMostlyFailed = errors.New("bench: most requests failed")
 // setting changes it. Reasons are the daemon's error codes
 // (docs/protocol.md §4) and the generator's own.
 var likelyCause = map[string]string{
-	"rate_limited":              "the daemon's per-session limits refused them: start it with --messages-per-minute -1 --bytes-per-second -1 for load tests",
-	"no_route":                  "no provider serves the model: run providers against the same daemon (--providers), or check the payload's model",
-	"unknown_agent":             "the addressed provider is not connected",
-	"provider_busy":             "the providers have as many requests in flight as they accept: add --providers, or lower --concurrency / --rate",
-	"too_many_requests":         "more requests in flight per connection than the daemon's --max-outstanding: add --connections or lower --concurrency",
-	"queue_full":                "a session's send queue (the daemon's --send-queue) was full: the receiving side is not reading fast enough",
-	"too_large":                 "the payload is larger than the daemon's --max-payload",
-	"timeout":                   "replies took longer than --timeout: the target is overloaded; lower --rate or --concurrency",
-	"connection_lost":           "connections to the target dropped: see the daemon's log (a limit such as --max-sessions-per-ip, or a restart)",
-	"generator_in_flight_limit": "the target did not keep up with --rate: --max-in-flight requests were waiting; lower --rate",
-	"no_channel":                "no QUIC stream could be opened: the daemon's stream limit is reached; lower --concurrency",
-	"unanswered_at_end":         "requests were still unanswered when the run ended: the target is overloaded",
+	string(negotiate.CodeRateLimited):     "the daemon's per-session limits refused them: raise its --messages-per-minute and --bytes-per-second (0: unlimited)",
+	string(negotiate.CodeNoRoute):         "no provider serves the model: run providers against the same daemon (--providers), or check the payload's model",
+	string(negotiate.CodeUnknownAgent):    "the addressed provider is not connected",
+	string(negotiate.CodeProviderBusy):    "the providers have as many requests in flight as they accept: add --providers, or lower --concurrency / --rate",
+	string(negotiate.CodeTooManyRequests): "more requests in flight per connection than the daemon's --max-outstanding: add --connections or lower --concurrency",
+	string(negotiate.CodeQueueFull):       "a session's send queue (the daemon's --send-queue) was full: the receiving side is not reading fast enough",
+	string(negotiate.CodeTooLarge):        "the payload is larger than the daemon's --max-payload",
+	"timeout":                             "replies took longer than --timeout: the target is overloaded; lower --rate or --concurrency",
+	"connection_lost":                     "connections to the target dropped: see the daemon's log (a limit such as --max-sessions-per-ip, or a restart)",
+	"generator_in_flight_limit":           "the target did not keep up with --rate: --max-in-flight requests were waiting; lower --rate",
+	"no_channel":                          "no QUIC stream could be opened: the daemon's stream limit is reached; lower --concurrency",
+	"unanswered_at_end":                   "requests were still unanswered when the run ended: the target is overloaded",
 }
 
 // Check returns an error wrapping ErrMostlyFailed when, in any run of the
