@@ -151,6 +151,7 @@ func (c Config) openBurst() int {
 	}
 	return c.MaxSessions
 }
+
 // ErrConfig is wrapped by every error New returns for a Config value out of
 // its range: the operator's setting is wrong, not the machine.
 var ErrConfig = errors.New("daemon: invalid configuration")
