@@ -28,7 +28,10 @@ const corkMax = 64 << 10
 //
 // Writes come from one goroutine at a time (the library serialises its
 // frame writes, and TLS its records); flush may run concurrently with them
-// from the goroutine that ends a batch. mu orders both.
+// from the goroutine that ends a batch. wmu orders the system calls; mu
+// guards only the held bytes, so a batch keeps collecting while the
+// previous one is being written (group commit: senders that arrive during
+// a write leave together in the next).
 type corkConn struct {
 	net.Conn
 
@@ -42,6 +45,8 @@ type corkConn struct {
 	// lowers; tests read it).
 	writes atomic.Uint64
 
+	wmu sync.Mutex // held while writing to Conn; taken before mu
+
 	mu   sync.Mutex
 	held *[]byte // from bufpool while bytes are held; nil otherwise
 	err  error   // the first write error: the stream is broken after it
@@ -50,52 +55,62 @@ type corkConn struct {
 func newCorkConn(nc net.Conn) *corkConn { return &corkConn{Conn: nc} }
 
 func (c *corkConn) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil {
-		return 0, c.err
-	}
-	if c.corks.Load() == 0 || c.through.Load() {
-		if err := c.writeHeldLocked(); err != nil {
+	if c.corks.Load() > 0 && !c.through.Load() && len(p) < corkMax {
+		c.mu.Lock()
+		if c.err != nil {
+			err := c.err
+			c.mu.Unlock()
 			return 0, err
 		}
-		return c.writeLocked(p)
-	}
-	if c.held != nil && len(*c.held)+len(p) > cap(*c.held) {
-		if err := c.writeHeldLocked(); err != nil {
+		if c.held == nil {
+			c.held = bufpool.Get(corkMax)
+			*c.held = (*c.held)[:0]
+		}
+		if len(*c.held)+len(p) <= cap(*c.held) {
+			*c.held = append(*c.held, p...)
+			c.mu.Unlock()
+			return len(p), nil
+		}
+		c.mu.Unlock()
+		// Full: write what is held, then hold p in a fresh buffer. Only
+		// this goroutine appends, so nothing can come between.
+		if err := c.flush(); err != nil {
 			return 0, err
 		}
-	}
-	if len(p) >= corkMax {
-		return c.writeLocked(p) // nothing is held now: no copy for a large frame
-	}
-	if c.held == nil {
+		c.mu.Lock()
 		c.held = bufpool.Get(corkMax)
-		*c.held = (*c.held)[:0]
+		*c.held = append((*c.held)[:0], p...)
+		c.mu.Unlock()
+		return len(p), nil
 	}
-	*c.held = append(*c.held, p...)
-	return len(p), nil
+	// Nothing under way, closing, or a frame as large as the cork: write
+	// it straight out, behind whatever is held.
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
+	if err := c.writeHeldLocked(); err != nil {
+		return 0, err
+	}
+	return c.writeLocked(p)
 }
 
 // flush writes what is held.
 func (c *corkConn) flush() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.err != nil {
-		return c.err
-	}
+	c.wmu.Lock()
+	defer c.wmu.Unlock()
 	return c.writeHeldLocked()
 }
 
 // writeHeldLocked writes the held bytes, if any, and returns their buffer
-// to the pool: an idle connection pins none.
+// to the pool: an idle connection pins none. The caller holds wmu.
 func (c *corkConn) writeHeldLocked() error {
-	if c.held == nil {
-		return nil
-	}
-	b := c.held
+	c.mu.Lock()
+	b, err := c.held, c.err
 	c.held = nil
-	var err error
+	c.mu.Unlock()
+	if err != nil || b == nil {
+		bufpool.Put(b)
+		return err
+	}
 	if len(*b) > 0 {
 		_, err = c.writeLocked(*b)
 	}
@@ -103,11 +118,22 @@ func (c *corkConn) writeHeldLocked() error {
 	return err
 }
 
+// writeLocked writes p to the connection; the caller holds wmu.
 func (c *corkConn) writeLocked(p []byte) (int, error) {
+	c.mu.Lock()
+	err := c.err
+	c.mu.Unlock()
+	if err != nil {
+		return 0, err
+	}
 	c.writes.Add(1)
 	n, err := c.Conn.Write(p)
 	if err != nil {
-		c.err = err
+		c.mu.Lock()
+		if c.err == nil {
+			c.err = err
+		}
+		c.mu.Unlock()
 	}
 	return n, err
 }

@@ -270,3 +270,46 @@ func wsServerCfg(t *testing.T, cfg Config, serve func(Conn)) string {
 	t.Cleanup(srv.Close)
 	return "ws" + strings.TrimPrefix(srv.URL, "http") + "/m2m"
 }
+
+// An ended context polls: messages that have arrived are still returned,
+// and an empty queue answers at once with the context's error.
+func TestReceivePollsWithEndedContext(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			p := tr.make(t, Config{}, Config{})
+			done, cancel := context.WithCancel(context.Background())
+			cancel()
+			p.client.Cork()
+			for i := range 3 {
+				mustSend(t, p.client, ControlChannel, pattern(64, byte(i)))
+			}
+			if err := p.client.Uncork(); err != nil {
+				t.Fatal(err)
+			}
+			m := mustReceive(t, p.server)
+			equalMsg(t, m.Data, pattern(64, 0))
+			m.Release()
+			deadline := time.Now().Add(testTimeout)
+			for i := 1; i < 3; {
+				m, err := p.server.Receive(done)
+				if errors.Is(err, context.Canceled) && time.Now().Before(deadline) {
+					time.Sleep(time.Millisecond) // not arrived yet
+					continue
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				equalMsg(t, m.Data, pattern(64, byte(i)))
+				m.Release()
+				i++
+			}
+			start := time.Now()
+			if _, err := p.server.Receive(done); !errors.Is(err, context.Canceled) {
+				t.Fatalf("poll of an empty queue: %v", err)
+			}
+			if d := time.Since(start); d > time.Second {
+				t.Fatalf("poll of an empty queue took %v", d)
+			}
+		})
+	}
+}

@@ -88,7 +88,10 @@ func (m *Message) Release() {
 // WebSocket the library closes the connection. A context that has ended
 // before Send is called writes nothing and harms nothing.
 type Conn interface {
-	// Receive returns the next message from any channel.
+	// Receive returns the next message from any channel. A message that
+	// has already arrived is returned even if ctx has ended, so a done
+	// context polls: agents use it to answer everything already received
+	// inside one Cork.
 	Receive(ctx context.Context) (Message, error)
 	// Send writes one message on channel ch.
 	Send(ctx context.Context, ch ChannelID, msg []byte) error
