@@ -79,17 +79,10 @@ func newM2MProvider(s *m2mSession, serviceTime time.Duration, maxFrame int, errs
 
 func (p *m2mProvider) run() {
 	defer close(p.done)
-	for {
-		msg, err := p.s.conn.Receive(context.Background())
-		if err != nil {
-			return
-		}
-		if err := p.handle(&msg); err != nil {
-			msg.Release()
-			return
-		}
-		msg.Release()
-	}
+	_ = receiveBatches(context.Background(), p.s.conn, func(msg transport.Message) error {
+		defer msg.Release()
+		return p.handle(&msg)
+	})
 }
 
 func (p *m2mProvider) handle(msg *transport.Message) error {
@@ -199,31 +192,30 @@ type tagProvider struct {
 
 func (p *tagProvider) run() {
 	defer close(p.done)
-	for {
-		msg, err := p.conn.Receive(context.Background())
-		if err != nil {
-			return
+	_ = receiveBatches(context.Background(), p.conn, p.handle)
+}
+
+func (p *tagProvider) handle(msg transport.Message) error {
+	if p.serviceTime <= 0 {
+		if err := p.conn.Send(context.Background(), msg.Channel, msg.Data); err != nil {
+			p.errs.add("provider_send_failed")
 		}
-		if p.serviceTime <= 0 {
-			if err := p.conn.Send(context.Background(), msg.Channel, msg.Data); err != nil {
-				p.errs.add("provider_send_failed")
-			}
-			msg.Release()
-			continue
-		}
-		bp := p.bufs.get()
-		*bp = append((*bp)[:0], msg.Data...)
-		ch := msg.Channel
 		msg.Release()
-		p.served.Add(1)
-		time.AfterFunc(p.serviceTime, func() {
-			defer p.served.Done()
-			defer p.bufs.put(bp)
-			if err := p.conn.Send(context.Background(), ch, *bp); err != nil {
-				p.errs.add("provider_send_failed")
-			}
-		})
+		return nil
 	}
+	bp := p.bufs.get()
+	*bp = append((*bp)[:0], msg.Data...)
+	ch := msg.Channel
+	msg.Release()
+	p.served.Add(1)
+	time.AfterFunc(p.serviceTime, func() {
+		defer p.served.Done()
+		defer p.bufs.put(bp)
+		if err := p.conn.Send(context.Background(), ch, *bp); err != nil {
+			p.errs.add("provider_send_failed")
+		}
+	})
+	return nil
 }
 
 func (p *tagProvider) stop() {

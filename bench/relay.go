@@ -174,11 +174,10 @@ func (r *relayServer) serve(c transport.Conn) {
 	if err := c.Send(r.ctx, transport.ControlChannel, []byte{role}); err != nil {
 		return
 	}
-	for {
-		msg, err := c.Receive(r.ctx)
-		if err != nil {
-			return
-		}
+	// Batches as the agents do: the echo's answers, and the refusals a
+	// requester gets, leave together. Forwards go to other connections,
+	// where concurrent Sends join each other's batches.
+	_ = receiveBatches(r.ctx, c, func(msg transport.Message) error {
 		switch {
 		case r.echo:
 			_ = c.Send(context.Background(), msg.Channel, msg.Data)
@@ -188,7 +187,8 @@ func (r *relayServer) serve(c transport.Conn) {
 			r.forwardRequest(peer, &msg)
 		}
 		msg.Release()
-	}
+		return nil
+	})
 }
 
 func (r *relayServer) addProvider(p *relayPeer) {

@@ -120,7 +120,23 @@ func (r *requester) start(openLoop bool) {
 		r.jobs = make(chan job, len(r.slots))
 		r.sender.Go(func() {
 			for j := range r.jobs {
+				// Requests already due go out together: one Cork around
+				// what the queue holds now, never a wait for more.
+				r.conn.Cork()
 				r.send(j.intended, j.payload, nil)
+			more:
+				for range batchMax - 1 {
+					select {
+					case j, ok := <-r.jobs:
+						if !ok {
+							break more
+						}
+						r.send(j.intended, j.payload, nil)
+					default:
+						break more
+					}
+				}
+				_ = r.conn.Uncork()
 			}
 		})
 	}
@@ -161,6 +177,10 @@ func (r *requester) send(intended int64, payload int, done chan string) bool {
 		r.mu.Unlock()
 	}
 	bp := r.bufs.Get().(*[]byte)
+	// Corked before queueing for the shared channel: a worker that finds
+	// another sending joins its batch instead of following it with a
+	// system call of its own.
+	r.conn.Cork()
 	if r.sendMu != nil {
 		r.sendMu.Lock()
 	}
@@ -173,6 +193,9 @@ func (r *requester) send(intended int64, payload int, done chan string) bool {
 	}
 	if r.sendMu != nil {
 		r.sendMu.Unlock()
+	}
+	if uerr := r.conn.Uncork(); err == nil {
+		err = uerr
 	}
 	*bp = msg[:0]
 	if cap(*bp) >= r.bufSize {
@@ -273,23 +296,22 @@ func (r *requester) releaseOne() {
 }
 
 func (r *requester) readLoop() {
-	for {
-		msg, err := r.conn.Receive(context.Background())
-		if err != nil {
-			r.failAll("connection_lost")
-			return
-		}
+	var bad error // a reply the connection cannot go on after
+	_ = receiveBatches(context.Background(), r.conn, func(msg transport.Message) error {
+		defer msg.Release()
 		info, err := r.w.reply(msg.Data, msg.Channel)
 		if err != nil {
-			msg.Release()
-			r.failAll("connection_lost")
-			r.w.close()
-			return
+			bad = err
+			return err
 		}
 		if info.final {
 			r.complete(info, len(msg.Data))
 		}
-		msg.Release()
+		return nil
+	})
+	r.failAll("connection_lost")
+	if bad != nil {
+		r.w.close()
 	}
 }
 
