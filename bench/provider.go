@@ -7,6 +7,7 @@ import (
 
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -72,7 +73,7 @@ func newM2MProvider(s *m2mSession, serviceTime time.Duration, maxFrame int, errs
 		s:           s,
 		serviceTime: serviceTime,
 		errs:        errs,
-		bufs:        bufPool{size: negotiate.MaxDataHeaderLen + maxFrame + frameTailroom},
+		bufs:        bufPool{size: negotiate.MaxDataHeaderLen + maxFrame + security.MaxOverhead},
 		done:        make(chan struct{}),
 	}
 }

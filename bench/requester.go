@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -98,7 +99,7 @@ func newRequester(conn transport.Conn, w wire, sendMu *sync.Mutex, payloads []pr
 		perReq:   conn.Transport() == TransportQUIC,
 		sendMu:   sendMu,
 		timeout:  timeout,
-		bufSize:  size + 512 + frameTailroom,
+		bufSize:  size + 512 + security.MaxOverhead,
 		slots:    make([]callSlot, maxInFlight),
 		free:     make([]int, 0, maxInFlight),
 		stopped:  make(chan struct{}),

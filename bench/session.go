@@ -10,13 +10,8 @@ import (
 
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
-	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
-
-// frameTailroom is the spare capacity a frame buffer needs for the
-// largest protection (an HMAC tag; AEAD adds less).
-const frameTailroom = security.HMACOverhead
 
 // m2mSession is one agent session with a daemon, spoken directly with the
 // protocol's building blocks (transport, negotiate, security, frame) so
@@ -24,12 +19,10 @@ const frameTailroom = security.HMACOverhead
 // framing, sequence numbers, frame protection, and nothing more: frames are
 // encoded once before the run, and echoed, not decoded.
 type m2mSession struct {
-	conn    transport.Conn
-	sess    *negotiate.Session
-	sendKey *security.FrameKey // nil in mode none
-	recvKey *security.FrameKey
-	seqs    *negotiate.Sequences
-	shared  bool // one channel for everything (WebSocket)
+	conn       transport.Conn
+	sess       *negotiate.Session
+	send, recv *negotiate.Sealer
+	shared     bool // one channel for everything (WebSocket)
 
 	// sendMu keeps "number the frame, protect it, send it" in one order
 	// per channel where channels are shared (WebSocket); on QUIC a channel
@@ -74,60 +67,33 @@ func handshake(ctx context.Context, conn transport.Conn, cc negotiate.ClientConf
 	s := &m2mSession{
 		conn:   conn,
 		sess:   sess,
-		seqs:   negotiate.NewSequences(0),
 		shared: conn.Transport() != TransportQUIC,
 	}
-	if mode := sess.Params.SecurityMode; mode != frame.SecurityNone {
-		if s.sendKey, err = security.NewFrameKey(mode, sess.SendKey()); err != nil {
-			return nil, err
-		}
-		if s.recvKey, err = security.NewFrameKey(mode, sess.ReceiveKey()); err != nil {
-			return nil, err
-		}
+	if s.send, s.recv, err = sess.Sealers(0); err != nil {
+		return nil, err
 	}
 	sess.Wipe()
 	conn.SetReadLimit(int64(sess.Params.MaxPayload) + 512)
 	return s, nil
 }
 
-// protect stamps the plain frame at b[off:] with ch's next sequence number
-// and protects it in place (b has frameTailroom spare capacity). It returns
-// the message, extended by the tag.
+// protect seals the plain frame at b[off:] for channel ch, in place (b
+// has security.MaxOverhead spare capacity). It returns the message,
+// extended by the tag.
 func (s *m2mSession) protect(b []byte, off int, ch transport.ChannelID) ([]byte, error) {
-	cs, err := s.seqs.Channel(uint32(ch))
+	fr, err := s.send.Seal(uint32(ch), b[off:])
 	if err != nil {
 		return nil, err
 	}
-	fr := b[off:]
-	if err := frame.SetSequence(fr, cs.NextSend(), uint32(ch)); err != nil {
-		return nil, err
-	}
-	if s.sendKey == nil {
-		return b, nil
-	}
-	out, err := s.sendKey.Protect(fr[:0], fr)
-	if err != nil {
-		return nil, err
-	}
-	return b[:off+len(out)], nil
+	return b[:off+len(fr)], nil
 }
 
-// open verifies (or decrypts) a received M2M v1 frame in place and checks
-// its sequence number; reason names what was wrong.
+// open opens a received M2M v1 frame in place and checks its sequence
+// number; reason is the error code of what was wrong.
 func (s *m2mSession) open(fr []byte, ch transport.ChannelID) ([]byte, string) {
-	if s.recvKey == nil {
-		return fr, ""
-	}
-	plain, err := s.recvKey.Open(fr[:0], fr)
+	plain, err := s.recv.Open(uint32(ch), fr)
 	if err != nil {
-		return nil, string(negotiate.CodeBadTag)
-	}
-	seq, fch, err := frame.Sequence(plain)
-	if err != nil {
-		return nil, string(negotiate.CodeBadFrame)
-	}
-	if err := s.seqs.CheckReceive(uint32(ch), fch, seq); err != nil {
-		return nil, string(negotiate.CodeReplay)
+		return nil, string(negotiate.RefusalCode(err))
 	}
 	return plain, ""
 }

@@ -19,7 +19,6 @@ import (
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
-	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -128,9 +127,8 @@ type fakeSession struct {
 	agent  string
 	models []string
 	mode   frame.Security
-	send   *security.FrameKey
-	recv   *security.FrameKey
-	seqs   *negotiate.Sequences
+	send   *negotiate.Sealer
+	recv   *negotiate.Sealer
 
 	chMu    sync.Mutex
 	chLocks map[transport.ChannelID]*sync.Mutex
@@ -222,7 +220,6 @@ func (d *fakeDaemon) serve(conn transport.Conn) {
 	conn.SetReadLimit(int64(ns.Params.MaxPayload) + 512)
 	fs := &fakeSession{
 		d: d, conn: conn, id: ns.ID, agent: ns.AgentID, mode: ns.Params.SecurityMode,
-		seqs:       negotiate.NewSequences(4096),
 		chLocks:    make(map[transport.ChannelID]*sync.Mutex),
 		deliveries: make(map[uint64]route),
 		ready:      make(chan struct{}),
@@ -230,15 +227,9 @@ func (d *fakeDaemon) serve(conn transport.Conn) {
 	if ns.Peer != nil {
 		fs.models = ns.Peer.Models
 	}
-	if fs.mode != frame.SecurityNone {
-		if fs.send, err = security.NewFrameKey(fs.mode, ns.SendKey()); err != nil {
-			d.t.Error(err)
-			return
-		}
-		if fs.recv, err = security.NewFrameKey(fs.mode, ns.ReceiveKey()); err != nil {
-			d.t.Error(err)
-			return
-		}
+	if fs.send, fs.recv, err = ns.Sealers(4096); err != nil {
+		d.t.Error(err)
+		return
 	}
 	ns.Wipe()
 
@@ -368,18 +359,10 @@ func (fs *fakeSession) readLoop() {
 
 // open verifies a frame and checks its sequence, as the daemon must.
 func (fs *fakeSession) open(ch transport.ChannelID, fr []byte) ([]byte, error) {
-	if fs.mode == frame.SecurityNone || !isM2M(fr) {
+	if !isM2M(fr) {
 		return fr, nil
 	}
-	plain, err := fs.recv.Open(fr[:0], fr)
-	if err != nil {
-		return nil, err
-	}
-	seq, fch, err := frame.Sequence(plain)
-	if err != nil {
-		return nil, err
-	}
-	return plain, fs.seqs.CheckReceive(uint32(ch), fch, seq)
+	return fs.recv.Open(uint32(ch), fr)
 }
 
 func (fs *fakeSession) handleData(msg transport.Message) {
@@ -394,7 +377,7 @@ func (fs *fakeSession) handleData(msg transport.Message) {
 	plain, err := fs.open(ch, fr)
 	if err != nil {
 		if !hdr.IsReply() {
-			fs.sendError(ch, negotiate.FlagReply|negotiate.FlagEnd, hdr.RequestID, "", refusalCode(err), err.Error())
+			fs.sendError(ch, negotiate.FlagReply|negotiate.FlagEnd, hdr.RequestID, "", negotiate.RefusalCode(err), err.Error())
 		} else {
 			d.t.Errorf("fake daemon: reply from %s refused: %v", fs.agent, err)
 		}
@@ -535,17 +518,9 @@ func (fs *fakeSession) sendFrame(ch transport.ChannelID, flags negotiate.DataFla
 	m.Lock()
 	defer m.Unlock()
 	if isM2M(plain) {
-		seq, err := fs.seqs.NextSend(uint32(ch))
-		if err != nil {
+		var err error
+		if plain, err = fs.send.Seal(uint32(ch), plain); err != nil {
 			return err
-		}
-		if err := frame.SetSequence(plain, seq, uint32(ch)); err != nil {
-			return err
-		}
-		if fs.send != nil {
-			if plain, err = fs.send.Protect(nil, plain); err != nil {
-				return err
-			}
 		}
 	}
 	msg, err := negotiate.AppendData(nil, flags, id, peer, plain)

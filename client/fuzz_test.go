@@ -11,7 +11,6 @@ import (
 
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
-	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -82,9 +81,8 @@ func FuzzReceiveData(f *testing.F) {
 			t.Fatal(err)
 		}
 		fr = append([]byte(nil), fr...)
-		if protect && fs.daemonKey != nil && len(fr) >= frame.MinFrameLen && isM2M(fr) {
-			frame.SetSequence(fr, 1, 0)
-			if p, err := fs.daemonKey.Protect(nil, fr); err == nil {
+		if protect && fs.daemon.Protected() && isM2M(fr) {
+			if p, err := fs.daemon.Seal(0, fr); err == nil {
 				fr = p
 			}
 		}
@@ -122,52 +120,47 @@ func FuzzReceiveData(f *testing.F) {
 }
 
 type fuzzSession struct {
-	s         *session
-	daemonKey *security.FrameKey // protects frames as the daemon would
+	s      *session
+	daemon *negotiate.Sealer // seals frames as the daemon would
 }
 
 var (
-	fuzzKeysOnce sync.Once
-	fuzzKeys     [3][2]*security.FrameKey // per mode: client's receive key, daemon's send key
-	fuzzKeysErr  error
+	fuzzSessionsOnce sync.Once
+	fuzzSessions     [3][2]*negotiate.Session // per mode: the client's session, the daemon's
+	fuzzSessionsErr  error
 )
 
 // newFuzzSession builds an established session over a connection that
 // swallows what is sent, with frame keys from a real handshake.
 func newFuzzSession(t *testing.T, mode frame.Security) *fuzzSession {
-	fuzzKeysOnce.Do(func() {
+	fuzzSessionsOnce.Do(func() {
 		srv, err := negotiate.NewServer(negotiate.ServerConfig{})
 		if err != nil {
-			fuzzKeysErr = err
+			fuzzSessionsErr = err
 			return
 		}
-		for _, m := range modes[1:] {
+		for _, m := range modes {
 			now := time.Now()
 			hs, err := negotiate.NewHello(negotiate.ClientConfig{AgentID: "fuzz", Security: m}, now)
 			if err != nil {
-				fuzzKeysErr = err
+				fuzzSessionsErr = err
 				return
 			}
 			daemon, accept, err := srv.Accept(now, hs.Message(), false)
 			if err != nil {
-				fuzzKeysErr = err
+				fuzzSessionsErr = err
 				return
 			}
 			cs, err := hs.Accept(accept)
 			if err != nil {
-				fuzzKeysErr = err
+				fuzzSessionsErr = err
 				return
 			}
-			if fuzzKeys[m][0], fuzzKeysErr = security.NewFrameKey(m, cs.ReceiveKey()); fuzzKeysErr != nil {
-				return
-			}
-			if fuzzKeys[m][1], fuzzKeysErr = security.NewFrameKey(m, daemon.SendKey()); fuzzKeysErr != nil {
-				return
-			}
+			fuzzSessions[m] = [2]*negotiate.Session{cs, daemon}
 		}
 	})
-	if fuzzKeysErr != nil {
-		t.Fatal(fuzzKeysErr)
+	if fuzzSessionsErr != nil {
+		t.Fatal(fuzzSessionsErr)
 	}
 	c := &Client{
 		cfg: &config{Options: Options{
@@ -194,7 +187,7 @@ func newFuzzSession(t *testing.T, mode frame.Security) *fuzzSession {
 	}
 	s := &session{
 		c: c, conn: &sinkConn{}, m: m, mode: mode, maxPayload: params.MaxPayload,
-		seqs: negotiate.NewSequences(16), poke: make(chan struct{}, 1),
+		poke:  make(chan struct{}, 1),
 		chans: make(map[transport.ChannelID]*channel), calls: make(map[uint64]*call),
 		deliveries: make(map[uint64]*delivery), done: make(chan struct{}),
 		info:   SessionInfo{ID: "sess_fuzzfuzzfuzzfuzzfuzz", Params: params},
@@ -202,14 +195,12 @@ func newFuzzSession(t *testing.T, mode frame.Security) *fuzzSession {
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	fs := &fuzzSession{s: s}
-	if mode != frame.SecurityNone {
-		s.recvKey = fuzzKeys[mode][0]
-		s.sendKey = fuzzKeys[mode][1] // any key of the mode will do for what the client sends
-		fs.daemonKey = fuzzKeys[mode][1]
-		s.overhead = security.AEADOverhead
-		if mode == frame.SecurityHMAC {
-			s.overhead = security.HMACOverhead
-		}
+	var err error
+	if s.send, s.recv, err = fuzzSessions[mode][0].Sealers(16); err != nil {
+		t.Fatal(err)
+	}
+	if fs.daemon, _, err = fuzzSessions[mode][1].Sealers(16); err != nil {
+		t.Fatal(err)
 	}
 	return fs
 }

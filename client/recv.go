@@ -7,7 +7,6 @@ import (
 
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
-	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -166,25 +165,8 @@ func (s *session) open(ch transport.ChannelID, fr []byte) ([]byte, error) {
 		}
 		return fr, nil
 	}
-	if s.mode == frame.SecurityNone {
-		if m, err := security.Mode(fr); err != nil || m != frame.SecurityNone {
-			return nil, fmt.Errorf("%w: frame in mode %s in a session of mode none: %w", ErrBadFrame, m, security.ErrWrongMode)
-		}
-		return fr, nil
-	}
-	plain, err := s.recvKey.Open(fr[:0], fr)
+	plain, err := s.recv.Open(uint32(ch), fr)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
-	}
-	seq, fch, err := frame.Sequence(plain)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
-	}
-	chs, err := s.channel(ch)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
-	}
-	if err := chs.seq.CheckReceive(fch, seq); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
 	}
 	return plain, nil
@@ -194,19 +176,6 @@ func (s *session) open(ch transport.ChannelID, fr []byte) ([]byte, error) {
 // start with their tokenizer byte).
 func isM2M(fr []byte) bool {
 	return len(fr) >= frame.PrefixLen && string(fr[:frame.PrefixLen]) == frame.Prefix
-}
-
-// refusalCode names a refused frame in an error reply.
-func refusalCode(err error) negotiate.ErrorCode {
-	switch {
-	case errors.Is(err, negotiate.ErrReplay):
-		return negotiate.CodeReplay
-	case errors.Is(err, security.ErrVerificationFailed), errors.Is(err, security.ErrDecryptionFailed),
-		errors.Is(err, security.ErrWrongMode), errors.Is(err, security.ErrUnknownMode):
-		return negotiate.CodeBadTag
-	default:
-		return negotiate.CodeBadFrame
-	}
 }
 
 // handleReply queues a reply for the request it answers. The END reply ends
@@ -277,7 +246,7 @@ func (s *session) handleRequest(hdr negotiate.DataHeader, msg transport.Message,
 	}
 	switch {
 	case ferr != nil:
-		refuse(refusalCode(ferr), ferr.Error())
+		refuse(negotiate.RefusalCode(ferr), ferr.Error())
 		return
 	case c.cfg.Handler == nil:
 		refuse(negotiate.CodeNoHandler, "agent "+c.cfg.AgentID+" serves no requests")

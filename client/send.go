@@ -51,11 +51,9 @@ func (o outgoing) encodeJSON(json []byte, lim frame.Limits) error {
 	return nil
 }
 
-// sendMessage numbers, protects and writes an outgoing DATA message on ch.
-// An M2M v1 frame gets the channel's next sequence number and channel id in
-// its reserved bytes and is then protected in the session's mode (in place:
-// the tag or nonce goes into the buffer's spare room); other frames
-// (TokenNative) go as they are.
+// sendMessage seals and writes an outgoing DATA message on ch. An M2M v1
+// frame is sealed in place (the tag or nonce goes into the buffer's spare
+// room); other frames (TokenNative) go as they are.
 //
 // The frame is written without the caller's context: once a sequence
 // number is taken the frame must reach the wire, or the channel's numbering
@@ -68,7 +66,7 @@ func (s *session) sendMessage(ch transport.ChannelID, o outgoing) error {
 	m2m := isM2M(fr)
 	size := len(fr)
 	if m2m {
-		size += s.overhead
+		size += s.send.Overhead()
 	}
 	if size > s.maxPayload {
 		return fmt.Errorf("%w: frame of %d bytes exceeds the negotiated max_payload %d", ErrTooLarge, size, s.maxPayload)
@@ -83,30 +81,17 @@ func (s *session) sendMessage(ch transport.ChannelID, o outgoing) error {
 		return s.sendErr()
 	}
 	if m2m {
-		if len(fr) < frame.MinFrameLen {
-			return fmt.Errorf("client: %w: frame of %d bytes", frame.ErrTruncated, len(fr))
+		if n := s.send.Overhead(); cap(fr)-len(fr) < n {
+			*o.buf = slices.Grow(*o.buf, n)
+			fr = (*o.buf)[o.hdrLen:]
 		}
-		if s.sendKey != nil && fr[frame.OffSecurity] != byte(frame.SecurityNone) {
-			// Refused before a number is taken: the frame would not protect.
-			return fmt.Errorf("client: frame already in mode %s; send plain frames", frame.Security(fr[frame.OffSecurity]))
-		}
-		if err := frame.SetSequence(fr, chs.seq.NextSend(), uint32(ch)); err != nil {
+		p, err := s.send.Seal(uint32(ch), fr)
+		if err != nil {
+			// Only a malformed frame from SendFrame gets here; no number
+			// was taken.
 			return fmt.Errorf("client: %w", err)
 		}
-		if s.sendKey != nil {
-			if cap(fr)-len(fr) < s.overhead {
-				*o.buf = slices.Grow(*o.buf, s.overhead)
-				fr = (*o.buf)[o.hdrLen:]
-			}
-			p, err := s.sendKey.Protect(fr[:0], fr)
-			if err != nil {
-				// The number is spent; the next frame on this channel will
-				// be refused as a replay. Only a malformed frame from
-				// SendFrame gets here.
-				return fmt.Errorf("client: protect: %w", err)
-			}
-			*o.buf = (*o.buf)[:o.hdrLen+len(p)]
-		}
+		*o.buf = (*o.buf)[:o.hdrLen+len(p)]
 	}
 	msg := *o.buf
 	if err := s.conn.Send(context.Background(), ch, msg); err != nil {

@@ -12,11 +12,10 @@ import (
 
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
-	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
 
-// maxChannels bounds the session's sequence table: the daemon's streams
+// maxChannels bounds the session's channel tables: the daemon's streams
 // towards this agent plus this agent's own, both bounded by the transports'
 // stream limits (1,000 each by default).
 const maxChannels = 4096
@@ -42,12 +41,10 @@ type session struct {
 	info SessionInfo
 	log  zerolog.Logger
 
-	mode             frame.Security
-	sendKey, recvKey *security.FrameKey // nil in mode none
-	overhead         int                // bytes protection adds to a frame
-	maxPayload       int
-	encLim, decLim   frame.Limits
-	seqs             *negotiate.Sequences
+	mode           frame.Security
+	send, recv     *negotiate.Sealer
+	maxPayload     int
+	encLim, decLim frame.Limits
 
 	// ctx ends when the session ends: it bounds every Send and Receive.
 	ctx    context.Context
@@ -80,11 +77,10 @@ type session struct {
 	wg sync.WaitGroup // reader and timer
 }
 
-// channel is one channel's send side: numbering, protecting and writing a
-// frame happen under mu, so sequence numbers reach the wire in order.
+// channel is one channel's send side: sealing and writing a frame happen
+// under mu, so sequence numbers reach the wire in order.
 type channel struct {
-	mu  sync.Mutex
-	seq *negotiate.ChannelSequence
+	mu sync.Mutex
 }
 
 // dial opens a connection to the daemon.
@@ -177,7 +173,7 @@ func (c *Client) handshake(ctx context.Context, conn transport.Conn) (*session, 
 	if err != nil {
 		return nil, fmt.Errorf("client: handshake: %w", err)
 	}
-	defer ns.Wipe() // the FrameKeys below hold their own copies
+	defer ns.Wipe() // the Sealers below hold their own copies
 	established := time.Now()
 	if err := m.Established(ns.Params, established); err != nil {
 		return nil, fmt.Errorf("client: %w", err)
@@ -189,7 +185,6 @@ func (c *Client) handshake(ctx context.Context, conn transport.Conn) (*session, 
 		m:          m,
 		mode:       ns.Params.SecurityMode,
 		maxPayload: ns.Params.MaxPayload,
-		seqs:       negotiate.NewSequences(maxChannels),
 		poke:       make(chan struct{}, 1),
 		chans:      make(map[transport.ChannelID]*channel),
 		calls:      make(map[uint64]*call),
@@ -207,22 +202,11 @@ func (c *Client) handshake(ctx context.Context, conn transport.Conn) (*session, 
 	if ns.Peer != nil {
 		s.info.Daemon = ns.Peer.AgentID
 	}
-	switch s.mode {
-	case frame.SecurityHMAC:
-		s.overhead = security.HMACOverhead
-	case frame.SecurityAEAD:
-		s.overhead = security.AEADOverhead
-	}
-	if s.mode != frame.SecurityNone {
-		if s.sendKey, err = security.NewFrameKey(s.mode, ns.SendKey()); err != nil {
-			return nil, fmt.Errorf("client: %w", err)
-		}
-		if s.recvKey, err = security.NewFrameKey(s.mode, ns.ReceiveKey()); err != nil {
-			return nil, fmt.Errorf("client: %w", err)
-		}
+	if s.send, s.recv, err = ns.Sealers(maxChannels); err != nil {
+		return nil, fmt.Errorf("client: %w", err)
 	}
 	// A frame this side encodes must still fit max_payload once protected.
-	s.encLim = frame.Limits{MaxMessage: s.maxPayload - s.overhead}
+	s.encLim = frame.Limits{MaxMessage: s.maxPayload - s.send.Overhead()}
 	s.decLim = frame.Limits{MaxMessage: s.maxPayload}
 	conn.SetReadLimit(int64(s.maxPayload) + 512)
 	s.log = c.log.With().Str("session", ns.ID).Str("transport", s.info.Transport).Logger()
@@ -463,18 +447,17 @@ func (s *session) timerLoop() {
 	}
 }
 
-// channel returns the send and sequence state of channel id.
+// channel returns the send state of channel id.
 func (s *session) channel(id transport.ChannelID) (*channel, error) {
 	s.chMu.Lock()
 	defer s.chMu.Unlock()
 	if ch, ok := s.chans[id]; ok {
 		return ch, nil
 	}
-	seq, err := s.seqs.Channel(uint32(id))
-	if err != nil {
-		return nil, err
+	if len(s.chans) >= maxChannels {
+		return nil, fmt.Errorf("%w: limit %d", negotiate.ErrTooManyChannels, maxChannels)
 	}
-	ch := &channel{seq: seq}
+	ch := &channel{}
 	s.chans[id] = ch
 	return ch, nil
 }

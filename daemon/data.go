@@ -10,7 +10,6 @@ import (
 	"github.com/m2md/m2md/internal/bufpool"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/router"
-	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -41,27 +40,17 @@ func (se *session) handleData(msg transport.Message, start time.Time) {
 	wireLen := len(fr)
 	var h frame.Header
 	if algo == 0 {
-		if se.recvKey != nil {
-			plain, err := se.recvKey.Open(fr[:0], fr)
-			if err != nil {
-				se.refuse(msg.Channel, &dh, negotiate.CodeBadTag, "frame failed verification for security mode "+se.mode())
-				return
-			}
-			fr = plain
-			seq, ch, _ := frame.Sequence(fr)
-			if err := se.seqs.CheckReceive(uint32(msg.Channel), ch, seq); err != nil {
-				se.refuse(msg.Channel, &dh, negotiate.CodeReplay, "frame out of sequence on its channel")
-				return
-			}
-		} else if len(fr) > frame.OffSecurity && fr[frame.OffSecurity] != byte(frame.SecurityNone) {
-			se.refuse(msg.Channel, &dh, negotiate.CodeBadTag, "protected frame in a session of security mode none")
+		plain, err := se.recv.Open(uint32(msg.Channel), fr)
+		if err != nil {
+			se.refuse(msg.Channel, &dh, negotiate.RefusalCode(err), "frame refused in security mode "+se.mode()+": "+err.Error())
 			return
 		}
+		fr = plain
 		if err := frame.ReadHeader(fr, &h); err != nil {
 			se.refuse(msg.Channel, &dh, negotiate.CodeBadFrame, "frame header unreadable")
 			return
 		}
-	} else if se.recvKey != nil {
+	} else if se.recv.Protected() {
 		se.refuse(msg.Channel, &dh, negotiate.CodeBadTag, "TokenNative frames cannot be protected; session mode is "+se.mode())
 		return
 	}
@@ -111,7 +100,7 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 			rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, message, prov.agent)
 		}
 	}
-	if algo == 1 && prov.sendKey != nil {
+	if algo == 1 && prov.send.Protected() {
 		fail(negotiate.CodeBadFrame, "receiver's session requires protected frames; TokenNative cannot be protected")
 		return
 	}
@@ -200,7 +189,7 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 	if end {
 		flags |= negotiate.FlagEnd
 	}
-	if algo == 1 && req.sendKey != nil {
+	if algo == 1 && req.send.Protected() {
 		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeBadFrame)).Inc()
 		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, negotiate.CodeBadFrame, "requester's session requires protected frames; TokenNative cannot be protected", "")
 		if end {
@@ -238,13 +227,7 @@ func (se *session) outLen(fr []byte, algo int8) int {
 	if algo != 0 {
 		return len(fr)
 	}
-	switch se.neg.Params.SecurityMode {
-	case frame.SecurityHMAC:
-		return len(fr) + security.HMACOverhead
-	case frame.SecurityAEAD:
-		return len(fr) + security.AEADOverhead
-	}
-	return len(fr)
+	return len(fr) + se.send.Overhead()
 }
 
 // refuse answers a frame the daemon will not route: an error reply for a

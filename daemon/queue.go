@@ -5,6 +5,7 @@ import (
 
 	"github.com/m2md/m2md/internal/bufpool"
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -26,8 +27,8 @@ type outMsg struct {
 }
 
 // tailroom is the spare capacity every outgoing frame buffer carries, so the
-// writer can append an HMAC tag (32 B) or AEAD nonce+tag (28 B) in place.
-const tailroom = 32
+// writer can seal any mode's frame in place.
+const tailroom = security.MaxOverhead
 
 func (m *outMsg) free() {
 	bufpool.Put(m.buf)

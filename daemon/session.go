@@ -12,7 +12,6 @@ import (
 	"github.com/m2md/m2md/internal/bufpool"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/router"
-	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -27,10 +26,8 @@ type session struct {
 	log       zerolog.Logger
 	m         *sessionMetrics
 
-	// recvKey opens frames from the agent, sendKey protects frames to it;
-	// both nil in security mode none.
-	recvKey, sendKey *security.FrameKey
-	seqs             *negotiate.Sequences
+	// recv opens the agent's frames, send seals the frames to it.
+	recv, send *negotiate.Sealer
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -178,7 +175,6 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 		neg:       neg,
 		agent:     neg.AgentID,
 		m:         s.metrics.forTransport(conn.Transport()),
-		seqs:      negotiate.NewSequences(0),
 		machine:   negotiate.NewMachine(negotiate.RoleServer, time.Now()),
 		queue:     newSendQueue(s.cfg.SendQueueLen, max(s.cfg.MaxPayload*2, 4<<20)),
 		ctrl:      make(chan outMsg, 8),
@@ -192,14 +188,9 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	se.stall.Stop()
 	se.timer = time.AfterFunc(time.Hour, se.timerFired)
 	se.timer.Stop() // armed once the session is registered
-	if p.SecurityMode != 0 {
-		var err error
-		if se.recvKey, err = security.NewFrameKey(p.SecurityMode, neg.ReceiveKey()); err != nil {
-			return nil, err
-		}
-		if se.sendKey, err = security.NewFrameKey(p.SecurityMode, neg.SendKey()); err != nil {
-			return nil, err
-		}
+	var err error
+	if se.send, se.recv, err = neg.Sealers(0); err != nil {
+		return nil, err
 	}
 	conn.SetReadLimit(int64(p.MaxPayload) + 512)
 	se.ctx, se.cancel = context.WithCancel(s.baseCtx)

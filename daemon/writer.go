@@ -2,9 +2,9 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"time"
 
-	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
 )
 
@@ -191,22 +191,18 @@ func (se *session) write(m outMsg) {
 		return
 	}
 	if m.frameOff >= 0 && m.algo == 0 {
-		fr := (*m.buf)[m.frameOff:]
-		cs, err := se.seqs.Channel(uint32(m.ch))
+		fr, err := se.send.Seal(uint32(m.ch), (*m.buf)[m.frameOff:])
 		if err != nil {
-			se.srv.metrics.queueDrops.WithLabelValues("too_many_channels").Inc()
+			reason := "protect_failed"
+			if errors.Is(err, negotiate.ErrTooManyChannels) {
+				reason = "too_many_channels"
+			} else {
+				se.log.Error().Err(err).Msg("protecting a frame failed")
+			}
+			se.srv.metrics.queueDrops.WithLabelValues(reason).Inc()
 			return
 		}
-		_ = frame.SetSequence(fr, cs.NextSend(), uint32(m.ch))
-		if se.sendKey != nil {
-			out, err := se.sendKey.Protect(fr[:0], fr)
-			if err != nil {
-				se.srv.metrics.queueDrops.WithLabelValues("protect_failed").Inc()
-				se.log.Error().Err(err).Msg("protecting a frame failed")
-				return
-			}
-			*m.buf = (*m.buf)[:m.frameOff+len(out)]
-		}
+		*m.buf = (*m.buf)[:m.frameOff+len(fr)]
 	}
 	if m.closeSent != "" {
 		se.mu.Lock()

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -102,12 +103,13 @@ func testLogger(t testing.TB) zerolog.Logger {
 
 // rawAgent speaks the session protocol by hand, so tests can also break it.
 type rawAgent struct {
-	t       testing.TB
-	conn    transport.Conn
-	sess    *negotiate.Session
-	sendKey *security.FrameKey
-	recvKey *security.FrameKey
-	seqs    *negotiate.Sequences
+	t    testing.TB
+	conn transport.Conn
+	sess *negotiate.Session
+	// sealer and opener seal and open frames as an agent must; sendKey
+	// protects frames the test forges (protectAt), nil in mode none.
+	sealer, opener *negotiate.Sealer
+	sendKey        *security.FrameKey
 
 	mu      sync.Mutex
 	nextReq uint64
@@ -150,16 +152,7 @@ func dialRaw(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig) 
 		conn.Close()
 		return nil, err
 	}
-	a := &rawAgent{t: t, conn: conn, sess: sess, seqs: negotiate.NewSequences(0)}
-	if mode := sess.Params.SecurityMode; mode != frame.SecurityNone {
-		if a.sendKey, err = security.NewFrameKey(mode, sess.SendKey()); err != nil {
-			t.Fatal(err)
-		}
-		if a.recvKey, err = security.NewFrameKey(mode, sess.ReceiveKey()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	conn.SetReadLimit(int64(sess.Params.MaxPayload) + 512)
+	a := newRawAgent(t, conn, sess)
 	t.Cleanup(func() {
 		conn.Close()
 		// Subtests share a daemon and route by model: wait until this agent
@@ -182,23 +175,27 @@ func mustDialRaw(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConf
 	return a
 }
 
-// protect stamps fr with the channel's next sequence number and protects it
-// with the agent's send key (a copy; fr is not modified).
+// newRawAgent is the agent of an established session.
+func newRawAgent(t testing.TB, conn transport.Conn, sess *negotiate.Session) *rawAgent {
+	t.Helper()
+	a := &rawAgent{t: t, conn: conn, sess: sess}
+	var err error
+	if a.sealer, a.opener, err = sess.Sealers(0); err != nil {
+		t.Fatal(err)
+	}
+	if mode := sess.Params.SecurityMode; mode != frame.SecurityNone {
+		if a.sendKey, err = security.NewFrameKey(mode, sess.SendKey()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	conn.SetReadLimit(int64(sess.Params.MaxPayload) + 512)
+	return a
+}
+
+// protect seals a copy of fr with the channel's next sequence number.
 func (a *rawAgent) protect(ch transport.ChannelID, fr []byte) []byte {
 	a.t.Helper()
-	out := make([]byte, len(fr), len(fr)+64)
-	copy(out, fr)
-	seq, err := a.seqs.NextSend(uint32(ch))
-	if err != nil {
-		a.t.Fatal(err)
-	}
-	if err := frame.SetSequence(out, seq, uint32(ch)); err != nil {
-		a.t.Fatal(err)
-	}
-	if a.sendKey == nil {
-		return out
-	}
-	out, err = a.sendKey.Protect(out[:0], out)
+	out, err := a.sealer.Seal(uint32(ch), bytes.Clone(fr))
 	if err != nil {
 		a.t.Fatal(err)
 	}
@@ -306,14 +303,8 @@ func (a *rawAgent) recv(timeout time.Duration) (*received, *negotiate.ControlMes
 	r := &received{ch: msg.Channel, hdr: dh, peer: string(dh.Peer)}
 	fr = append([]byte(nil), fr...)
 	if fr[0] == '#' {
-		if a.recvKey != nil {
-			if fr, err = a.recvKey.Open(fr[:0], fr); err != nil {
-				return nil, nil, fmt.Errorf("open: %w", err)
-			}
-			seq, fch, _ := frame.Sequence(fr)
-			if err := a.seqs.CheckReceive(uint32(msg.Channel), fch, seq); err != nil {
-				return nil, nil, err
-			}
+		if fr, err = a.opener.Open(uint32(msg.Channel), fr); err != nil {
+			return nil, nil, fmt.Errorf("open: %w", err)
 		}
 		var h frame.Header
 		if err := frame.ReadHeader(fr, &h); err == nil && h.Schema == frame.SchemaError {

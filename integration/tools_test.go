@@ -15,7 +15,6 @@ import (
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
-	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -94,17 +93,7 @@ func dialRawConfig(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientCo
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &rawAgent{t: t, conn: conn, sess: sess, seqs: negotiate.NewSequences(0)}
-	if mode := sess.Params.SecurityMode; mode != frame.SecurityNone {
-		if a.sendKey, err = security.NewFrameKey(mode, sess.SendKey()); err != nil {
-			t.Fatal(err)
-		}
-		if a.recvKey, err = security.NewFrameKey(mode, sess.ReceiveKey()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	conn.SetReadLimit(int64(sess.Params.MaxPayload) + 512)
-	return a
+	return newRawAgent(t, conn, sess)
 }
 
 // exchange sends msg on the control channel and returns the daemon's

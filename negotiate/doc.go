@@ -39,8 +39,9 @@
 //
 // # Replay protection
 //
-// Sequences tracks, per channel, the sequence numbers written into the
-// reserved bytes of protected frames: the next to send and the next
-// expected. A frame out of order is refused with ErrReplay and does not
-// advance the counter.
+// A Sealer owns one direction's frame key and per-channel sequence numbers
+// (Session.Sealers gives both): Seal numbers a frame, then protects it;
+// Open opens a frame, then checks its number. A frame that fails takes or
+// advances no number: one forged frame cannot desynchronize a channel. A
+// frame out of order is refused with ErrReplay.
 package negotiate

@@ -49,7 +49,7 @@ var (
 	// ErrReplay: a protected frame's sequence number or channel id is not the
 	// expected one (docs/protocol.md §5.3).
 	ErrReplay = errors.New("negotiate: replayed or reordered frame")
-	// ErrTooManyChannels: a Sequences table is full.
+	// ErrTooManyChannels: a Sealer's channel table is full.
 	ErrTooManyChannels = errors.New("negotiate: too many channels")
 )
 

@@ -24,7 +24,22 @@ const (
 const (
 	HMACOverhead = hmacTagLen
 	AEADOverhead = aeadExtra
+	// MaxOverhead is the most Protect adds in any mode: the spare capacity
+	// of a buffer that must take any mode's protection in place.
+	MaxOverhead = max(HMACOverhead, AEADOverhead)
 )
+
+// Overhead is the number of bytes Protect adds to a frame in mode: 0 in
+// mode none (and for an unknown mode, which Protect refuses).
+func Overhead(mode frame.Security) int {
+	switch mode {
+	case frame.SecurityHMAC:
+		return HMACOverhead
+	case frame.SecurityAEAD:
+		return AEADOverhead
+	}
+	return 0
+}
 
 // headerEnd checks the prefix and header_len and returns 7 + header_len,
 // the offset where the payload section (plain) or the nonce (AEAD) starts.
