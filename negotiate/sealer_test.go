@@ -122,7 +122,7 @@ func TestSealerNoNumberBurned(t *testing.T) {
 			send, recv := sealerPair(t, mode, 0)
 			bad := [][]byte{frameA(t)[:frame.MinFrameLen-1]} // truncated
 			if mode != frame.SecurityNone {
-				protected := bytes.Clone(seal(t, send, 9))                         // already protected
+				protected := bytes.Clone(seal(t, send, 9))                          // already protected
 				short := append(frameA(t)[:frame.MinFrameLen:frame.MinFrameLen], 1) // payload_len says more
 				bad = append(bad, protected, short)
 			}
@@ -250,7 +250,7 @@ func BenchmarkSealOpen(b *testing.B) {
 
 func TestRefusalCodeOfWrappedErrors(t *testing.T) {
 	for err, want := range map[error]ErrorCode{
-		fmt.Errorf("x: %w", &SequenceError{}):              CodeReplay,
+		fmt.Errorf("x: %w", &SequenceError{}):               CodeReplay,
 		fmt.Errorf("x: %w", security.ErrVerificationFailed): CodeBadTag,
 		fmt.Errorf("x: %w", security.ErrMalformed):          CodeBadTag,
 		fmt.Errorf("x: %w", ErrTooManyChannels):             CodeBadFrame,
