@@ -24,13 +24,27 @@ type scriptConn struct {
 	sent    chan transport.Message
 	done    chan struct{}
 	once    sync.Once
+
+	// Cork bookkeeping: the depth now, how often it went back to zero (a
+	// batch written), and how many DATA Sends were made outside any Cork.
+	corkMu     sync.Mutex
+	corks      int
+	batches    int
+	uncorkedTx int
 }
 
 func newScriptConn(onHello func([]byte) []transport.Message) *scriptConn {
-	return &scriptConn{onHello: onHello, inbox: make(chan transport.Message, 16), sent: make(chan transport.Message, 16), done: make(chan struct{})}
+	return &scriptConn{onHello: onHello, inbox: make(chan transport.Message, 64), sent: make(chan transport.Message, 64), done: make(chan struct{})}
 }
 
 func (c *scriptConn) Receive(ctx context.Context) (transport.Message, error) {
+	// As the transports do, a message already there wins over an ended
+	// context (which is how the reader polls).
+	select {
+	case m := <-c.inbox:
+		return m, nil
+	default:
+	}
 	select {
 	case m := <-c.inbox:
 		return m, nil
@@ -43,6 +57,13 @@ func (c *scriptConn) Receive(ctx context.Context) (transport.Message, error) {
 
 func (c *scriptConn) Send(ctx context.Context, ch transport.ChannelID, msg []byte) error {
 	msg = bytes.Clone(msg)
+	if k, _ := negotiate.MessageKind(msg); k == negotiate.KindData {
+		c.corkMu.Lock()
+		if c.corks == 0 {
+			c.uncorkedTx++
+		}
+		c.corkMu.Unlock()
+	}
 	if k, _ := negotiate.MessageKind(msg); k == negotiate.KindControl {
 		cm, err := negotiate.ParseControl(msg)
 		switch {
@@ -66,12 +87,28 @@ func (c *scriptConn) Send(ctx context.Context, ch transport.ChannelID, msg []byt
 }
 
 func (c *scriptConn) AcquireChannel(context.Context) (transport.ChannelID, error) { return 4, nil }
-func (c *scriptConn) Cork()                                                       {}
-func (c *scriptConn) Uncork() error                                               { return nil }
-func (c *scriptConn) ReleaseChannel(transport.ChannelID)                          {}
-func (c *scriptConn) SetReadLimit(int64)                                          {}
-func (c *scriptConn) Transport() string                                           { return "quic" }
-func (c *scriptConn) RemoteAddr() net.Addr                                        { return nil }
+func (c *scriptConn) Cork() {
+	c.corkMu.Lock()
+	c.corks++
+	c.corkMu.Unlock()
+}
+
+func (c *scriptConn) Uncork() error {
+	c.corkMu.Lock()
+	defer c.corkMu.Unlock()
+	if c.corks--; c.corks == 0 {
+		c.batches++
+	}
+	if c.corks < 0 {
+		panic("Uncork without Cork")
+	}
+	return nil
+}
+
+func (c *scriptConn) ReleaseChannel(transport.ChannelID) {}
+func (c *scriptConn) SetReadLimit(int64)                 {}
+func (c *scriptConn) Transport() string                  { return "quic" }
+func (c *scriptConn) RemoteAddr() net.Addr               { return nil }
 func (c *scriptConn) Close() error {
 	c.once.Do(func() { close(c.done) })
 	return nil
@@ -143,5 +180,63 @@ func TestDataBeforeAccept(t *testing.T) {
 		}
 	case <-time.After(testTimeout):
 		t.Fatal("the early request was not served")
+	}
+}
+
+// Deliveries that have already arrived are answered inside one Cork of the
+// reader: a burst of refusals is one batch (one system call on WebSocket),
+// and no DATA is sent outside a Cork.
+func TestReaderAnswersBurstInOneBatch(t *testing.T) {
+	leakCheck(t)
+	srv, err := negotiate.NewServer(negotiate.ServerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	const n = 20
+	conn := newScriptConn(func(hello []byte) []transport.Message {
+		_, accept, err := srv.Accept(time.Now(), hello, false)
+		if err != nil {
+			t.Error(err)
+			return nil
+		}
+		msgs := []transport.Message{{Channel: transport.ControlChannel, Data: accept}}
+		for i := range n {
+			fr, _ := frame.AppendEncode(nil, chatRequest("m", "burst"), frame.Limits{})
+			frame.SetSequence(fr, 1, uint32(i+1))
+			data, _ := negotiate.AppendData(nil, 0, uint64(100+i), "someone", fr)
+			msgs = append(msgs, transport.Message{Channel: transport.ChannelID(i + 1), Data: data})
+		}
+		return msgs
+	})
+	// No handler: every delivery is refused, by the reader itself.
+	cfg, err := newConfig("quic://127.0.0.1:1", Options{InsecureSkipVerifyDevOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(cfg)
+	c.dialer = func(context.Context) (transport.Conn, error) { return conn, nil }
+	if err := c.run(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for i := range n {
+		select {
+		case m := <-conn.sent:
+			hdr, _, err := negotiate.ParseData(m.Data)
+			if err != nil || hdr.RequestID != uint64(100+i) {
+				t.Fatalf("refusal %d: %+v, %v", i, hdr, err)
+			}
+		case <-time.After(testTimeout):
+			t.Fatalf("refusal %d not sent", i)
+		}
+	}
+	conn.corkMu.Lock()
+	defer conn.corkMu.Unlock()
+	if conn.uncorkedTx != 0 {
+		t.Fatalf("%d DATA messages sent outside a Cork", conn.uncorkedTx)
+	}
+	if conn.batches != 1 {
+		t.Fatalf("%d refusals went out in %d batches, want 1", n, conn.batches)
 	}
 }

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -22,7 +23,7 @@ func (s *session) readLoop() {
 		s.handleData(early[i])
 	}
 	for {
-		msg, err := s.conn.Receive(s.ctx)
+		msg, err := s.receive()
 		if err != nil {
 			if chErr := (*transport.ChannelError)(nil); errors.As(err, &chErr) {
 				// A stream reset or broken framing: a protocol violation,
@@ -51,6 +52,49 @@ func (s *session) readLoop() {
 		}
 	}
 }
+
+// receive returns the next message for readLoop. What the reader sends
+// while dispatching (PONGs, refusals, CLOSE acknowledgements) and what the
+// handlers it starts send meanwhile is corked from one message that had to
+// be waited for until none is left already received (at most batchMax), so
+// those answers leave together; nothing waits for more messages.
+func (s *session) receive() (transport.Message, error) {
+	if s.corked > 0 {
+		msg, err := s.conn.Receive(polled)
+		if err == nil {
+			if s.corked++; s.corked >= batchMax {
+				s.uncork()
+			}
+			return msg, nil
+		}
+		s.uncork()
+		if !errors.Is(err, context.Canceled) {
+			return msg, err
+		}
+	}
+	msg, err := s.conn.Receive(s.ctx)
+	if err == nil {
+		s.conn.Cork()
+		s.corked = 1
+	}
+	return msg, err
+}
+
+func (s *session) uncork() {
+	s.corked = 0
+	_ = s.conn.Uncork() // a failed write ends the connection, which Receive reports
+}
+
+// batchMax bounds how many received messages one reader's Cork spans.
+const batchMax = 64
+
+// polled is a context that has ended: Receive with it returns a message
+// that has already arrived, or at once the context's error.
+var polled = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
 
 // handleControl acts on PING, PONG and CLOSE; anything else is a protocol
 // violation in an established session.

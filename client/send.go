@@ -61,7 +61,21 @@ func (o outgoing) encodeJSON(json []byte, lim frame.Limits) error {
 // stuck on a dead peer is the end of the session, which closes the
 // connection (a context that can be cancelled would also cost the
 // transports an AfterFunc registration per message).
+//
+// The caller corks the connection before queueing for the channel, so a
+// sender that finds another one sending joins its batch (one system call
+// for both on WebSocket) instead of following it with its own; the last
+// to finish writes the batch. Nothing waits for senders to come.
 func (s *session) sendMessage(ch transport.ChannelID, o outgoing) error {
+	s.conn.Cork()
+	err := s.sendCorked(ch, o)
+	if uerr := s.conn.Uncork(); uerr != nil && err == nil {
+		err = s.sendFailed(uerr)
+	}
+	return err
+}
+
+func (s *session) sendCorked(ch transport.ChannelID, o outgoing) error {
 	fr := (*o.buf)[o.hdrLen:]
 	m2m := isM2M(fr)
 	size := len(fr)
@@ -95,19 +109,24 @@ func (s *session) sendMessage(ch transport.ChannelID, o outgoing) error {
 	}
 	msg := *o.buf
 	if err := s.conn.Send(context.Background(), ch, msg); err != nil {
-		if s.ctx.Err() != nil {
-			return s.sendErr()
-		}
-		if errors.Is(err, transport.ErrClosed) {
-			// The reader will notice too and end the session.
-			return lostError(fmt.Errorf("client: send: %w", err))
-		}
-		return fmt.Errorf("client: send: %w", err)
+		return s.sendFailed(err)
 	}
 	st := &s.c.stats
 	st.framesSent.Add(1)
 	st.wireSent.Add(uint64(len(msg)))
 	return nil
+}
+
+// sendFailed turns a transport's write error into the error a caller sees.
+func (s *session) sendFailed(err error) error {
+	if s.ctx.Err() != nil {
+		return s.sendErr()
+	}
+	if errors.Is(err, transport.ErrClosed) {
+		// The reader will notice too and end the session.
+		return lostError(fmt.Errorf("client: send: %w", err))
+	}
+	return fmt.Errorf("client: send: %w", err)
 }
 
 // sendJSON sends json as one DATA message.

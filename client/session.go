@@ -64,6 +64,7 @@ type session struct {
 
 	// early holds DATA that overtook ACCEPT, for the reader to handle first.
 	early   []transport.Message
+	corked  int // messages the reader has handled inside its Cork (readLoop's own)
 	started atomic.Bool
 
 	mu         sync.Mutex
