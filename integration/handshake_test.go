@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"testing"
@@ -11,6 +12,7 @@ import (
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/security"
+	"github.com/m2md/m2md/transport"
 )
 
 var testMaster = []byte("0123456789abcdef0123456789abcdef") // org "acme"
@@ -101,6 +103,16 @@ func TestHandshakeAuthRefusals(t *testing.T) {
 		{"stale timestamp", func(t *testing.T, id string) []byte {
 			return helloBytes(t, negotiate.ClientConfig{AgentID: id, Org: "acme", AgentKey: agentKey(t, testMaster, "acme", id)}, time.Now().Add(-6*time.Minute))
 		}, false},
+		// Security review finding 2: the proof covers the whole HELLO, so
+		// an on-path downgrade of the requested mode is refused.
+		{"mode rewritten after signing", func(t *testing.T, id string) []byte {
+			h := helloBytes(t, negotiate.ClientConfig{AgentID: id, Org: "acme", AgentKey: agentKey(t, testMaster, "acme", id), Security: frame.SecurityAEAD}, time.Now())
+			return replaceOnce(t, h, `"mode":"aead"`, `"mode":"none"`)
+		}, true},
+		{"models rewritten after signing", func(t *testing.T, id string) []byte {
+			h := helloBytes(t, negotiate.ClientConfig{AgentID: id, Org: "acme", AgentKey: agentKey(t, testMaster, "acme", id), Models: []string{"gpt-4o"}}, time.Now())
+			return replaceOnce(t, h, `"models":["gpt-4o"]`, `"models":["gpt-4p"]`)
+		}, true},
 		{"agent id swapped after signing", func(t *testing.T, id string) []byte {
 			h := helloBytes(t, negotiate.ClientConfig{AgentID: id, Org: "acme", AgentKey: agentKey(t, testMaster, "acme", id)}, time.Now())
 			return replaceOnce(t, h, `"agent_id":"`+id+`"`, `"agent_id":"`+id+`x"`)
@@ -144,6 +156,70 @@ func TestHandshakeAuthDowngradeRefusedByClient(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAcceptConfirmation: the client verifies the daemon's key confirmation
+// in every mode, authenticated or not (security review finding 3). The real
+// daemon's ACCEPT passes; the same ACCEPT changed on the path (a timer, or
+// just whitespace) is refused with ErrBadConfirmation.
+func TestAcceptConfirmation(t *testing.T) {
+	for _, auth := range []bool{false, true} {
+		d := startDaemon(t, func(c *daemon.Config) {
+			if auth {
+				c.OrgSecrets = map[string][]byte{"acme": testMaster}
+			}
+		})
+		for _, mode := range modes {
+			for name, tamper := range map[string]func([]byte) []byte{
+				"untouched": func(b []byte) []byte { return b },
+				"timer": func(b []byte) []byte {
+					return bytes.Replace(b, []byte(`"ping_interval_ms":`), []byte(`"ping_interval_ms":1`), 1)
+				},
+				"whitespace": func(b []byte) []byte { return append(bytes.Clone(b[:len(b)-1]), ' ', '}') },
+			} {
+				t.Run(fmt.Sprintf("auth=%t/%s/%s", auth, mode, name), func(t *testing.T) {
+					id := fmt.Sprintf("confirm-%t-%s-%s", auth, mode, name)
+					cc := negotiate.ClientConfig{AgentID: id, Security: mode}
+					if auth {
+						cc.Org, cc.AgentKey = "acme", agentKey(t, testMaster, "acme", id)
+					}
+					hs, err := negotiate.NewHello(cc, time.Now())
+					if err != nil {
+						t.Fatal(err)
+					}
+					conn := dialConn(t, d, "ws")
+					reply := rawExchange(t, conn, hs.Message())
+					sess, err := hs.Accept(tamper(reply))
+					if name == "untouched" {
+						if err != nil || sess.Params.Authenticated != auth {
+							t.Fatalf("real ACCEPT refused: %v", err)
+						}
+						return
+					}
+					if !errors.Is(err, negotiate.ErrBadConfirmation) {
+						t.Fatalf("ACCEPT changed in transit: %v, want ErrBadConfirmation", err)
+					}
+				})
+			}
+		}
+	}
+}
+
+// rawExchange sends msg on the control channel and returns the daemon's
+// answer as received.
+func rawExchange(t testing.TB, conn transport.Conn, msg []byte) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := conn.Send(ctx, transport.ControlChannel, msg); err != nil {
+		t.Fatalf("send: %v", err)
+	}
+	reply, err := conn.Receive(ctx)
+	if err != nil {
+		t.Fatalf("no answer: %v", err)
+	}
+	defer reply.Release()
+	return bytes.Clone(reply.Data)
 }
 
 // TestRejectCodes reaches every REJECT code of docs/protocol.md §3.3 and

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/security"
 )
 
 // ProtocolVersion is the capabilities version m2md announces. It is the Rust
@@ -40,6 +41,7 @@ const (
 	PublicKeySize = 32
 	NonceSize     = 32
 	ProofSize     = 32
+	ConfirmSize   = 32
 	FrameKeySize  = 32
 )
 
@@ -105,6 +107,24 @@ type SecurityCaps struct {
 	Proof []byte
 }
 
+// span is the byte range [start, end) of a JSON value in an envelope.
+type span struct{ start, end int }
+
+// blankAt returns a copy of envelope with the value at sp replaced by
+// security.BlankProof: the bytes a proof or a key confirmation is computed
+// over (docs/protocol.md §5).
+func blankAt(envelope []byte, sp span) []byte {
+	out := make([]byte, 0, len(envelope)-(sp.end-sp.start)+len(security.BlankProof))
+	out = append(out, envelope[:sp.start]...)
+	out = append(out, security.BlankProof...)
+	return append(out, envelope[sp.end:]...)
+}
+
+// patchAt writes the Base64 of v (32 bytes) over the blank written at sp.
+func patchAt(envelope []byte, sp span, v []byte) {
+	base64.StdEncoding.Encode(envelope[sp.start+1:sp.end-1], v)
+}
+
 // Negotiated is the outcome of the negotiation, carried in ACCEPT.
 type Negotiated struct {
 	// Algorithms the client may send, in the client's order.
@@ -122,6 +142,9 @@ type Negotiated struct {
 	// Features both sides implement, in the client's order (§3.6); use an
 	// extension only when it is listed here. Written only when non-empty.
 	Features []Feature
+	// Confirm is the daemon's key confirmation (§5.1), 32 bytes; the
+	// client verifies it in every mode.
+	Confirm []byte
 }
 
 // ParseSecurityMode maps "none", "hmac" and "aead" to their frame.Security.
@@ -143,7 +166,10 @@ func validMode(m frame.Security) bool {
 
 // --- encoding ---
 
-func appendCapabilities(dst []byte, c *Capabilities) []byte {
+// appendCapabilities writes c. base is the offset in dst of the envelope's
+// first byte; *signed receives where the proof or the confirmation was
+// written, for patching.
+func appendCapabilities(dst []byte, c *Capabilities, base int, signed *span) []byte {
 	dst = append(dst, `{"version":`...)
 	dst = appendJSONString(dst, c.Version)
 	dst = append(dst, `,"agent_id":`...)
@@ -196,7 +222,9 @@ func appendCapabilities(dst []byte, c *Capabilities) []byte {
 	}
 	if len(s.Proof) > 0 {
 		dst = append(dst, `,"proof":`...)
+		start := len(dst) - base
 		dst = appendBase64(dst, s.Proof)
+		*signed = span{start, len(dst) - base}
 	}
 
 	dst = append(dst, `},"extensions":{`...)
@@ -238,6 +266,12 @@ func appendCapabilities(dst []byte, c *Capabilities) []byte {
 			dst = append(dst, `,"features":`...)
 			dst = appendJSONStrings(dst, n.Features)
 		}
+		if len(n.Confirm) > 0 {
+			dst = append(dst, `,"confirm":`...)
+			start := len(dst) - base
+			dst = appendBase64(dst, n.Confirm)
+			*signed = span{start, len(dst) - base}
+		}
 		dst = append(dst, '}')
 	}
 	return append(dst, '}')
@@ -265,7 +299,9 @@ func sortedKeys(m map[string]string) []string {
 
 // --- decoding ---
 
-func decodeCapabilities(o jsonObj) (*Capabilities, error) {
+// decodeCapabilities reads a HELLO or ACCEPT payload; *signed receives
+// where its proof or confirmation is written.
+func decodeCapabilities(o jsonObj, signed *span) (*Capabilities, error) {
 	c := &Capabilities{}
 	var err error
 	if c.Version, _, err = o.str("version", true); err != nil {
@@ -320,7 +356,7 @@ func decodeCapabilities(o jsonObj) (*Capabilities, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := decodeSecurity(sec, &c.Security); err != nil {
+	if err := decodeSecurity(sec, &c.Security, signed); err != nil {
 		return nil, err
 	}
 
@@ -346,14 +382,14 @@ func decodeCapabilities(o jsonObj) (*Capabilities, error) {
 		return nil, err
 	}
 	if ok {
-		if c.Negotiated, err = decodeNegotiated(neg); err != nil {
+		if c.Negotiated, err = decodeNegotiated(neg, signed); err != nil {
 			return nil, err
 		}
 	}
 	return c, nil
 }
 
-func decodeSecurity(o jsonObj, s *SecurityCaps) error {
+func decodeSecurity(o jsonObj, s *SecurityCaps, signed *span) error {
 	var err error
 	if s.ThreatDetection, err = o.boolean("threat_detection", true); err != nil {
 		return err
@@ -400,10 +436,13 @@ func decodeSecurity(o jsonObj, s *SecurityCaps) error {
 	if s.Proof, err = base64Member(o, "proof", ProofSize, false); err != nil {
 		return err
 	}
+	if len(s.Proof) > 0 {
+		*signed = o.span("proof")
+	}
 	return nil
 }
 
-func decodeNegotiated(o jsonObj) (*Negotiated, error) {
+func decodeNegotiated(o jsonObj, signed *span) (*Negotiated, error) {
 	n := &Negotiated{}
 	algs, _, err := o.strings("algorithms", true)
 	if err != nil {
@@ -453,6 +492,10 @@ func decodeNegotiated(o jsonObj) (*Negotiated, error) {
 	if n.Features, err = decodeFeatures(o, "features"); err != nil {
 		return nil, err
 	}
+	if n.Confirm, err = base64Member(o, "confirm", ConfirmSize, true); err != nil {
+		return nil, err
+	}
+	*signed = o.span("confirm")
 	return n, nil
 }
 

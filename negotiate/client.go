@@ -2,9 +2,12 @@ package negotiate
 
 import (
 	"crypto/ecdh"
+	"crypto/hmac"
 	"fmt"
 	"slices"
 	"time"
+
+	"github.com/m2md/m2md/security"
 )
 
 // ClientHandshake is the agent's side of one handshake: the HELLO it sent
@@ -61,17 +64,22 @@ func NewHello(cfg ClientConfig, now time.Time) (*ClientHandshake, error) {
 		},
 	}
 	if eff.Org != "" {
-		proof, err := helloProof(eff.AgentKey, eff.Org, eff.AgentID, pub, nonce, uint64(m.Timestamp))
-		if err != nil {
-			h.Close()
-			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
-		}
+		// Written with the proof blank, which is what the proof covers
+		// (§5.2), then patched in place.
 		m.Capabilities.Security.Org = eff.Org
-		m.Capabilities.Security.Proof = proof[:]
+		m.Capabilities.Security.Proof = make([]byte, ProofSize)
 	}
 	if h.hello, err = AppendControl(nil, m); err != nil {
 		h.Close()
 		return nil, err
+	}
+	if eff.Org != "" {
+		proof, err := security.HelloProof(eff.AgentKey, h.hello[1:])
+		if err != nil {
+			h.Close()
+			return nil, fmt.Errorf("%w: %v", ErrConfig, err)
+		}
+		patchAt(h.hello[1:], m.signedAt, proof[:])
 	}
 	if len(h.hello) > MaxControlSize {
 		h.Close()
@@ -123,15 +131,23 @@ func (h *ClientHandshake) Accept(reply []byte) (*Session, error) {
 		AgentID:    h.cfg.AgentID,
 		Params:     *n,
 		Peer:       caps,
-		Transcript: transcriptHash(h.hello[1:], reply[1:]),
+		Transcript: transcriptHash(h.hello[1:], m.signed0),
 	}
 	var agentKey []byte
 	if n.Authenticated {
 		sess.Org = h.cfg.Org
 		agentKey = h.cfg.AgentKey
 	}
-	if sess.c2s, sess.s2c, err = frameKeys(shared, agentKey, sess.Transcript); err != nil {
+	var confirm [ConfirmSize]byte
+	if sess.c2s, sess.s2c, confirm, err = sessionKeys(shared, agentKey, sess.Transcript); err != nil {
 		return nil, err
+	}
+	// The key confirmation, in every mode: only the daemon that saw this
+	// HELLO as sent (and, when authenticated, holds the agent key) can
+	// compute it, so the ACCEPT's decisions are the daemon's (§5.1).
+	if !hmac.Equal(confirm[:], n.Confirm) {
+		sess.Wipe()
+		return nil, fmt.Errorf("%w: %w (the HELLO or ACCEPT was changed in transit, or the daemon does not hold the agent key)", ErrBadAccept, ErrBadConfirmation)
 	}
 	return sess, nil
 }

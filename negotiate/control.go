@@ -54,6 +54,14 @@ type ControlMessage struct {
 	Reject *Reject
 	// Close is the payload of CLOSE.
 	Close *Close
+
+	// signedAt is where the HELLO's proof or the ACCEPT's confirmation is
+	// written in the envelope (after the kind byte), recorded by
+	// AppendControl and ParseControl; signed0 is the received envelope
+	// with it blanked: the bytes the proof covers, or the ACCEPT as the
+	// transcript hashes it (docs/protocol.md §5).
+	signedAt span
+	signed0  []byte
 }
 
 // Reject is the REJECT payload.
@@ -127,7 +135,7 @@ func ParseControl(msg []byte) (*ControlMessage, error) {
 	}
 	switch m.Type {
 	case TypeHello, TypeAccept:
-		if m.Capabilities, err = decodeCapabilities(payload); err != nil {
+		if m.Capabilities, err = decodeCapabilities(payload, &m.signedAt); err != nil {
 			return nil, err
 		}
 		if m.Type == TypeAccept {
@@ -137,6 +145,9 @@ func ParseControl(msg []byte) (*ControlMessage, error) {
 			if m.Capabilities.Negotiated == nil {
 				return nil, payload.errorf("negotiated", "required member missing")
 			}
+		}
+		if m.signedAt != (span{}) {
+			m.signed0 = blankAt(msg[1:], m.signedAt)
 		}
 	case TypeReject:
 		code, _, err := payload.str("code", true)
@@ -189,6 +200,7 @@ func AppendControl(dst []byte, m *ControlMessage) ([]byte, error) {
 		}
 	}
 	dst = append(dst, byte(KindControl))
+	base := len(dst)
 	dst = append(dst, `{"type":`...)
 	dst = appendJSONString(dst, string(m.Type))
 	if m.SessionID != "" {
@@ -198,7 +210,7 @@ func AppendControl(dst []byte, m *ControlMessage) ([]byte, error) {
 	dst = append(dst, `,"payload":`...)
 	switch m.Type {
 	case TypeHello, TypeAccept:
-		dst = appendCapabilities(dst, m.Capabilities)
+		dst = appendCapabilities(dst, m.Capabilities, base, &m.signedAt)
 	case TypeReject:
 		dst = append(dst, `{"code":`...)
 		dst = appendJSONString(dst, string(m.Reject.Code))

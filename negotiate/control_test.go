@@ -23,7 +23,8 @@ const (
    "proof":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="},
  "extensions":{},"models":["gpt-4o","gpt-4o-mini"]}`
 	negotiatedJSON = `{"algorithms":["m2m"],"encoding":"Cl100kBase","max_payload":16777216,"security_mode":"aead",
- "session_timeout_ms":300000,"ping_interval_ms":60000,"pong_timeout_ms":10000,"authenticated":true}`
+ "session_timeout_ms":300000,"ping_interval_ms":60000,"pong_timeout_ms":10000,"authenticated":true,
+ "confirm":"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}`
 )
 
 func ctl(s string) []byte { return append([]byte{byte(KindControl)}, s...) }
@@ -71,6 +72,7 @@ func TestControlRoundTrip(t *testing.T) {
 	caps.Negotiated = &Negotiated{
 		Algorithms: []Algorithm{"m2m"}, Encoding: "O200kBase", MaxPayload: 4096, SecurityMode: frame.SecurityHMAC,
 		SessionTimeout: DefaultSessionTimeout, PingInterval: DefaultPingInterval, PongTimeout: DefaultPongTimeout,
+		Confirm: seq(0x40, 32),
 	}
 	accept.Capabilities = &caps
 	for _, m := range []*ControlMessage{
@@ -88,6 +90,10 @@ func TestControlRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", m.Type, err, b[1:])
 		}
+		if got.signedAt != m.signedAt {
+			t.Fatalf("%s: proof or confirmation read at %v, written at %v", m.Type, got.signedAt, m.signedAt)
+		}
+		got.signedAt, got.signed0 = m.signedAt, m.signed0
 		if !reflect.DeepEqual(got, m) {
 			t.Fatalf("%s round trip\n got %+v\nwant %+v\n%s", m.Type, got, m, b[1:])
 		}
@@ -174,6 +180,8 @@ func TestParseControlStrictness(t *testing.T) {
 		{"accept without negotiated", ctl(`{"type":"ACCEPT","session_id":"` + testSID + `","timestamp":5,"payload":` + helloPayload + `}`), ErrMalformedControl},
 		{"accept", ctl(`{"type":"ACCEPT","session_id":"` + testSID + `","timestamp":5,"payload":` + withMember(helloPayload, "negotiated", negotiatedJSON) + `}`), nil},
 		{"accept with UUID session id", ctl(`{"type":"ACCEPT","session_id":"9b2e6a4c-1f0d-4c3e-8a55-0c1d2e3f4a5b","timestamp":5,"payload":` + withMember(helloPayload, "negotiated", negotiatedJSON) + `}`), ErrMalformedControl},
+		{"accept without confirmation", ctl(`{"type":"ACCEPT","session_id":"` + testSID + `","timestamp":5,"payload":` + withMember(helloPayload, "negotiated", strings.Replace(negotiatedJSON, `"confirm"`, `"x"`, 1)) + `}`), ErrMalformedControl},
+		{"accept with short confirmation", ctl(`{"type":"ACCEPT","session_id":"` + testSID + `","timestamp":5,"payload":` + withMember(helloPayload, "negotiated", strings.Replace(negotiatedJSON, `"AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8="}`, `"AAEC"}`, 1)) + `}`), ErrMalformedControl},
 		{"accept without session id", ctl(`{"type":"ACCEPT","timestamp":5,"payload":` + withMember(helloPayload, "negotiated", negotiatedJSON) + `}`), ErrMalformedControl},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -2,6 +2,7 @@ package negotiate
 
 import (
 	"bytes"
+	"crypto/hkdf"
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/base64"
@@ -9,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -160,6 +162,51 @@ func generateExample(t *testing.T) string {
 		t.Fatal(err)
 	}
 
+	// The proof and the key confirmation, recomputed here from the text of
+	// §5.1 and §5.2 rather than through the code under test.
+	blank := `"` + base64.StdEncoding.EncodeToString(make([]byte, 32)) + `"`
+	blanked := func(msg, value []byte) (int, []byte) {
+		b64 := `"` + base64.StdEncoding.EncodeToString(value) + `"`
+		i := bytes.Index(msg, []byte(b64))
+		if i < 0 || bytes.Count(msg, []byte(b64)) != 1 {
+			t.Fatalf("value %s not exactly once in the message", b64)
+		}
+		return i, slices.Concat(msg[1:i], []byte(blank), msg[i+len(b64):])
+	}
+	proofAt, hello0 := blanked(hello, proof)
+	mac := hmac.New(sha256.New, agentKey)
+	mac.Write([]byte("m2m/1 hello"))
+	mac.Write(hello0)
+	if !hmac.Equal(mac.Sum(nil), proof) {
+		t.Fatal("proof is not HMAC(agent_key, \"m2m/1 hello\" ‖ HELLO with the proof blanked)")
+	}
+	parsedAccept, _ := ParseControl(accept)
+	confirm := parsedAccept.Capabilities.Negotiated.Confirm
+	confirmAt, accept0 := blanked(accept, confirm)
+	th := sha256.New()
+	th.Write([]byte("m2m/1 transcript"))
+	for _, m := range [][]byte{hello[1:], accept0} {
+		th.Write(binary.BigEndian.AppendUint32(nil, uint32(len(m))))
+		th.Write(m)
+	}
+	if !bytes.Equal(th.Sum(nil), client.Transcript[:]) {
+		t.Fatal("transcript is not over the HELLO and the ACCEPT with its confirmation blanked")
+	}
+	prk, err := hkdf.Extract(sha256.New, slices.Concat(shared, agentKey), client.Transcript[:])
+	if err != nil {
+		t.Fatal(err)
+	}
+	confirmKey, err := hkdf.Expand(sha256.New, prk, "m2m/1 accept confirm", 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mac = hmac.New(sha256.New, confirmKey)
+	mac.Write([]byte("m2m/1 accept"))
+	mac.Write(client.Transcript[:])
+	if !hmac.Equal(mac.Sum(nil), confirm) {
+		t.Fatal("confirm is not HMAC(k_confirm, \"m2m/1 accept\" ‖ transcript)")
+	}
+
 	// DATA both ways on data channel 4, each the channel's first frame in
 	// its direction.
 	_, clientRecv, err := client.Sealers(0)
@@ -256,12 +303,20 @@ func generateExample(t *testing.T) string {
 	d.p("|---|---|")
 	d.p("| agent_key = HKDF(master, `m2m/v1/%s/%s`) | `%x` |", exampleOrg, exampleClient, agentKey)
 	d.p("| client public key | `%x` |", pub)
-	d.p("| proof (§5.2) | `%x` |", proof)
+	d.p("| SHA-256 of the HELLO envelope with the proof blanked (for checking, §5.2) | `%x` |", sha256.Sum256(hello0))
+	d.p("| proof = HMAC(agent_key, `m2m/1 hello` ‖ that envelope) (§5.2) | `%x` |", proof)
 	d.p("| daemon public key | `%x` |", client.Peer.Security.PublicKey)
 	d.p("| shared = X25519 | `%x` |", shared)
+	d.p("| SHA-256 of the ACCEPT envelope with the confirmation blanked (for checking) | `%x` |", sha256.Sum256(accept0))
 	d.p("| transcript (§5.1) | `%x` |", client.Transcript)
 	d.p("| k_c2s | `%x` |", client.ClientToDaemonKey())
 	d.p("| k_s2c | `%x` |", client.DaemonToClientKey())
+	d.p("| k_confirm | `%x` |", confirmKey)
+	d.p("| confirm = HMAC(k_confirm, `m2m/1 accept` ‖ transcript) (§5.1) | `%x` |", confirm)
+	d.p("")
+	d.p("In the messages below the proof's Base64 string, quotes included, is the %d bytes at HELLO offset", len(blank))
+	d.p("`%04x`, and the confirmation's at ACCEPT offset `%04x`; the \"blanked\" envelopes above have `%s`", proofAt, confirmAt, blank)
+	d.p("there instead, and start after the kind byte.")
 	d.p("")
 	d.p("The session id is `%s`. Messages, as the length-delimited bytes on the wire (QUIC adds the", client.ID)
 	d.p("u32 BE length before each; WebSocket sends each as one binary message):")

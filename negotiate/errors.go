@@ -42,6 +42,11 @@ var (
 	// ErrAuthDowngrade: the client holds an agent key but the daemon did not
 	// confirm authentication, or confirmed one the client did not offer.
 	ErrAuthDowngrade = errors.New("negotiate: authentication not confirmed by daemon")
+	// ErrBadConfirmation: the ACCEPT's key confirmation (docs/protocol.md
+	// §5.1) does not match: the HELLO or the ACCEPT was changed in transit,
+	// or the peer is not the daemon holding the agent key. It comes wrapped
+	// together with ErrBadAccept.
+	ErrBadConfirmation = errors.New("negotiate: ACCEPT key confirmation does not match")
 	// ErrHandshakeDone: a ClientHandshake was used after it finished.
 	ErrHandshakeDone = errors.New("negotiate: handshake already finished")
 	// ErrConfig: a ServerConfig or ClientConfig value is out of range.

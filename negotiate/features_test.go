@@ -37,8 +37,8 @@ func TestNegotiateFeatures(t *testing.T) {
 		{"none offered", []Feature{"cancel"}, nil, nil, "", ""},
 		{"daemon has none", nil, []Feature{"cancel"}, nil, "", `,"features":["cancel"]`},
 		{"client order, unknown ignored", []Feature{"cancel", "delta", "tn_sealed"}, []Feature{"tn_sealed", "zzz", "cancel"},
-			[]Feature{"tn_sealed", "cancel"}, `,"features":["tn_sealed","cancel"]}`, `,"features":["tn_sealed","zzz","cancel"]`},
-		{"duplicates once", []Feature{"cancel"}, []Feature{"cancel", "cancel"}, []Feature{"cancel"}, `,"features":["cancel"]}`, `,"features":["cancel","cancel"]`},
+			[]Feature{"tn_sealed", "cancel"}, `,"features":["tn_sealed","cancel"],"confirm":`, `,"features":["tn_sealed","zzz","cancel"]`},
+		{"duplicates once", []Feature{"cancel"}, []Feature{"cancel", "cancel"}, []Feature{"cancel"}, `,"features":["cancel"],"confirm":`, `,"features":["cancel","cancel"]`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestServer(t, func(c *ServerConfig) { c.Features = tc.daemon })
@@ -57,7 +57,8 @@ func TestNegotiateFeatures(t *testing.T) {
 			if !reflect.DeepEqual(server.Params.Features, tc.want) {
 				t.Fatalf("daemon negotiated %q, want %q", server.Params.Features, tc.want)
 			}
-			// The member is written only when non-empty, last in negotiated.
+			// The member is written only when non-empty, after authenticated and
+			// before the key confirmation.
 			if tc.wantAcceptMember == "" && bytes.Contains(reply, []byte(`"features"`)) ||
 				tc.wantAcceptMember != "" && !bytes.Contains(reply, []byte(`"authenticated":false`+tc.wantAcceptMember)) {
 				t.Fatalf("ACCEPT %s", reply)

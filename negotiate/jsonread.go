@@ -29,11 +29,14 @@ func (k jsonKind) String() string {
 }
 
 type jsonValue struct {
-	kind    jsonKind
-	b       bool
-	text    string // string value, or the number literal as written
-	elems   []jsonValue
-	members []jsonMember
+	kind jsonKind
+	// start and end delimit the value as written in the parsed input
+	// (a string's quotes included): where a proof is blanked (§5).
+	start, end int
+	b          bool
+	text       string // string value, or the number literal as written
+	elems      []jsonValue
+	members    []jsonMember
 }
 
 type jsonMember struct {
@@ -83,6 +86,13 @@ func (r *jsonReader) skipSpace() {
 }
 
 func (r *jsonReader) value(depth int) (jsonValue, error) {
+	start := r.pos
+	v, err := r.bareValue(depth)
+	v.start, v.end = start, r.pos
+	return v, err
+}
+
+func (r *jsonReader) bareValue(depth int) (jsonValue, error) {
 	if r.pos >= len(r.data) {
 		return jsonValue{}, r.errorf("unexpected end of input")
 	}
@@ -380,6 +390,16 @@ func (o jsonObj) get(name string) (*jsonValue, error) {
 		return nil, nil
 	}
 	return found, nil
+}
+
+// span returns where the member's value is written; zero when absent.
+func (o jsonObj) span(name string) span {
+	for i := range o.v.members {
+		if m := &o.v.members[i]; m.name == name {
+			return span{m.value.start, m.value.end}
+		}
+	}
+	return span{}
 }
 
 func (o jsonObj) typed(name string, kind jsonKind, required bool) (*jsonValue, error) {

@@ -65,19 +65,18 @@ func deriveAgentKey(master []byte, org, agent string) ([]byte, error) {
 	return out, nil
 }
 
-// helloProof, transcriptHash and frameKeys are docs/protocol.md §5 as the
-// security package implements it; the wrappers keep this package's call
-// sites and types.
-func helloProof(agentKey []byte, org, agent string, publicKey, nonce []byte, timestamp uint64) ([ProofSize]byte, error) {
-	return security.HelloProof(agentKey, org, agent, publicKey, nonce, timestamp)
-}
+// transcriptHash and sessionKeys are docs/protocol.md §5 as the security
+// package implements it; the wrappers keep this package's call sites and
+// types.
+func transcriptHash(hello, accept0 []byte) [32]byte { return security.Transcript(hello, accept0) }
 
-func transcriptHash(hello, accept []byte) [32]byte { return security.Transcript(hello, accept) }
-
-func frameKeys(shared, agentKey []byte, transcript [32]byte) (c2s, s2c [FrameKeySize]byte, err error) {
-	a, b, err := security.DeriveFrameKeys(shared, agentKey, transcript)
+// sessionKeys derives the frame keys and the ACCEPT's key confirmation.
+func sessionKeys(shared, agentKey []byte, transcript [32]byte) (c2s, s2c [FrameKeySize]byte, confirm [ConfirmSize]byte, err error) {
+	a, b, ck, err := security.DeriveFrameKeys(shared, agentKey, transcript)
 	if err != nil {
-		return c2s, s2c, fmt.Errorf("negotiate: frame keys: %w", err)
+		return c2s, s2c, confirm, fmt.Errorf("negotiate: frame keys: %w", err)
 	}
-	return a, b, nil
+	confirm = security.AcceptConfirmation(ck, transcript)
+	ck.Wipe()
+	return a, b, confirm, nil
 }

@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
+	"strings"
 	"testing"
+	"time"
 )
 
 // Vectors from the wire reference §4.4 and §4.6.
@@ -57,24 +60,30 @@ func TestSharedSecretRefusesLowOrderPoint(t *testing.T) {
 }
 
 // The proof and the transcript are rebuilt here byte by byte from the text
-// of docs/protocol.md §5, independently of the code's incremental hashing.
+// of docs/protocol.md §5, independently of the code's incremental hashing:
+// the proof is HMAC(agent key, "m2m/1 hello" ‖ the HELLO with the proof's
+// Base64 string, quotes included, replaced by that of 32 zero bytes).
 func TestProofLayout(t *testing.T) {
 	key := seq(0x10, 32)
-	pub, nonce := seq(0x40, 32), seq(0x60, 32)
-	msg := []byte("m2m/1 hello")
-	msg = append(msg, 4)
-	msg = append(msg, "acme"...)
-	msg = append(msg, 5)
-	msg = append(msg, "alice"...)
-	msg = append(msg, pub...)
-	msg = append(msg, nonce...)
-	msg = append(msg, 0x00, 0x00, 0x01, 0x8d, 0x18, 0xf0, 0x06, 0x80) // 1705520400000 BE
-	m := hmac.New(sha256.New, key)
-	m.Write(msg)
-	want := m.Sum(nil)
-	got, err := helloProof(key, "acme", "alice", pub, nonce, 1705520400000)
-	if err != nil || !bytes.Equal(got[:], want) {
-		t.Fatalf("proof %x, want %x", got, want)
+	h, err := NewHello(ClientConfig{AgentID: "alice", Org: "acme", AgentKey: key}, time.UnixMilli(1705520400000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello := string(h.Message()[1:])
+	m, err := ParseControl(h.Message())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := `"` + base64.StdEncoding.EncodeToString(m.Capabilities.Security.Proof) + `"`
+	if strings.Count(hello, b64) != 1 {
+		t.Fatalf("proof %s not once in %s", b64, hello)
+	}
+	blank := `"` + base64.StdEncoding.EncodeToString(make([]byte, 32)) + `"`
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte("m2m/1 hello"))
+	mac.Write([]byte(strings.Replace(hello, b64, blank, 1)))
+	if want := mac.Sum(nil); !bytes.Equal(m.Capabilities.Security.Proof, want) {
+		t.Fatalf("proof %x, want %x", m.Capabilities.Security.Proof, want)
 	}
 }
 
@@ -98,7 +107,7 @@ func TestTranscriptLayout(t *testing.T) {
 func TestFrameKeysDependOnEveryInput(t *testing.T) {
 	shared := seq(0x20, 32)
 	var tr [32]byte
-	c2s, s2c, err := frameKeys(shared, nil, tr)
+	c2s, s2c, conf, err := sessionKeys(shared, nil, tr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,12 +116,12 @@ func TestFrameKeysDependOnEveryInput(t *testing.T) {
 	}
 	tr2 := tr
 	tr2[31] ^= 1
-	c2s2, s2c2, _ := frameKeys(shared, nil, tr2)
-	c2s3, s2c3, _ := frameKeys(shared, seq(0x99, 32), tr)
+	c2s2, s2c2, conf2, _ := sessionKeys(shared, nil, tr2)
+	c2s3, s2c3, conf3, _ := sessionKeys(shared, seq(0x99, 32), tr)
 	shared[0] ^= 1
-	c2s4, s2c4, _ := frameKeys(shared, nil, tr)
-	for name, k := range map[string][2][32]byte{"transcript": {c2s2, s2c2}, "agent key": {c2s3, s2c3}, "shared": {c2s4, s2c4}} {
-		if k[0] == c2s || k[1] == s2c {
+	c2s4, s2c4, conf4, _ := sessionKeys(shared, nil, tr)
+	for name, k := range map[string][3][32]byte{"transcript": {c2s2, s2c2, conf2}, "agent key": {c2s3, s2c3, conf3}, "shared": {c2s4, s2c4, conf4}} {
+		if k[0] == c2s || k[1] == s2c || k[2] == conf {
 			t.Errorf("changing the %s leaves a key unchanged", name)
 		}
 	}

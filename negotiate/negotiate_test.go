@@ -254,26 +254,44 @@ func TestHandshakeBothSidesAgree(t *testing.T) {
 	}
 }
 
-// Every byte of both messages enters the keys: an ACCEPT that differs only
-// in insignificant whitespace yields other keys on the client.
+// Every byte of both messages enters the transcript, and the client checks
+// the daemon's key confirmation over it in every mode (findings 2 and 3 of
+// the security review): an ACCEPT or a HELLO changed in transit, even in
+// insignificant whitespace or in mode none, is refused by the client.
 func TestTranscriptBindsExactBytes(t *testing.T) {
 	s := newTestServer(t, nil)
-	h, err := NewHello(ClientConfig{AgentID: "alice"}, t0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	server, reply, err := s.Accept(t0, h.Message(), false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	spaced := append([]byte{}, reply[:len(reply)-1]...)
-	spaced = append(spaced, ' ', '}')
-	client, err := h.Accept(spaced)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if client.Transcript == server.Transcript || bytes.Equal(client.SendKey(), server.ReceiveKey()) {
-		t.Fatal("keys survive a changed ACCEPT")
+	for _, mode := range []frame.Security{frame.SecurityNone, frame.SecurityHMAC, frame.SecurityAEAD} {
+		spaced := func(b []byte) []byte { return append(append([]byte{}, b[:len(b)-1]...), ' ', '}') }
+		same := func(b []byte) []byte { return b }
+		for name, tamper := range map[string]struct{ hello, accept func([]byte) []byte }{
+			"nothing":           {same, same},
+			"ACCEPT whitespace": {same, spaced},
+			"HELLO whitespace":  {spaced, same},
+			"ACCEPT timer": {same, func(a []byte) []byte {
+				return bytes.Replace(a, []byte(`"ping_interval_ms":60000`), []byte(`"ping_interval_ms":59999`), 1)
+			}},
+		} {
+			t.Run(mode.String()+"/"+name, func(t *testing.T) {
+				h, err := NewHello(ClientConfig{AgentID: "alice", Security: mode}, t0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				server, reply, err := s.Accept(t0, tamper.hello(h.Message()), false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				client, err := h.Accept(tamper.accept(reply))
+				if name == "nothing" {
+					if err != nil || client.Transcript != server.Transcript || !bytes.Equal(client.SendKey(), server.ReceiveKey()) {
+						t.Fatalf("untouched handshake: %v", err)
+					}
+					return
+				}
+				if !errors.Is(err, ErrBadConfirmation) || !errors.Is(err, ErrBadAccept) {
+					t.Fatalf("changed in transit: err %v, want ErrBadConfirmation", err)
+				}
+			})
+		}
 	}
 }
 
@@ -418,11 +436,11 @@ func TestFrameKeysFollowSpec(t *testing.T) {
 	if got := fmt.Sprintf("%x", shared); got != "5266019be756db8c25a94f398234f82d8fc04c95ca6375587edaf39ce04cc631" {
 		t.Fatalf("shared secret %s (daemon key not the scripted one?)", got)
 	}
-	c2s, s2c, _ := frameKeys(shared, testAgentKey(t, "acme", "alice"), client.Transcript)
+	c2s, s2c, _, _ := sessionKeys(shared, testAgentKey(t, "acme", "alice"), client.Transcript)
 	if !bytes.Equal(c2s[:], server.ClientToDaemonKey()) || !bytes.Equal(s2c[:], client.DaemonToClientKey()) {
 		t.Fatal("keys are not HKDF(transcript, shared ‖ agent key)")
 	}
-	bare, _, _ := frameKeys(shared, nil, client.Transcript)
+	bare, _, _, _ := sessionKeys(shared, nil, client.Transcript)
 	if bytes.Equal(bare[:], c2s[:]) {
 		t.Fatal("agent key has no effect")
 	}
@@ -450,10 +468,17 @@ func TestAuthenticationTamperedHello(t *testing.T) {
 			return strings.Replace(msg, old, new, 1)
 		}
 	}
+	// The proof covers the whole HELLO (security review finding 2): the
+	// requested mode, the models, every byte.
 	for name, tamper := range map[string]func(string) string{
-		"agent id":  replace(`"agent_id":"alice"`, `"agent_id":"alicf"`),
-		"timestamp": replace(`"timestamp":1705520400000`, `"timestamp":1705520400001`),
-		"nonce":     flipNonce,
+		"agent id":    replace(`"agent_id":"alice"`, `"agent_id":"alicf"`),
+		"timestamp":   replace(`"timestamp":1705520400000`, `"timestamp":1705520400001`),
+		"nonce":       flipNonce,
+		"mode":        replace(`"mode":"aead"`, `"mode":"none"`),
+		"max payload": replace(`"max_payload":0`, `"max_payload":1`),
+		"whitespace":  replace(`,"timestamp"`, ` ,"timestamp"`),
+		"agent type":  replace(`"agent_type":"m2md-go"`, `"agent_type":"m2md-gp"`),
+		"extra field": replace(`"extensions":{}`, `"extensions":{"x":"y"}`),
 	} {
 		_, _, err := s.Accept(t0, []byte(tamper(string(h.Message()))), false)
 		if rejectCode(err) != RejectSecurityPolicy {

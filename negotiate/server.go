@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/security"
 )
 
 // Server is the daemon's side of the handshake. It holds the policy, the
@@ -149,6 +150,9 @@ func (s *Server) accept(now time.Time, helloJSON []byte, hello *ControlMessage, 
 			Negotiated: &params,
 		},
 	}
+	// Written with the confirmation blank, hashed as it stands, then the
+	// confirmation computed from the keys is patched in (§5.1).
+	params.Confirm = make([]byte, ConfirmSize)
 	reply, err := AppendControl(nil, accept)
 	if err != nil {
 		return nil, nil, err
@@ -164,25 +168,19 @@ func (s *Server) accept(now time.Time, helloJSON []byte, hello *ControlMessage, 
 	if params.Authenticated {
 		sess.Org = caps.Security.Org
 	}
-	if sess.c2s, sess.s2c, err = frameKeys(shared, agentKey, sess.Transcript); err != nil {
+	var confirm [ConfirmSize]byte
+	if sess.c2s, sess.s2c, confirm, err = sessionKeys(shared, agentKey, sess.Transcript); err != nil {
 		return nil, nil, err
 	}
+	patchAt(reply[1:], accept.signedAt, confirm[:])
+	sess.Params.Confirm = confirm[:]
 	return sess, reply, nil
 }
 
-// Negotiate decides the session parameters for a parsed HELLO, or returns a
-// *RejectError (docs/protocol.md §3.2): version, algorithms, encoding,
-// max_payload, security mode, authentication, capacity, in this order.
-//
-// Accept calls it; it is exported for callers that want the decision
-// without the key exchange. An authenticated HELLO's proof is recorded as
-// used, so the same HELLO cannot then be passed to Accept.
-func (s *Server) Negotiate(now time.Time, hello *ControlMessage, atCapacity bool) (Negotiated, error) {
-	n, agentKey, err := s.negotiate(now, hello, atCapacity)
-	clear(agentKey)
-	return n, err
-}
-
+// negotiate decides the session parameters for a parsed HELLO, or returns
+// a *RejectError (docs/protocol.md §3.2): version, algorithms, encoding,
+// max_payload, security mode, authentication, capacity, in this order. An
+// authenticated HELLO's proof is recorded as used.
 func (s *Server) negotiate(now time.Time, hello *ControlMessage, atCapacity bool) (Negotiated, []byte, error) {
 	if hello == nil || hello.Type != TypeHello || hello.Capabilities == nil {
 		return Negotiated{}, nil, rejectf(RejectUnknown, "not a HELLO")
@@ -285,7 +283,9 @@ func (s *Server) authenticate(now time.Time, hello *ControlMessage) ([]byte, err
 	if err != nil {
 		return nil, rejectf(RejectSecurityPolicy, "authentication failed")
 	}
-	want, err := helloProof(agentKey, sec.Org, hello.Capabilities.AgentID, sec.PublicKey, sec.Nonce, uint64(hello.Timestamp))
+	// The proof covers the whole HELLO as received (§5.2): a mode, model
+	// or key rewritten on the path fails here.
+	want, err := security.HelloProof(agentKey, hello.signed0)
 	if err != nil || !hmac.Equal(want[:], sec.Proof) {
 		clear(agentKey)
 		return nil, rejectf(RejectSecurityPolicy, "authentication failed")

@@ -113,7 +113,7 @@ func BenchmarkHandshake(b *testing.B) {
 			b.Fatal(err)
 		}
 		tr := Transcript([]byte(vecHello), []byte(vecAccept))
-		c2s, s2c, err := DeriveFrameKeys(shared[:], agentKey, tr)
+		c2s, s2c, ck, err := DeriveFrameKeys(shared[:], agentKey, tr)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -123,14 +123,15 @@ func BenchmarkHandshake(b *testing.B) {
 		if _, err := NewFrameKey(frame.SecurityAEAD, s2c[:]); err != nil {
 			b.Fatal(err)
 		}
+		AcceptConfirmation(ck, tr)
 	}
 }
 
 func BenchmarkHelloProof(b *testing.B) {
-	agentKey, pub, nonce := repeat(0x42, 32), repeat(1, 32), repeat(2, 32)
+	agentKey := repeat(0x42, 32)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := HelloProof(agentKey, "test-org", "agent-001", pub, nonce, vecTimestamp); err != nil {
+		if _, err := HelloProof(agentKey, []byte(vecHello0)); err != nil {
 			b.Fatal(err)
 		}
 	}

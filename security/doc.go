@@ -15,8 +15,9 @@
 //     from an org master secret, and a named-key Keyring.
 //   - X25519 key agreement on crypto/ecdh (x25519.go; §4.6).
 //   - The m2md session key schedule (session.go; docs/protocol.md §5): the
-//     handshake transcript hash, the two per-direction frame keys, and the
-//     agent's HELLO proof.
+//     handshake transcript hash, the two per-direction frame keys, the
+//     ACCEPT's key confirmation, and the agent's HELLO proof over the whole
+//     HELLO.
 //
 // # Per-frame use
 //

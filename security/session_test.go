@@ -14,8 +14,9 @@ import (
 //	prk = hmac(tr, shared + agent_key, sha256)
 //	c2s = hmac(prk, b"m2m/1 client to daemon" + b"\x01", sha256)
 //	s2c = hmac(prk, b"m2m/1 daemon to client" + b"\x01", sha256)
-//	proof = hmac(agent_key, b"m2m/1 hello" + b"\x08test-org" + b"\x09agent-001"
-//	             + pk_A + bytes(range(0x40, 0x60)) + pack(">Q", 1705520400000), sha256)
+//	ck  = hmac(prk, b"m2m/1 accept confirm" + b"\x01", sha256)
+//	confirm = hmac(ck, b"m2m/1 accept" + tr, sha256)
+//	proof = hmac(agent_key, b"m2m/1 hello" + vecHello0, sha256)
 //
 // shared and pk_A are the X25519 vector of wire reference §4.6; agent_key is
 // the §4.4 agent-001 key (c87f…dba1).
@@ -27,7 +28,8 @@ const (
 	vecShared     = "5266019be756db8c25a94f398234f82d8fc04c95ca6375587edaf39ce04cc631"
 	vecAgentKey   = "c87f687fae1cf5991cd0cc64e113ec09750b0d1c41338a41cd8ad90bdd60dba1"
 	vecPubA       = "07a37cbc142093c8b755dc1b10e86cb426374ad16aa853ed0bdfc0b2b86d1c7c"
-	vecProof      = "4cb67a886f6f889a6eb4f7d3b2e8563b8345fb4212baca022526052e6d1c7c6f"
+	vecHello0     = `{"type":"HELLO","payload":{"agent_id":"agent-001","security":{"mode":"aead","org":"test-org","proof":"AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="}},"timestamp":1705520400000}`
+	vecProof      = "71d620c5a5a55d9360efb424a17b97cf3feccc5f04bfcf9063e6a3c348efdcd5"
 	vecTimestamp  = 1705520400000
 )
 
@@ -48,20 +50,25 @@ func TestDeriveFrameKeysVector(t *testing.T) {
 	tr := Transcript([]byte(vecHello), []byte(vecAccept))
 	shared, agentKey := unhex(t, vecShared), unhex(t, vecAgentKey)
 	for _, tc := range []struct {
-		name     string
-		agentKey []byte
-		c2s, s2c string
+		name              string
+		agentKey          []byte
+		c2s, s2c, confirm string
 	}{
 		{"with agent key", agentKey,
 			"1bf20816866d07fc9c6dcd4fb001455f7bc128ceb914af0e3e96937819845815",
-			"a91fea9790fd86888b45ab8b3cf7c175948111320b6e7903366bd89d80e6b870"},
+			"a91fea9790fd86888b45ab8b3cf7c175948111320b6e7903366bd89d80e6b870",
+			"cfb3549585340fce76bb491bcac9de7eacbaf942dfb04f94aad74f63941ee0a5"},
 		{"without org secret", nil,
 			"47dce290d31efe42369c65024e20f6408a626e8d7929dafff96f9a4226fcdc14",
-			"97f39f76ee7704c08e91818a6c286693f381474e59a07e34e711ecf621d02ed5"},
+			"97f39f76ee7704c08e91818a6c286693f381474e59a07e34e711ecf621d02ed5",
+			"a45b4c617fbc6f33d71634bdf1d82bdb68df5870d0f5d8a5dffa0438d223ece5"},
 	} {
-		c2s, s2c, err := DeriveFrameKeys(shared, tc.agentKey, tr)
+		c2s, s2c, ck, err := DeriveFrameKeys(shared, tc.agentKey, tr)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := AcceptConfirmation(ck, tr); hex.EncodeToString(got[:]) != tc.confirm {
+			t.Errorf("%s: confirmation %x, want %s", tc.name, got, tc.confirm)
 		}
 		if got := hex.EncodeToString(c2s[:]); got != tc.c2s {
 			t.Errorf("%s: c2s %s, want %s", tc.name, got, tc.c2s)
@@ -78,7 +85,7 @@ func TestDeriveFrameKeysVector(t *testing.T) {
 		{"16-byte agent key", shared, agentKey[:16]},
 		{"no shared", nil, nil},
 	} {
-		if _, _, err := DeriveFrameKeys(tc.shared, tc.agentKey, tr); !errors.Is(err, ErrInvalidKey) {
+		if _, _, _, err := DeriveFrameKeys(tc.shared, tc.agentKey, tr); !errors.Is(err, ErrInvalidKey) {
 			t.Errorf("%s: %v, want ErrInvalidKey", tc.name, err)
 		}
 	}
@@ -92,8 +99,8 @@ func TestHandshakeAgrees(t *testing.T) {
 	tr := Transcript([]byte(vecHello), []byte(vecAccept))
 	cs, _ := client.SharedSecret(dp[:])
 	ds, _ := daemon.SharedSecret(cp[:])
-	c1, s1, err1 := DeriveFrameKeys(cs[:], unhex(t, vecAgentKey), tr)
-	c2, s2, err2 := DeriveFrameKeys(ds[:], unhex(t, vecAgentKey), tr)
+	c1, s1, _, err1 := DeriveFrameKeys(cs[:], unhex(t, vecAgentKey), tr)
+	c2, s2, _, err2 := DeriveFrameKeys(ds[:], unhex(t, vecAgentKey), tr)
 	if err := errors.Join(err1, err2); err != nil {
 		t.Fatal(err)
 	}
@@ -101,65 +108,43 @@ func TestHandshakeAgrees(t *testing.T) {
 		t.Fatal("client and daemon frame keys disagree, or the directions share a key")
 	}
 	// A different agent key (someone without the org secret) gets other keys.
-	c3, _, _ := DeriveFrameKeys(ds[:], repeat(0x42, 32), tr)
+	c3, _, _, _ := DeriveFrameKeys(ds[:], repeat(0x42, 32), tr)
 	if c3 == c1 {
 		t.Fatal("agent key does not enter the frame keys")
 	}
 }
 
 func TestHelloProofVector(t *testing.T) {
-	agentKey, pub, nonce := unhex(t, vecAgentKey), unhex(t, vecPubA), seqBytes(0x40, 32)
-	proof, err := HelloProof(agentKey, "test-org", "agent-001", pub, nonce, vecTimestamp)
+	agentKey, hello0 := unhex(t, vecAgentKey), []byte(vecHello0)
+	proof, err := HelloProof(agentKey, hello0)
 	if got := hex.EncodeToString(proof[:]); err != nil || got != vecProof {
 		t.Fatalf("proof %s, %v\nwant %s", got, err, vecProof)
 	}
-	if err := VerifyHelloProof(agentKey, "test-org", "agent-001", pub, nonce, vecTimestamp, proof[:]); err != nil {
+	if err := VerifyHelloProof(agentKey, hello0, proof[:]); err != nil {
 		t.Fatalf("own proof refused: %v", err)
 	}
-	// Every input is bound by the proof.
-	other := func(b []byte) []byte { c := append([]byte(nil), b...); c[0] ^= 1; return c }
+	// Every byte of the HELLO and the key are bound by the proof.
+	other := func(b []byte, i int) []byte { c := append([]byte(nil), b...); c[i] ^= 1; return c }
 	for _, tc := range []struct {
-		name       string
-		key        []byte
-		org, agent string
-		pub, nonce []byte
-		ts         uint64
-		proof      []byte
+		name          string
+		key, h, proof []byte
 	}{
-		{"key", other(agentKey), "test-org", "agent-001", pub, nonce, vecTimestamp, proof[:]},
-		{"org", agentKey, "test-orh", "agent-001", pub, nonce, vecTimestamp, proof[:]},
-		{"agent", agentKey, "test-org", "agent-002", pub, nonce, vecTimestamp, proof[:]},
-		{"org/agent split", agentKey, "test-orga", "gent-001", pub, nonce, vecTimestamp, proof[:]},
-		{"public key", agentKey, "test-org", "agent-001", other(pub), nonce, vecTimestamp, proof[:]},
-		{"nonce", agentKey, "test-org", "agent-001", pub, other(nonce), vecTimestamp, proof[:]},
-		{"timestamp", agentKey, "test-org", "agent-001", pub, nonce, vecTimestamp + 1, proof[:]},
-		{"proof", agentKey, "test-org", "agent-001", pub, nonce, vecTimestamp, other(proof[:])},
-		{"short proof", agentKey, "test-org", "agent-001", pub, nonce, vecTimestamp, proof[:31]},
-		{"no proof", agentKey, "test-org", "agent-001", pub, nonce, vecTimestamp, nil},
+		{"key", other(agentKey, 0), hello0, proof[:]},
+		{"first HELLO byte", agentKey, other(hello0, 0), proof[:]},
+		{"last HELLO byte", agentKey, other(hello0, len(hello0)-1), proof[:]},
+		{"HELLO truncated", agentKey, hello0[:len(hello0)-1], proof[:]},
+		{"proof", agentKey, hello0, other(proof[:], 31)},
+		{"short proof", agentKey, hello0, proof[:31]},
+		{"no proof", agentKey, hello0, nil},
 	} {
-		err := VerifyHelloProof(tc.key, tc.org, tc.agent, tc.pub, tc.nonce, tc.ts, tc.proof)
-		if !errors.Is(err, ErrVerificationFailed) {
+		if err := VerifyHelloProof(tc.key, tc.h, tc.proof); !errors.Is(err, ErrVerificationFailed) {
 			t.Errorf("changed %s: %v, want ErrVerificationFailed", tc.name, err)
 		}
 	}
-	for _, tc := range []struct {
-		name       string
-		key        []byte
-		org, agent string
-		pub, nonce []byte
-		want       error
-	}{
-		{"short key", agentKey[:16], "o", "a", pub, nonce, ErrInvalidKey},
-		{"bad org", agentKey, "o/x", "a", pub, nonce, ErrInvalidID},
-		{"empty agent", agentKey, "o", "", pub, nonce, ErrInvalidID},
-		{"short public key", agentKey, "o", "a", pub[:31], nonce, ErrInvalidPublicKey},
-		{"short nonce", agentKey, "o", "a", pub, nonce[:16], ErrMalformed},
-	} {
-		if _, err := HelloProof(tc.key, tc.org, tc.agent, tc.pub, tc.nonce, 1); !errors.Is(err, tc.want) {
-			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
-		}
-		if err := VerifyHelloProof(tc.key, tc.org, tc.agent, tc.pub, tc.nonce, 1, make([]byte, 32)); !errors.Is(err, tc.want) {
-			t.Errorf("verify %s: %v, want %v", tc.name, err, tc.want)
-		}
+	if _, err := HelloProof(agentKey[:16], hello0); !errors.Is(err, ErrInvalidKey) {
+		t.Errorf("short key: %v, want ErrInvalidKey", err)
+	}
+	if err := VerifyHelloProof(agentKey[:16], hello0, proof[:]); !errors.Is(err, ErrInvalidKey) {
+		t.Errorf("verify with short key: %v, want ErrInvalidKey", err)
 	}
 }
