@@ -69,6 +69,8 @@ type call struct {
 	from      string
 	err       error // after the queue drains, what Recv returns
 	abandoned bool
+	ended     bool        // the END arrived
+	unwatch   func() bool // stops the context watch (see watch)
 }
 
 func newCall(s *session, id uint64, ch transport.ChannelID) *call {
@@ -157,7 +159,8 @@ func (cl *call) next(ctx context.Context) (reply, error) {
 // abandon drops what is queued; replies still to come are dropped as they
 // arrive. The call stays registered until its END, which returns the
 // channel to the pool: a channel with a request outstanding must not carry
-// the next one.
+// the next one. A request whose END has not arrived is cancelled
+// (sendCancel), so the provider stops and the END comes at once.
 func (cl *call) abandon() {
 	cl.mu.Lock()
 	if cl.abandoned {
@@ -170,10 +173,18 @@ func (cl *call) abandon() {
 	}
 	q := cl.queue
 	cl.queue, cl.queued = nil, 0
+	ended, stop := cl.ended, cl.unwatch
+	cl.unwatch = nil
 	cl.mu.Unlock()
 	cl.signal()
 	for i := range q {
 		q[i].msg.Release()
+	}
+	if stop != nil {
+		stop()
+	}
+	if !ended {
+		cl.s.sendCancel(cl)
 	}
 }
 
@@ -232,8 +243,10 @@ func (st *Stream) lim() frame.Limits { return st.cl.s.decLim }
 // the daemon answered.
 func (st *Stream) From() string { return st.cl.sender() }
 
-// Close abandons the stream: replies still queued or to come are dropped.
-// It is safe to call more than once and at the same time as Recv.
+// Close abandons the stream: replies still queued or to come are dropped,
+// and a request whose final reply has not arrived is cancelled at its
+// provider (when the session negotiated feature cancel). It is safe to call
+// more than once and at the same time as Recv.
 func (st *Stream) Close() error {
 	st.once.Do(st.cl.abandon)
 	return nil
@@ -303,7 +316,8 @@ func (c *Client) Do(ctx context.Context, body []byte, opts ...CallOption) (*Resp
 
 // Stream sends a request and returns its replies one by one, for providers
 // that stream (Do collects them instead). ctx bounds the whole stream, not
-// just this call. Close the Stream when done with it, whether or not Recv
+// just this call: when it ends before the final reply, the request is
+// cancelled at its provider (docs/protocol.md §4.1). Close the Stream when done with it, whether or not Recv
 // reached io.EOF.
 func (c *Client) Stream(ctx context.Context, body []byte, opts ...CallOption) (*Stream, error) {
 	return c.start(ctx, body, false, opts)
@@ -373,6 +387,7 @@ func (c *Client) start(ctx context.Context, payload []byte, raw bool, opts []Cal
 	if !raw {
 		c.stats.jsonSent.Add(uint64(len(payload)))
 	}
+	cl.watch(ctx, st)
 	return st, nil
 }
 

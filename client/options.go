@@ -24,7 +24,7 @@ import (
 // in every HELLO unless Options.DisableFeatures names them.
 func Features() []negotiate.Feature { return slices.Clone(features) }
 
-var features = []negotiate.Feature{}
+var features = []negotiate.Feature{negotiate.FeatureCancel}
 
 // Defaults of Options.
 const (

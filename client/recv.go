@@ -47,6 +47,8 @@ func (s *session) readLoop() {
 			s.protocolError(err)
 		case kind == negotiate.KindControl:
 			s.handleControl(msg)
+		case kind == negotiate.KindCancel:
+			s.handleCancel(msg)
 		default:
 			s.handleData(msg)
 		}
@@ -238,6 +240,7 @@ func (s *session) handleReply(hdr negotiate.DataHeader, msg transport.Message, p
 		return
 	}
 	if hdr.IsEnd() {
+		cl.endWatch()
 		s.conn.ReleaseChannel(cl.ch)
 	}
 	s.c.stats.replies.Add(1)

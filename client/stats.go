@@ -22,6 +22,11 @@ type Stats struct {
 	LateReplies    uint64 // replies to requests nobody waits for any more, dropped
 	BadFrames      uint64 // received frames refused (verification, sequence, decoding)
 	Reconnects     uint64 // sessions established after the first
+	// CancelsSent counts CANCELs sent for this client's requests (context
+	// ended or stream closed early); CancelsReceived those that stopped a
+	// handler here.
+	CancelsSent     uint64
+	CancelsReceived uint64
 
 	FramesSent        uint64
 	FramesReceived    uint64
@@ -51,6 +56,7 @@ func ratio(a, b uint64) float64 {
 type counters struct {
 	requests, replies, deliveries, busy, notices, late, badFrames, reconnects atomic.Uint64
 	framesSent, framesReceived                                                atomic.Uint64
+	cancelsSent, cancelsReceived                                              atomic.Uint64
 	wireSent, wireReceived, jsonSent, jsonReceived                            atomic.Uint64
 }
 
@@ -64,6 +70,8 @@ func (c *counters) snapshot() Stats {
 		LateReplies:       c.late.Load(),
 		BadFrames:         c.badFrames.Load(),
 		Reconnects:        c.reconnects.Load(),
+		CancelsSent:       c.cancelsSent.Load(),
+		CancelsReceived:   c.cancelsReceived.Load(),
 		FramesSent:        c.framesSent.Load(),
 		FramesReceived:    c.framesReceived.Load(),
 		WireBytesSent:     c.wireSent.Load(),

@@ -16,7 +16,7 @@ import (
 // to every client that lists them in HELLO (docs/protocol.md §3.6).
 func Features() []negotiate.Feature { return slices.Clone(features) }
 
-var features = []negotiate.Feature{}
+var features = []negotiate.Feature{negotiate.FeatureCancel}
 
 // Defaults, in one place. Every one is a Config field (zero means default)
 // and an `m2md serve` flag.

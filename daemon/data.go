@@ -125,6 +125,7 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 		}
 		return
 	}
+	srv.router.SetProviderChannel(d.Provider, d.ID, uint64(pch))
 	m, ok := buildData(pch, 0, d.ID, se.agent, fr, algo)
 	if !ok {
 		prov.conn.ReleaseChannel(pch)

@@ -32,6 +32,7 @@ type metrics struct {
 	routingSeconds    prometheus.Histogram
 	sessionsClosed    *prometheus.CounterVec
 	limited           *prometheus.CounterVec
+	cancels           *prometheus.CounterVec
 }
 
 func newMetrics() *metrics {
@@ -81,6 +82,9 @@ func newMetrics() *metrics {
 		limited: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "m2md_limited_total", Help: "Connections refused or messages refused/dropped by a configured limit, by limit.",
 		}, []string{"limit"}),
+		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "m2md_cancels_total", Help: "CANCELs received from requesters, by result: forwarded to the provider, provider_without_cancel (its late replies are dropped), provider_queue_full, not_outstanding (the request had ended).",
+		}, []string{"result"}),
 		sessionsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "m2md_sessions_closed_total", Help: "Sessions ended, by CLOSE reason.",
 		}, []string{"reason"}),
@@ -90,7 +94,7 @@ func newMetrics() *metrics {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.sessions, m.sessionsTotal, m.handshakeFailures, m.handshakeSeconds,
 		m.framesIn, m.framesOut, m.writeBatches, m.bytesIn, m.bytesOut,
-		m.routingFailures, m.framesRefused, m.queueDrops, m.routingSeconds, m.sessionsClosed, m.limited,
+		m.routingFailures, m.framesRefused, m.queueDrops, m.routingSeconds, m.sessionsClosed, m.limited, m.cancels,
 	)
 	return m
 }

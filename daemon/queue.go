@@ -24,6 +24,9 @@ type outMsg struct {
 	// closeAfter makes the writer close the connection once the message is
 	// written (the acknowledgement of a received CLOSE).
 	closeAfter bool
+	// cancel marks a CANCEL: queued with the DATA (it must follow its
+	// request on the channel) and, like DATA, never sent after CLOSE.
+	cancel bool
 }
 
 // tailroom is the spare capacity every outgoing frame buffer carries, so the

@@ -91,6 +91,10 @@ func New(cfg Config) (*Server, error) {
 	if err := s.setupTLS(); err != nil {
 		return nil, err
 	}
+	s.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "m2md_outstanding_requests",
+		Help: "Requests delivered to providers whose final reply has not arrived (nor been cancelled).",
+	}, func() float64 { return float64(s.Outstanding()) }))
 	for _, r := range router.Reasons() {
 		r := r
 		s.metrics.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
@@ -127,6 +131,10 @@ func (s *Server) setupTLS() error {
 
 // Fingerprint is the SHA-256 fingerprint (hex) of the daemon's certificate,
 // for clients that pin it.
+// Outstanding returns the requests delivered to providers whose final reply
+// has not arrived and that were not cancelled (m2md_outstanding_requests).
+func (s *Server) Outstanding() int { return s.router.Stats().Pending }
+
 func (s *Server) Fingerprint() string { return s.fingerprint }
 
 // Ready is closed once every listener is bound.

@@ -278,6 +278,10 @@ func (se *session) readLoop() {
 			msg.Release()
 			continue
 		}
+		if kind == negotiate.KindCancel {
+			se.handleCancel(msg)
+			continue
+		}
 		if kind == negotiate.KindData {
 			if msg.Channel == transport.ControlChannel && se.transport == "quic" {
 				// QUIC's stream 0 carries control messages only

@@ -185,7 +185,7 @@ func (se *session) writeControl(b []byte) {
 // protection, in place (the buffer carries tailroom for the tag).
 func (se *session) write(m outMsg) {
 	defer m.free()
-	if m.algo >= 0 && se.closeWritten.Load() {
+	if (m.algo >= 0 || m.cancel) && se.closeWritten.Load() {
 		// After CLOSE a side sends nothing else (docs/protocol.md §3.5).
 		se.srv.metrics.queueDrops.WithLabelValues("after_close").Inc()
 		return

@@ -271,6 +271,8 @@ type received struct {
 	body  []byte // decoded JSON, nil if it did not decode
 	err   error  // decode error
 	code  string // error code for schema-10 frames
+	// cancel marks a CANCEL message (hdr.RequestID is its request id).
+	cancel bool
 }
 
 var errControl = errors.New("control message")
@@ -295,6 +297,13 @@ func (a *rawAgent) recv(timeout time.Duration) (*received, *negotiate.ControlMes
 			return nil, nil, err
 		}
 		return nil, cm, errControl
+	}
+	if kind == negotiate.KindCancel {
+		id, err := negotiate.ParseCancel(msg.Data)
+		if err != nil {
+			return nil, nil, err
+		}
+		return &received{ch: msg.Channel, hdr: negotiate.DataHeader{RequestID: id}, cancel: true}, nil, nil
 	}
 	dh, fr, err := negotiate.ParseData(msg.Data)
 	if err != nil {

@@ -78,6 +78,9 @@ const (
 	CodeTooManyRequests  ErrorCode = "too_many_requests"
 	CodeProviderBusy     ErrorCode = "provider_busy"
 	CodeRequesterGone    ErrorCode = "requester_gone"
+	// CodeCancelled: the final reply to a request its requester cancelled
+	// (§4.1); also what a provider answers a CANCEL with.
+	CodeCancelled ErrorCode = "cancelled"
 )
 
 // Codes the Go client sends as a provider (docs/protocol.md §4).

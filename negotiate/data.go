@@ -1,6 +1,7 @@
 package negotiate
 
 import (
+	"errors"
 	"fmt"
 )
 
@@ -73,11 +74,8 @@ func AppendDataHeader(dst []byte, flags DataFlags, requestID uint64, peer string
 		}
 	}
 	dst = append(dst, byte(KindData), byte(flags))
-	for requestID >= 0x80 {
-		dst = append(dst, byte(requestID)|0x80)
-		requestID >>= 7
-	}
-	dst = append(dst, byte(requestID), byte(len(peer)))
+	dst = appendUvarint(dst, requestID)
+	dst = append(dst, byte(len(peer)))
 	return append(dst, peer...), nil
 }
 
@@ -113,28 +111,9 @@ func ParseData(msg []byte) (DataHeader, []byte, error) {
 	if !h.Flags.valid() {
 		return h, nil, fmt.Errorf("%w: flags %#02x", ErrBadDataHeader, msg[1])
 	}
-	pos := 2
-	var id uint64
-	for shift := uint(0); ; shift += 7 {
-		if pos >= len(msg) {
-			return h, nil, fmt.Errorf("%w: request id truncated", ErrBadDataHeader)
-		}
-		b := msg[pos]
-		pos++
-		n := pos - 2
-		if n == maxUvarintLen && b > 1 {
-			return h, nil, fmt.Errorf("%w: request id overflows 64 bits", ErrBadDataHeader)
-		}
-		id |= uint64(b&0x7f) << shift
-		if b < 0x80 {
-			if b == 0 && n > 1 {
-				return h, nil, fmt.Errorf("%w: request id not minimally encoded", ErrBadDataHeader)
-			}
-			break
-		}
-	}
-	if id == 0 {
-		return h, nil, fmt.Errorf("%w: request id 0", ErrBadDataHeader)
+	id, pos, err := readRequestID(msg, 2)
+	if err != nil {
+		return h, nil, fmt.Errorf("%w: %w", ErrBadDataHeader, err)
 	}
 	h.RequestID = id
 	if pos >= len(msg) {
@@ -160,4 +139,41 @@ func ParseData(msg []byte) (DataHeader, []byte, error) {
 	}
 	h.Peer = peer
 	return h, msg[pos:], nil
+}
+
+func appendUvarint(dst []byte, v uint64) []byte {
+	for v >= 0x80 {
+		dst = append(dst, byte(v)|0x80)
+		v >>= 7
+	}
+	return append(dst, byte(v))
+}
+
+// readRequestID reads the request id at msg[pos:]: a minimal uvarint of at
+// most 10 bytes, non-zero. It returns the position after it.
+func readRequestID(msg []byte, pos int) (uint64, int, error) {
+	start := pos
+	var id uint64
+	for shift := uint(0); ; shift += 7 {
+		if pos >= len(msg) {
+			return 0, pos, errors.New("request id truncated")
+		}
+		b := msg[pos]
+		pos++
+		n := pos - start
+		if n == maxUvarintLen && b > 1 {
+			return 0, pos, errors.New("request id overflows 64 bits")
+		}
+		id |= uint64(b&0x7f) << shift
+		if b < 0x80 {
+			if b == 0 && n > 1 {
+				return 0, pos, errors.New("request id not minimally encoded")
+			}
+			break
+		}
+	}
+	if id == 0 {
+		return 0, pos, errors.New("request id 0")
+	}
+	return id, pos, nil
 }

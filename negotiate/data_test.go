@@ -144,7 +144,8 @@ func TestMessageKind(t *testing.T) {
 		{[]byte{2}, KindData, nil},
 		{nil, 0, ErrUnknownKind},
 		{[]byte{0}, 0, ErrUnknownKind},
-		{[]byte{3}, 0, ErrUnknownKind},
+		{[]byte{3, 1}, KindCancel, nil},
+		{[]byte{4}, 0, ErrUnknownKind},
 		{[]byte{0x23}, 0, ErrUnknownKind},
 	} {
 		k, err := MessageKind(tc.msg)

@@ -8,8 +8,8 @@ import (
 // Errors for malformed messages. Every parse error wraps exactly one of these,
 // with the detail (offset, member path, value) in the message.
 var (
-	// ErrUnknownKind: the message's first byte is neither CONTROL nor DATA,
-	// or the message is empty.
+	// ErrUnknownKind: the message's first byte is not CONTROL, DATA or
+	// CANCEL, or the message is empty.
 	ErrUnknownKind = errors.New("negotiate: unknown message kind")
 	// ErrNotControl: a CONTROL message was expected and this is another kind.
 	ErrNotControl = errors.New("negotiate: not a CONTROL message")
@@ -17,6 +17,8 @@ var (
 	ErrNotData = errors.New("negotiate: not a DATA message")
 	// ErrBadDataHeader: the DATA header is truncated or violates §4.
 	ErrBadDataHeader = errors.New("negotiate: malformed DATA header")
+	// ErrBadCancel: a CANCEL message is truncated or violates §4.1.
+	ErrBadCancel = errors.New("negotiate: malformed CANCEL")
 	// ErrControlTooLarge: a CONTROL message exceeds MaxControlSize.
 	ErrControlTooLarge = errors.New("negotiate: CONTROL message too large")
 	// ErrMalformedControl: the envelope or its payload is not valid JSON,

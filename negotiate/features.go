@@ -44,7 +44,7 @@ func ValidFeature(f Feature) bool {
 }
 
 // Has reports whether feature f was negotiated.
-func (n *Negotiated) Has(f Feature) bool { return slices.Contains(n.Features, f) }
+func (n Negotiated) Has(f Feature) bool { return slices.Contains(n.Features, f) }
 
 // checkFeatures validates a configured features list.
 func checkFeatures(what string, fs []Feature) error {

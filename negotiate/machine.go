@@ -140,7 +140,7 @@ func (m *Machine) CanSend(kind Kind, typ MessageType) error {
 		ok = kind == KindControl && ((m.role == RoleClient && typ == TypeHello) ||
 			(m.role == RoleServer && (typ == TypeAccept || typ == TypeReject)))
 	case StateEstablished:
-		ok = kind == KindData || typ == TypePing || typ == TypePong || typ == TypeClose
+		ok = kind == KindData || kind == KindCancel || typ == TypePing || typ == TypePong || typ == TypeClose
 	case StateClosing, StateClosed:
 		return ErrClosed
 	}
@@ -174,7 +174,7 @@ func (m *Machine) Received(now time.Time, kind Kind, typ MessageType) (Action, e
 			return ActionNone, nil
 		}
 	case StateEstablished:
-		if kind == KindData {
+		if kind == KindData || kind == KindCancel {
 			m.ka.OnReceive(now)
 			return ActionNone, nil
 		}

@@ -125,7 +125,7 @@ func (r *Router[S]) Register(org, agentID string, models []string, value S) (ses
 		org:      org,
 		agentID:  agentID,
 		models:   models,
-		requests: make(map[uint64]struct{}),
+		requests: make(map[uint64]pending[S]),
 	}
 
 	r.mu.Lock()
@@ -224,7 +224,7 @@ func (r *Router[S]) routeRequest(requester *Session[S], req *Request) (Delivery[
 	if req.ID == 0 || len(req.Peer) == 0 && !req.HasRoutingHeader {
 		return Delivery[S]{}, ErrBadFrame
 	}
-	if err := requester.reserve(req.ID, r.cfg.MaxRequests); err != nil {
+	if err := requester.reserve(req.ID, req.Channel, r.cfg.MaxRequests); err != nil {
 		return Delivery[S]{}, err
 	}
 	start := time.Since(r.epoch)
@@ -256,7 +256,43 @@ func (r *Router[S]) routeRequest(requester *Session[S], req *Request) (Delivery[
 		requester.release(req.ID)
 		return Delivery[S]{}, err
 	}
+	requester.bind(req.ID, provider, id)
 	return Delivery[S]{Provider: provider, ID: id}, nil
+}
+
+// SetProviderChannel records the channel the daemon sends delivery
+// deliveryID on, so that Cancel can say where its CANCEL goes (behind the
+// request, on the same channel).
+func (r *Router[S]) SetProviderChannel(provider *Session[S], deliveryID, channel uint64) {
+	provider.setProviderChannel(deliveryID, channel, r.shift)
+}
+
+// Cancelled is a request that Cancel ended: the daemon sends Provider a
+// CANCEL for DeliveryID on ProviderChannel, if the provider negotiated the
+// feature.
+type Cancelled[S any] struct {
+	Provider        *Session[S]
+	DeliveryID      uint64
+	ProviderChannel uint64
+}
+
+// Cancel ends the requester's outstanding request requestID, which must
+// have arrived on channel (docs/protocol.md §4.1): both the requester's
+// request and the provider's delivery are freed at once, and the provider's
+// later replies to it are unknown (dropped as ErrUnknownRequest). It
+// returns ErrUnknownRequest when there is no such request on that channel,
+// or when its END or its provider's departure ended it first: then the
+// requester gets (or has got) that END, and the CANCEL is ignored.
+func (r *Router[S]) Cancel(requester *Session[S], requestID, channel uint64) (Cancelled[S], error) {
+	p, ok := requester.take(requestID, channel)
+	if !ok {
+		return Cancelled[S]{}, ErrUnknownRequest
+	}
+	pch, ok := p.provider.cancel(p.delivery, r.shift)
+	if !ok {
+		return Cancelled[S]{}, ErrUnknownRequest
+	}
+	return Cancelled[S]{Provider: p.provider, DeliveryID: p.delivery, ProviderChannel: pch}, nil
 }
 
 // RouteReply maps a reply from provider, whose request_id is deliveryID,

@@ -31,8 +31,8 @@ type Session[S any] struct {
 
 	// Requester side.
 	reqMu    sync.Mutex
-	reqDone  bool                // removed: requests is nil and stays so
-	requests map[uint64]struct{} // outstanding request ids chosen by this session
+	reqDone  bool                  // removed: requests is nil and stays so
+	requests map[uint64]pending[S] // outstanding requests, by the id this session chose
 
 	_ [64]byte // keep the provider side's hot fields off the requester's cache line
 
@@ -46,6 +46,14 @@ type Session[S any] struct {
 	free        []uint32  // indices of free slots, used as a stack
 }
 
+// pending is where an outstanding request went; provider is nil until the
+// request is delivered.
+type pending[S any] struct {
+	provider *Session[S]
+	delivery uint64
+	channel  uint64
+}
+
 // slot is one delivery to a provider. id is 0 while the slot is free.
 type slot[S any] struct {
 	id        uint64 // gen<<shift | index+1
@@ -54,6 +62,9 @@ type slot[S any] struct {
 	requestID uint64
 	channel   uint64
 	start     time.Duration // since the router's epoch: one clock read, not time.Now's two
+	// provChannel is the channel the delivery travels on to the provider,
+	// set by SetProviderChannel: a CANCEL follows the request there.
+	provChannel uint64
 }
 
 // Value returns the value the daemon registered the session with.
@@ -89,7 +100,7 @@ func (s *Session[S]) Requests() int {
 }
 
 // reserve claims id among s's outstanding requests.
-func (s *Session[S]) reserve(id uint64, max int) error {
+func (s *Session[S]) reserve(id, channel uint64, max int) error {
 	s.reqMu.Lock()
 	defer s.reqMu.Unlock()
 	switch {
@@ -103,8 +114,31 @@ func (s *Session[S]) reserve(id uint64, max int) error {
 	if _, dup := s.requests[id]; dup {
 		return ErrDuplicateRequest
 	}
-	s.requests[id] = struct{}{}
+	s.requests[id] = pending[S]{channel: channel}
 	return nil
+}
+
+// bind records where the reserved request id was delivered.
+func (s *Session[S]) bind(id uint64, provider *Session[S], delivery uint64) {
+	s.reqMu.Lock()
+	if p, ok := s.requests[id]; ok {
+		p.provider, p.delivery = provider, delivery
+		s.requests[id] = p
+	}
+	s.reqMu.Unlock()
+}
+
+// take forgets the delivered request id if it arrived on channel, and
+// returns where it went.
+func (s *Session[S]) take(id, channel uint64) (pending[S], bool) {
+	s.reqMu.Lock()
+	defer s.reqMu.Unlock()
+	p, ok := s.requests[id]
+	if !ok || p.provider == nil || p.channel != channel {
+		return pending[S]{}, false
+	}
+	delete(s.requests, id)
+	return p, true
 }
 
 // release forgets id among s's outstanding requests (END, failure, orphan).
@@ -142,6 +176,7 @@ func (s *Session[S]) deliver(req *Session[S], requestID, channel uint64, start t
 	sl.requestID = requestID
 	sl.channel = channel
 	sl.start = start
+	sl.provChannel = 0
 	s.outstanding.Add(1)
 	return sl.id, nil
 }
@@ -149,30 +184,61 @@ func (s *Session[S]) deliver(req *Session[S], requestID, channel uint64, start t
 // lookup finds delivery id and, if end, frees it. The caller releases the
 // request on the requester's side and turns Reply.Start into a time.
 func (s *Session[S]) lookup(id uint64, end bool, shift uint) (Reply[S], time.Duration, error) {
-	mask := uint64(1)<<shift - 1
 	s.provMu.Lock()
 	defer s.provMu.Unlock()
 	if s.provDone {
 		return Reply[S]{}, 0, ErrSessionClosed
 	}
-	i := id & mask
-	if i == 0 || i > uint64(len(s.slots)) {
-		return Reply[S]{}, 0, ErrUnknownRequest
-	}
-	sl := &s.slots[i-1]
-	if sl.id != id {
+	sl, i := s.slotLocked(id, shift)
+	if sl == nil {
 		return Reply[S]{}, 0, ErrUnknownRequest
 	}
 	rep := Reply[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, End: end}
 	start := sl.start
 	if end {
-		sl.id = 0
-		sl.requester = nil // let a departed requester be collected
-		sl.gen = (sl.gen + 1) & (^uint64(0) >> shift)
-		s.free = append(s.free, uint32(i-1))
-		s.outstanding.Add(-1)
+		s.freeLocked(sl, i, shift)
 	}
 	return rep, start, nil
+}
+
+// slotLocked returns the slot of delivery id, or nil.
+func (s *Session[S]) slotLocked(id uint64, shift uint) (*slot[S], uint32) {
+	i := id & (uint64(1)<<shift - 1)
+	if s.provDone || i == 0 || i > uint64(len(s.slots)) || s.slots[i-1].id != id {
+		return nil, 0
+	}
+	return &s.slots[i-1], uint32(i - 1)
+}
+
+func (s *Session[S]) freeLocked(sl *slot[S], i uint32, shift uint) {
+	sl.id = 0
+	sl.requester = nil // let a departed requester be collected
+	sl.gen = (sl.gen + 1) & (^uint64(0) >> shift)
+	s.free = append(s.free, i)
+	s.outstanding.Add(-1)
+}
+
+// setProviderChannel records the channel of delivery id.
+func (s *Session[S]) setProviderChannel(id, ch uint64, shift uint) {
+	s.provMu.Lock()
+	if sl, _ := s.slotLocked(id, shift); sl != nil {
+		sl.provChannel = ch
+	}
+	s.provMu.Unlock()
+}
+
+// cancel frees delivery id and returns its channel; false when it already
+// ended (its END won the race) or the session was removed.
+func (s *Session[S]) cancel(id uint64, shift uint) (uint64, bool) {
+	s.provMu.Lock()
+	defer s.provMu.Unlock()
+	sl, i := s.slotLocked(id, shift)
+	if sl == nil {
+		return 0, false
+	}
+	ch := sl.provChannel
+	s.freeLocked(sl, i, shift)
+	return ch, true
 }
 
 // closeProvider marks s removed as a provider and returns the deliveries it
