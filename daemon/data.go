@@ -217,6 +217,14 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 		m.free()
 		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeQueueFull)).Inc()
 		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, negotiate.CodeQueueFull, "requester "+req.agent+" is not reading fast enough", "")
+		// The requester missed this reply: end its request rather than
+		// deliver the rest with a hole in it.
+		if !end {
+			if rep, err = srv.router.Abort(se.rs, dh.RequestID); err != nil {
+				return
+			}
+		}
+		req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeQueueFull, "a reply to this request was dropped: this session is not reading fast enough", se.agent)
 		return
 	}
 	srv.metrics.routingSeconds.Observe(time.Since(start).Seconds())
@@ -241,11 +249,14 @@ func (se *session) refuse(ch transport.ChannelID, dh *negotiate.DataHeader, code
 		flags = negotiate.FlagNotice
 		if dh.IsEnd() {
 			se.conn.ReleaseChannel(ch)
-			// The requester waits for an END that will not come from this
-			// provider: end its request with the same error.
-			if rep, err := se.srv.router.RouteReply(se.rs, dh.RequestID, true); err == nil {
-				rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, "provider's final reply was refused: "+message, se.agent)
-			}
+		}
+		// Final or not, the requester would miss part of the answer and
+		// could wait for an END that will not come (the NOTICE tells the
+		// provider to stop): end its request now with the same error.
+		// Later replies to the delivery are unknown and dropped, and the
+		// requester may reuse its request id at once.
+		if rep, err := se.srv.router.Abort(se.rs, dh.RequestID); err == nil {
+			rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, "provider's reply was refused: "+message, se.agent)
 		}
 	}
 	se.sendError(ch, dh.RequestID, flags, code, message, "")

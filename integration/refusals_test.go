@@ -211,9 +211,10 @@ func TestWrongModeFrames(t *testing.T) {
 }
 
 // TestRefusedReplies: a provider's tampered or replayed reply is refused
-// with a NOTICE (flags REPLY|END|NOTICE, the delivery id); a refused chunk
-// reaches nobody, a refused final reply ends the requester's request with
-// the same error, so nobody waits for an END that cannot come.
+// with a NOTICE (flags REPLY|END|NOTICE, the delivery id), and the
+// requester's request ends at once with the same error, after the chunks
+// that did get through: nobody waits for an END that cannot come, and the
+// request id is free again (security review finding 4).
 func TestRefusedReplies(t *testing.T) {
 	d := startDaemon(t, nil)
 	resp := corpus(t, "resp-chat-06.json")
@@ -223,30 +224,49 @@ func TestRefusedReplies(t *testing.T) {
 				suffix := mode.String() + "-" + tr
 				prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "rrprov-" + suffix, Security: mode, Models: []string{"gpt-4o"}})
 				req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "rrreq-" + suffix, Security: mode})
-				_, id := req.request("", corpus(t, "req-chat-1k-01.json"))
+				reqBody := corpus(t, "req-chat-1k-01.json")
+				_, id := req.request("", reqBody)
 				dl := prov.recvData(5 * time.Second)
 				did := dl.hdr.RequestID
 
-				// A tampered chunk: NOTICE to the provider, nothing to the requester.
-				bad := prov.protectAt(dl.ch, encode(t, chunk("x", 0)), 1)
+				// Three chunks reach the requester.
+				for i := range 3 {
+					prov.reply(dl.ch, did, false, chunk("x", i))
+					if r := req.recvData(5 * time.Second); r.hdr.RequestID != id || r.hdr.IsEnd() || !bytes.Equal(r.body, chunk("x", i)) {
+						t.Fatalf("chunk %d: id %d flags %v code %q", i, r.hdr.RequestID, r.hdr.Flags, r.code)
+					}
+				}
+				// A tampered fourth chunk: NOTICE to the provider, and the
+				// requester's request ends with bad_tag.
+				bad := prov.protectAt(dl.ch, encode(t, chunk("x", 3)), 4)
 				bad[len(bad)/2] ^= 1
 				prov.mustSend(dl.ch, negotiate.FlagReply, did, "", bad)
 				prov.expectError(5*time.Second, did, "bad_tag", true)
-				req.expectSilence(100 * time.Millisecond)
-
-				// The honest chunk with the same sequence number goes through.
-				prov.reply(dl.ch, did, false, chunk("x", 0))
-				if r := req.recvData(5 * time.Second); r.hdr.RequestID != id || r.hdr.IsEnd() || !bytes.Equal(r.body, chunk("x", 0)) {
-					t.Fatalf("chunk: id %d flags %v code %q", r.hdr.RequestID, r.hdr.Flags, r.code)
-				}
-				// A replayed final reply: seq 1 again.
-				fin := prov.protectAt(dl.ch, encode(t, resp), 1)
-				prov.mustSend(dl.ch, negotiate.FlagReply|negotiate.FlagEnd, did, "", fin)
-				prov.expectError(5*time.Second, did, "replay", true)
-				end := req.expectError(5*time.Second, id, "replay", false)
+				end := req.expectError(5*time.Second, id, "bad_tag", false)
 				if end.peer != prov.sess.AgentID {
 					t.Fatalf("requester's error names peer %q", end.peer)
 				}
+				// The delivery is over: a late reply to it reaches nobody,
+				// and the request id can be used again at once.
+				prov.reply(dl.ch, did, true, resp)
+				req.expectSilence(100 * time.Millisecond)
+				ch := req.channel()
+				req.mustSend(ch, 0, id, "", req.protect(ch, encode(t, reqBody)))
+				dl2 := prov.recvData(5 * time.Second)
+				if dl2.hdr.IsReply() {
+					t.Fatalf("the re-sent request id did not reach the provider: flags %v code %q", dl2.hdr.Flags, dl2.code)
+				}
+
+				// A replayed final reply (sequence 1 again on the new
+				// channel's second frame) ends the request the same way.
+				prov.reply(dl2.ch, dl2.hdr.RequestID, false, chunk("y", 0))
+				if r := req.recvData(5 * time.Second); r.hdr.RequestID != id || r.hdr.IsEnd() {
+					t.Fatalf("chunk: id %d flags %v code %q", r.hdr.RequestID, r.hdr.Flags, r.code)
+				}
+				fin := prov.protectAt(dl2.ch, encode(t, resp), 1)
+				prov.mustSend(dl2.ch, negotiate.FlagReply|negotiate.FlagEnd, dl2.hdr.RequestID, "", fin)
+				prov.expectError(5*time.Second, dl2.hdr.RequestID, "replay", true)
+				req.expectError(5*time.Second, id, "replay", false)
 				roundTrip(t, req, prov)
 			})
 		}
