@@ -32,6 +32,15 @@
 // untouched. The ratio of the two runs is the protocol's cost.
 // LoadConfig.Echo runs the generator against a target that echoes each
 // message at once: the generator's own ceiling on this machine.
+// LoadConfig.Compare "nats" runs the same load through an embedded
+// nats-server (nats.go request/reply to queue-group responders, TLS when the
+// transport is quic or wss): the system users would pick otherwise,
+// measured in the same run on their own machine.
+//
+// Agents batch as the daemon does: what they send in answer to messages
+// already received, and senders that find another one sending, share one
+// Cork of the connection (one write system call on WebSocket); nothing
+// waits for more messages.
 //
 // With the daemon in this process, CPU time (getrusage) and allocations
 // (runtime.MemStats) are the process's: daemon and generator together,

@@ -93,6 +93,11 @@ type LoadConfig struct {
 	// against a target that echoes at once (the generator's own limit).
 	Baseline bool
 	Echo     bool
+	// Compare names another system to run the same load through, in this
+	// process, and report M2M's ratio to: "nats" (an embedded nats-server,
+	// nats.go request/reply, queue-group responders; TLS when Transport is
+	// quic or wss). Empty: none.
+	Compare string
 
 	// CPUProfile and MemProfile receive a CPU profile of the M2M run's
 	// measurement window and an allocation profile at its end (in-process
@@ -169,9 +174,11 @@ func (c *LoadConfig) withDefaults() (LoadConfig, error) {
 		return cfg, errors.New("bench: rate must be 0 (closed loop) to 10000000 per second")
 	case cfg.Repeat < 1 || cfg.Repeat > 100:
 		return cfg, errors.New("bench: repeat must be 1 to 100")
-	case cfg.ProfileRun != RunM2M && cfg.ProfileRun != RunRelay && cfg.ProfileRun != RunEcho:
-		return cfg, fmt.Errorf("bench: the profiled run must be %s, %s or %s", RunM2M, RunRelay, RunEcho)
-	case cfg.ProfileRun == RunRelay && !cfg.Baseline, cfg.ProfileRun == RunEcho && !cfg.Echo:
+	case cfg.Compare != "" && cfg.Compare != CompareNATS:
+		return cfg, fmt.Errorf("bench: --compare must be %s, not %q", CompareNATS, cfg.Compare)
+	case cfg.ProfileRun != RunM2M && cfg.ProfileRun != RunRelay && cfg.ProfileRun != RunEcho && cfg.ProfileRun != RunNATS:
+		return cfg, fmt.Errorf("bench: the profiled run must be %s, %s, %s or %s", RunM2M, RunRelay, RunEcho, RunNATS)
+	case cfg.ProfileRun == RunRelay && !cfg.Baseline, cfg.ProfileRun == RunEcho && !cfg.Echo, cfg.ProfileRun == RunNATS && cfg.Compare != CompareNATS:
 		return cfg, fmt.Errorf("bench: cannot profile the %s run without running it", cfg.ProfileRun)
 	case cfg.ServiceTime < 0 || cfg.ServiceTime > time.Minute:
 		return cfg, errors.New("bench: service time must be 0 to 1 minute")
@@ -233,6 +240,9 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 	if cfg.Echo {
 		runs = append(runs, RunEcho)
 	}
+	if cfg.Compare == CompareNATS {
+		runs = append(runs, RunNATS)
+	}
 	results := make(map[string][]*Result)
 	step, steps := 0, cfg.Repeat*len(runs)
 	for rep := 0; rep < cfg.Repeat; rep++ {
@@ -262,6 +272,13 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 	}
 	if rs := results[RunEcho]; len(rs) > 0 {
 		rep.Echo = medianResult(rs)
+	}
+	if rs := results[RunNATS]; len(rs) > 0 {
+		rep.NATS = medianResult(rs)
+		rep.NATSRatios = ratiosOf(results[RunM2M], rs)
+		if rel := results[RunRelay]; len(rel) > 0 {
+			rep.RelayNATSRatios = ratiosOf(rel, rs)
+		}
 	}
 	rep.Machine.LoadAvgEnd = loadAvg()
 	rep.computeRatios(results[RunM2M], results[RunRelay])
@@ -339,6 +356,7 @@ type setup struct {
 	target     string
 	daemon     *inprocDaemon
 	relay      *relayServer
+	nats       *natsTarget
 	requesters []*requester
 	stoppers   []func() // providers
 	provErrs   counters
@@ -356,6 +374,9 @@ func (s *setup) close() {
 	wg.Wait()
 	if s.relay != nil {
 		s.relay.stop()
+	}
+	if s.nats != nil {
+		s.nats.stop()
 	}
 	if s.daemon != nil {
 		_ = s.daemon.stop()
@@ -375,6 +396,9 @@ func randomSuffix() string {
 // connect starts the run's target (unless it is a running daemon) and
 // connects its providers and requesters.
 func connect(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, rec *recorder, clk clock, certDir string) (*setup, error) {
+	if kind == RunNATS {
+		return connectNATS(cfg, ps, rec, clk, certDir)
+	}
 	s := &setup{}
 	var ep endpoint
 	var err error
@@ -707,4 +731,43 @@ func (m *monitor) run(ctx context.Context, stop <-chan struct{}) {
 		}
 		return
 	}
+}
+
+// connectNATS starts the embedded nats-server and connects the run's
+// providers and requesters to it.
+func connectNATS(cfg *LoadConfig, ps []prepared, rec *recorder, clk clock, certDir string) (*setup, error) {
+	maxMsg := 0
+	for _, p := range ps {
+		maxMsg = max(maxMsg, len(p.frame)+tagLen)
+	}
+	s := &setup{}
+	var err error
+	withRole(context.Background(), roleRelay, func(context.Context) {
+		s.nats, err = startNATS(cfg.Transport, certDir, maxMsg)
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.target = "in-process " + s.nats.url
+	for i := range cfg.Providers {
+		p, err := startNATSProvider(s.nats, cfg.ServiceTime, &s.provErrs)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("provider %d: %w", i+1, err)
+		}
+		s.stoppers = append(s.stoppers, p.stop)
+	}
+	perConn := cfg.MaxInFlight
+	if cfg.Rate == 0 {
+		perConn = (cfg.Concurrency + cfg.Connections - 1) / cfg.Connections
+	}
+	for i := range cfg.Connections {
+		c, err := dialNATSRequester(s.nats, perConn)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("requester %d: %w", i+1, err)
+		}
+		s.requesters = append(s.requesters, newRequester(c, &tagWire{conn: c}, nil, ps, rec, clk, perConn, cfg.Timeout))
+	}
+	return s, nil
 }

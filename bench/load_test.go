@@ -23,14 +23,14 @@ func TestLoadEndToEnd(t *testing.T) {
 		name string
 		cfg  LoadConfig
 	}{
-		{"quic-none-closed", LoadConfig{Transport: TransportQUIC, Baseline: true, Echo: true}},
-		{"ws-aead-closed", LoadConfig{Transport: TransportWS, Security: frame.SecurityAEAD, Baseline: true}},
+		{"quic-none-closed", LoadConfig{Transport: TransportQUIC, Baseline: true, Echo: true, Compare: CompareNATS}},
+		{"ws-aead-closed", LoadConfig{Transport: TransportWS, Security: frame.SecurityAEAD, Baseline: true, Compare: CompareNATS}},
 		// Responses and chunks have no routing model: they are addressed to
 		// providers by agent id.
 		// At most 64 in flight: a machine busy with other work may stall the
 		// run, and the backlog must then stay under the daemon's limit of
 		// requests outstanding per session.
-		{"wss-hmac-open-corpus", LoadConfig{Transport: TransportWSS, Security: frame.SecurityHMAC, Rate: 1000, MaxInFlight: 64, Payloads: mixed, ServiceTime: time.Millisecond}},
+		{"wss-hmac-open-corpus", LoadConfig{Transport: TransportWSS, Security: frame.SecurityHMAC, Rate: 1000, MaxInFlight: 64, Payloads: mixed, ServiceTime: time.Millisecond, Compare: CompareNATS}},
 		{"quic-tokennative", LoadConfig{Transport: TransportQUIC, Algorithm: AlgorithmTokenNative, Payloads: mixed[:2]}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -49,6 +49,15 @@ func TestLoadEndToEnd(t *testing.T) {
 			}
 			if cfg.Echo {
 				runs = append(runs, rep.Echo)
+			}
+			if cfg.Compare == CompareNATS {
+				runs = append(runs, rep.NATS)
+				if rep.NATSRatios == nil || rep.NATSRatios.RoundTrips <= 0 {
+					t.Errorf("NATS ratios %+v", rep.NATSRatios)
+				}
+				if cfg.Baseline && rep.RelayNATSRatios == nil {
+					t.Error("no relay/NATS ratios")
+				}
 			}
 			for _, res := range runs {
 				if res == nil {

@@ -18,6 +18,10 @@ const (
 	RunM2M   = "m2m"   // routed through the M2M daemon
 	RunRelay = "relay" // the same load through the bare relay (--baseline)
 	RunEcho  = "echo"  // the generator against a target that echoes at once (--echo)
+	RunNATS  = "nats"  // the same load through an embedded nats-server (--compare nats)
+
+	// CompareNATS is LoadConfig.Compare's one value.
+	CompareNATS = "nats"
 )
 
 // Result is one run's figures. Latency is from each request's intended send
@@ -124,6 +128,12 @@ type LoadReport struct {
 	Baseline *Result `json:"baseline,omitempty"`
 	Echo     *Result `json:"echo,omitempty"`
 	Ratios   *Ratios `json:"ratios,omitempty"`
+	// NATS is the same load through an embedded nats-server (--compare
+	// nats); NATSRatios compares the M2M run with it, RelayNATSRatios the
+	// bare relay.
+	NATS            *Result `json:"nats,omitempty"`
+	NATSRatios      *Ratios `json:"nats_ratios,omitempty"`
+	RelayNATSRatios *Ratios `json:"relay_nats_ratios,omitempty"`
 	// Repetitions lists each repetition's headline figures when the runs
 	// were repeated (the figures above are then medians).
 	Repetitions []Repetition `json:"repetitions,omitempty"`
@@ -287,9 +297,15 @@ func ratio(a, b float64) float64 {
 // made right after it, and keeps the median of each ratio: a drift in the
 // machine's load between repetitions then cancels out.
 func (r *LoadReport) computeRatios(m2m, base []*Result) {
+	r.Ratios = ratiosOf(m2m, base)
+}
+
+// ratiosOf compares each repetition of one run with the other run's of the
+// same repetition (made seconds apart) and keeps the median of each ratio.
+func ratiosOf(m2m, base []*Result) *Ratios {
 	n := min(len(m2m), len(base))
 	if n == 0 {
-		return
+		return nil
 	}
 	var rt, perCPU, p50, p99, p999, allocs []float64
 	for i := range n {
@@ -303,12 +319,13 @@ func (r *LoadReport) computeRatios(m2m, base []*Result) {
 			perCPU = append(perCPU, ratio(b.Process.CPUPerRoundTripUS, a.Process.CPUPerRoundTripUS))
 		}
 	}
-	r.Ratios = &Ratios{RoundTrips: median(rt), P50: median(p50), P99: median(p99), P999: median(p999)}
+	q := &Ratios{RoundTrips: median(rt), P50: median(p50), P99: median(p99), P999: median(p999)}
 	if len(allocs) == n {
 		d := median(allocs)
-		r.Ratios.AllocsPerFrameExtra = &d
-		r.Ratios.RoundTripsPerCPU = median(perCPU)
+		q.AllocsPerFrameExtra = &d
+		q.RoundTripsPerCPU = median(perCPU)
 	}
+	return q
 }
 
 // WriteJSON writes the report as indented JSON.
@@ -340,44 +357,71 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		runs = append(runs, r.Echo)
 		names = append(names, "echo target")
 	}
+	if r.NATS != nil {
+		runs = append(runs, r.NATS)
+		names = append(names, natsName(c.Transport))
+	}
+	// Ratio columns: M2M over the bare relay, over NATS, and the bare relay
+	// over NATS.
+	type ratioCol struct {
+		name string
+		q    *Ratios
+	}
+	var cols []ratioCol
+	for _, rc := range []ratioCol{{"M2M/relay", r.Ratios}, {"M2M/NATS", r.NATSRatios}, {"relay/NATS", r.RelayNATSRatios}} {
+		if rc.q != nil {
+			cols = append(cols, rc)
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	row := func(label string, f func(*Result) string, ratio string) {
+	row := func(label string, f func(*Result) string, rf func(*Ratios) string) {
 		fmt.Fprintf(tw, "%s\t", label)
 		for _, res := range runs {
 			fmt.Fprintf(tw, "%s\t", f(res))
 		}
-		if r.Ratios != nil {
-			fmt.Fprintf(tw, "%s\t", ratio)
+		for _, col := range cols {
+			v := ""
+			if rf != nil {
+				v = rf(col.q)
+			}
+			fmt.Fprintf(tw, "%s\t", v)
 		}
 		fmt.Fprintln(tw)
 	}
 	hdr := append([]string{""}, names...)
-	if r.Ratios != nil {
-		hdr = append(hdr, "M2M/relay")
+	for _, col := range cols {
+		hdr = append(hdr, col.name)
 	}
 	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
-	rt := func(v float64) string { return fmt.Sprintf("%.2fx", v) }
-	var q Ratios
-	if r.Ratios != nil {
-		q = *r.Ratios
+	rt := func(f func(*Ratios) float64) func(*Ratios) string {
+		return func(q *Ratios) string {
+			if v := f(q); v != 0 {
+				return fmt.Sprintf("%.2fx", v)
+			}
+			return "-"
+		}
 	}
-	row("round trips/s", func(x *Result) string { return thousands(x.RoundTripsPerSec) }, rt(q.RoundTrips))
-	if q.RoundTripsPerCPU != 0 {
+	row("round trips/s", func(x *Result) string { return thousands(x.RoundTripsPerSec) }, rt(func(q *Ratios) float64 { return q.RoundTrips }))
+	perCPU := false
+	for _, col := range cols {
+		perCPU = perCPU || col.q.RoundTripsPerCPU != 0
+	}
+	if perCPU {
 		row("round trips/CPU-s", func(x *Result) string {
 			if x.Process == nil || x.Process.CPUPerRoundTripUS == 0 {
 				return "-"
 			}
 			return thousands(1e6 / x.Process.CPUPerRoundTripUS)
-		}, rt(q.RoundTripsPerCPU))
+		}, rt(func(q *Ratios) float64 { return q.RoundTripsPerCPU }))
 	}
-	row("frames/s", func(x *Result) string { return thousands(x.FramesPerSec) }, "")
-	row("MB/s", func(x *Result) string { return fmt.Sprintf("%.1f", x.MBPerSec) }, "")
-	row("p50", func(x *Result) string { return micros(x.P50US) }, rt(q.P50))
-	row("p90", func(x *Result) string { return micros(x.P90US) }, "")
-	row("p99", func(x *Result) string { return micros(x.P99US) }, rt(q.P99))
-	row("p99.9", func(x *Result) string { return micros(x.P999US) }, rt(q.P999))
-	row("max", func(x *Result) string { return micros(x.MaxUS) }, "")
-	row("errors", func(x *Result) string { return fmt.Sprint(x.Errors) }, "")
+	row("frames/s", func(x *Result) string { return thousands(x.FramesPerSec) }, nil)
+	row("MB/s", func(x *Result) string { return fmt.Sprintf("%.1f", x.MBPerSec) }, nil)
+	row("p50", func(x *Result) string { return micros(x.P50US) }, rt(func(q *Ratios) float64 { return q.P50 }))
+	row("p90", func(x *Result) string { return micros(x.P90US) }, nil)
+	row("p99", func(x *Result) string { return micros(x.P99US) }, rt(func(q *Ratios) float64 { return q.P99 }))
+	row("p99.9", func(x *Result) string { return micros(x.P999US) }, rt(func(q *Ratios) float64 { return q.P999 }))
+	row("max", func(x *Result) string { return micros(x.MaxUS) }, nil)
+	row("errors", func(x *Result) string { return fmt.Sprint(x.Errors) }, nil)
 	if r.Process != nil {
 		label := "process"
 		if r.Process.Source == "metrics" {
@@ -391,17 +435,18 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 				return f(x.Process)
 			}
 		}
-		row("CPU ("+label+")", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f cores", p.CPUCores) }), "")
-		row("CPU/round trip", proc(func(p *ProcessStats) string { return micros(p.CPUPerRoundTripUS) }), "")
-		extra := ""
-		if q.AllocsPerFrameExtra != nil {
-			extra = fmt.Sprintf("%+.1f", *q.AllocsPerFrameExtra)
-		}
-		row("allocs/frame", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.1f", p.AllocsPerFrame) }), extra)
-		row("alloc B/frame", proc(func(p *ProcessStats) string { return thousands(p.AllocBytesPerFrame) }), "")
-		row("heap in use", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.1f MB", float64(p.HeapInuseBytes)/1e6) }), "")
+		row("CPU ("+label+")", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f cores", p.CPUCores) }), nil)
+		row("CPU/round trip", proc(func(p *ProcessStats) string { return micros(p.CPUPerRoundTripUS) }), nil)
+		row("allocs/frame", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.1f", p.AllocsPerFrame) }), func(q *Ratios) string {
+			if q.AllocsPerFrameExtra == nil {
+				return ""
+			}
+			return fmt.Sprintf("%+.1f", *q.AllocsPerFrameExtra)
+		})
+		row("alloc B/frame", proc(func(p *ProcessStats) string { return thousands(p.AllocBytesPerFrame) }), nil)
+		row("heap in use", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.1f MB", float64(p.HeapInuseBytes)/1e6) }), nil)
 		if r.Process.Source == "process" {
-			row("CPU wait", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f threads", p.CPUWait) }), "")
+			row("CPU wait", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f threads", p.CPUWait) }), nil)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -421,7 +466,7 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w)
 	}
 	if r.Process != nil && r.Process.Source == "process" {
-		fmt.Fprintln(w, "\nCPU and allocations are this process's: daemon (or relay) and load generator together.")
+		fmt.Fprintln(w, "\nCPU and allocations are this process's: daemon (or relay, or nats-server) and load generator together.")
 		fmt.Fprintln(w, "CPU wait: threads of this process ready to run but held off the CPU by other work on the machine.")
 	}
 	return nil
@@ -471,7 +516,8 @@ func thousands(v float64) string {
 func WriteLoadMarkdown(w io.Writer, reps []*LoadReport) error {
 	var t table
 	t.add("transport", "security", "payload", "load", "M2M rt/s", "relay rt/s", "ratio", "ratio per CPU",
-		"M2M p50 / p99 / p99.9", "relay p50 / p99 / p99.9", "p99 ratio", "allocs/frame M2M / relay", "CPU µs/rt M2M / relay", "errors")
+		"M2M p50 / p99 / p99.9", "relay p50 / p99 / p99.9", "p99 ratio", "allocs/frame M2M / relay", "CPU µs/rt M2M / relay",
+		"NATS rt/s", "M2M/NATS", "M2M/NATS per CPU", "NATS p50 / p99 / p99.9", "errors")
 	lat := func(r *Result) string {
 		return fmt.Sprintf("%s / %s / %s", micros(r.P50US), micros(r.P99US), micros(r.P999US))
 	}
@@ -500,7 +546,15 @@ func WriteLoadMarkdown(w io.Writer, reps []*LoadReport) error {
 		} else {
 			row = append(row, "-", "-", "-", lat(&r.Result), "-", "-")
 		}
-		row = append(row, allocs, cpu, fmt.Sprint(errs))
+		row = append(row, allocs, cpu)
+		if n, q := r.NATS, r.NATSRatios; n != nil && q != nil {
+			errs += n.Errors
+			row = append(row, natsName(c.Transport)+" "+thousands(n.RoundTripsPerSec), fmt.Sprintf("%.2fx", q.RoundTrips),
+				fmt.Sprintf("%.2fx", q.RoundTripsPerCPU), lat(n))
+		} else {
+			row = append(row, "-", "-", "-", "-")
+		}
+		row = append(row, fmt.Sprint(errs))
 		t.add(row...)
 	}
 	return t.markdown(w)
@@ -544,4 +598,12 @@ func WriteRepetitionsMarkdown(w io.Writer, reps []*LoadReport) error {
 		}
 	}
 	return t.markdown(w)
+}
+
+// natsName labels the NATS run: over TLS when compared with QUIC or wss.
+func natsName(transport string) string {
+	if natsUsesTLS(transport) {
+		return "NATS (TLS)"
+	}
+	return "NATS"
 }

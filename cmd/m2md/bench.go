@@ -83,12 +83,13 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&enc, "encoding", "cl100k", "TokenNative `tokenizer`: cl100k or o200k")
 	fs.StringVar(&security, "security", "none", "frame security `mode`: none, hmac or aead")
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the same load through a bare relay on the same transport (no M2M protocol) and report the ratio")
+	fs.StringVar(&cfg.Compare, "compare", "", "`system`: also run the same load through another system in this process and report the ratio: nats (embedded nats-server, nats.go request/reply, queue-group responders; TLS when --transport is quic or wss)")
 	fs.BoolVar(&cfg.Echo, "echo", false, "also run the load generator against a target that echoes at once (the generator's own limit)")
 	fs.StringVar(&jsonOut, "json", "", "write every figure to this JSON `file`")
 	fs.StringVar(&plotOut, "plot", "", "draw latency percentiles and throughput over time into this `file` (.svg or .png)")
 	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measurement window to `file` (goroutines labelled role=daemon|loadgen)")
 	fs.StringVar(&memProfile, "memprofile", "", "write an allocation profile to `file` at the end of the profiled run")
-	fs.StringVar(&cfg.ProfileRun, "profile-run", bench.RunM2M, "the `run` --cpuprofile and --memprofile cover: m2m, relay or echo")
+	fs.StringVar(&cfg.ProfileRun, "profile-run", bench.RunM2M, "the `run` --cpuprofile and --memprofile cover: m2m, relay, echo or nats")
 	fs.IntVar(&cfg.Repeat, "repeat", 1, "run everything this many times, interleaved, and report medians")
 	alias(fs, "target", "url")
 	alias(fs, "algorithm", "algo")
@@ -171,6 +172,9 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 		runs++
 	}
 	if cfg.Echo {
+		runs++
+	}
+	if cfg.Compare != "" {
 		runs++
 	}
 	runs *= max(cfg.Repeat, 1)
