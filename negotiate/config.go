@@ -38,7 +38,7 @@ const (
 	// the daemon's clock, and a proof is remembered this long (twice, to
 	// cover timestamps from the future).
 	ProofWindow = 5 * time.Minute
-	// DefaultReplayCacheSize bounds the remembered proofs.
+	// DefaultReplayCacheSize bounds the remembered proofs of one org.
 	DefaultReplayCacheSize = 65536
 )
 
@@ -78,8 +78,10 @@ type ServerConfig struct {
 	// PongTimeout: wait for a PONG, 1 s to PingInterval; 0 = 10 s (or
 	// PingInterval if that is shorter).
 	PongTimeout time.Duration
-	// ReplayCacheSize bounds the proofs remembered against replay; when it
-	// is full of unexpired proofs, authenticated HELLOs are refused with
+	// ReplayCacheSize bounds the proofs remembered against replay, per org
+	// (each org has its own cache, so one org cannot lock out the others;
+	// about 100 bytes per proof); when an org's cache is full of unexpired
+	// proofs, that org's authenticated HELLOs are refused with
 	// RATE_LIMITED. 0 = 65,536.
 	ReplayCacheSize int
 	// Features are the protocol extensions the daemon implements (§3.6),

@@ -532,14 +532,25 @@ func TestReplayCacheBounded(t *testing.T) {
 		t.Fatalf("full cache: %v", err)
 	}
 	// A failed proof takes no room.
-	if s.proofs.len() != 2 {
-		t.Fatalf("%d proofs", s.proofs.len())
+	if s.proofs["acme"].len() != 2 {
+		t.Fatalf("%d proofs", s.proofs["acme"].len())
+	}
+	// Each org has its own share (security review finding 7): acme's full
+	// cache does not lock out another org's agents.
+	other := ClientConfig{AgentID: "bob", Org: "other", Security: frame.SecurityAEAD}
+	other.AgentKey, _ = deriveAgentKey(seq(0x50, 32), "other", "bob")
+	h, err := NewHello(other, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Accept(t0, h.Message(), false); err != nil {
+		t.Fatalf("another org while acme's cache is full: %v", err)
 	}
 	later := t0.Add(2*ProofWindow + time.Second)
 	if _, _, err := s.Accept(later, hello(later), false); err != nil {
 		t.Fatalf("after expiry: %v", err)
 	}
-	if n := s.proofs.len(); n != 1 {
+	if n := s.proofs["acme"].len(); n != 1 {
 		t.Fatalf("%d proofs after expiry", n)
 	}
 }
@@ -700,4 +711,41 @@ func manyModels(n int) []string {
 
 func fmtAll(s *Session) string {
 	return fmt.Sprintf("%v %+v %#v %s", s, s, s, s)
+}
+
+// An unknown org is refused after the same work as a wrong key, the agent
+// key derivation and the proof's MAC against a decoy secret, so the time
+// taken does not tell a prober which orgs exist (security review finding
+// 8). Timing cannot be asserted in a test; the work done can: both
+// refusals make the same allocations, the derivation's and the MAC's
+// included.
+func TestUnknownOrgCostsAsMuchAsWrongKey(t *testing.T) {
+	s := authServer(t, nil)
+	hello := func(org string, key []byte) []byte {
+		h, err := NewHello(ClientConfig{AgentID: "alice", Org: org, AgentKey: key}, t0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h.Message()
+	}
+	wrongKey := hello("acme", seq(0x33, 32))
+	unknownOrg := hello("acmf", testAgentKey(t, "acmf", "alice"))
+	allocs := func(msg []byte) float64 {
+		return testing.AllocsPerRun(50, func() {
+			if _, _, err := s.Accept(t0, msg, false); rejectCode(err) != RejectSecurityPolicy {
+				t.Fatalf("err %v", err)
+			}
+		})
+	}
+	if a, b := allocs(wrongKey), allocs(unknownOrg); a != b {
+		t.Fatalf("wrong key: %v allocations, unknown org: %v; the refusals do different work", a, b)
+	}
+	// The decoy is never a way in, even for a proof made with it.
+	decoyKey, err := deriveAgentKey(s.decoy, "acmf", "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.Accept(t0, hello("acmf", decoyKey), false); rejectCode(err) != RejectSecurityPolicy {
+		t.Fatalf("proof made with the decoy secret: %v", err)
+	}
 }

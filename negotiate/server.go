@@ -13,12 +13,19 @@ import (
 )
 
 // Server is the daemon's side of the handshake. It holds the policy, the
-// org secrets and the cache of used proofs; it is safe for concurrent use
+// org secrets and the caches of used proofs; it is safe for concurrent use
 // by all connections.
 type Server struct {
 	cfg          ServerConfig // OrgSecrets guarded by secretsMu
 	authRequired bool
-	proofs       *proofCache
+	// proofs has one cache per configured org, so that one org's agents
+	// cannot fill it and lock the others out; the map is fixed at
+	// NewServer.
+	proofs map[string]*proofCache
+	// decoy stands in for the master secret of an unknown org, so that
+	// refusing one costs the same key derivation and MAC as a wrong proof
+	// and the time taken does not tell which orgs exist.
+	decoy []byte
 
 	secretsMu sync.RWMutex
 }
@@ -29,17 +36,23 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
+	s := &Server{
+		cfg:          eff,
+		authRequired: len(cfg.OrgSecrets) > 0,
+		proofs:       make(map[string]*proofCache, len(cfg.OrgSecrets)),
+	}
 	if len(cfg.OrgSecrets) > 0 {
 		eff.OrgSecrets = make(map[string][]byte, len(cfg.OrgSecrets))
 		for org, secret := range cfg.OrgSecrets {
 			eff.OrgSecrets[org] = slices.Clone(secret)
+			s.proofs[org] = newProofCache(eff.ReplayCacheSize, 2*ProofWindow)
+		}
+		s.cfg.OrgSecrets = eff.OrgSecrets
+		if s.decoy, err = randomBytes(nil, 32); err != nil {
+			return nil, err
 		}
 	}
-	return &Server{
-		cfg:          eff,
-		authRequired: len(eff.OrgSecrets) > 0,
-		proofs:       newProofCache(eff.ReplayCacheSize, 2*ProofWindow),
-	}, nil
+	return s, nil
 }
 
 // Config returns the effective configuration (defaults filled in) without
@@ -273,24 +286,24 @@ func (s *Server) authenticate(now time.Time, hello *ControlMessage) ([]byte, err
 		return nil, rejectf(RejectSecurityPolicy, "HELLO timestamp is more than %v from the daemon's clock", ProofWindow)
 	}
 	s.secretsMu.RLock()
-	master, ok := s.cfg.OrgSecrets[sec.Org]
-	var agentKey []byte
-	err := errors.New("unknown org")
-	if ok {
-		agentKey, err = deriveAgentKey(master, sec.Org, hello.Capabilities.AgentID)
+	master, known := s.cfg.OrgSecrets[sec.Org]
+	if !known {
+		master = s.decoy
 	}
+	agentKey, err := deriveAgentKey(master, sec.Org, hello.Capabilities.AgentID)
 	s.secretsMu.RUnlock()
 	if err != nil {
 		return nil, rejectf(RejectSecurityPolicy, "authentication failed")
 	}
 	// The proof covers the whole HELLO as received (§5.2): a mode, model
-	// or key rewritten on the path fails here.
+	// or key rewritten on the path fails here. An unknown org goes through
+	// the same derivation and MAC with the decoy secret and fails here too.
 	want, err := security.HelloProof(agentKey, hello.signed0)
-	if err != nil || !hmac.Equal(want[:], sec.Proof) {
+	if err != nil || !hmac.Equal(want[:], sec.Proof) || !known {
 		clear(agentKey)
 		return nil, rejectf(RejectSecurityPolicy, "authentication failed")
 	}
-	switch err := s.proofs.add(now, want); {
+	switch err := s.proofs[sec.Org].add(now, want); {
 	case errors.Is(err, errProofReplayed):
 		clear(agentKey)
 		return nil, rejectf(RejectSecurityPolicy, "HELLO replayed")
