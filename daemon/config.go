@@ -44,7 +44,7 @@ const (
 	// in 7.2 s (≈ 1,400/s) and 1,000 QUIC sessions in 2.4 s (≈ 420/s), with
 	// aead. A reconnect loop from one address thus takes at most 7% of the
 	// WebSocket and 24% of the QUIC handshake capacity, while the burst
-	// (MaxSessionsPerIP, by default MaxSessions: one address may open all it
+	// (MaxSessionsPerIP, or MaxSessions without it: one address may open all it
 	// may hold at once, as a gateway reconnecting its agents after a
 	// restart, a benchmark or the soak does) is never refused.
 	DefaultNewSessionsPerMinute = 6000
@@ -101,12 +101,14 @@ type Config struct {
 	MaxOutstanding int
 
 	// MaxSessionsPerIP bounds the connections (handshaking or established)
-	// one source address may hold; the default (zero) is MaxSessions, so
-	// that one address (a NAT gateway, a host running many agents, a load
-	// test) may use the whole daemon. NewSessionsPerMinute bounds how many
+	// one source address may hold; zero or negative (the default) means no
+	// bound of its own, so that one address (a NAT gateway, a host running
+	// many agents, a load test) may use the whole daemon: MaxSessions
+	// bounds sessions and HelloTimeout handshakes. NewSessionsPerMinute bounds how many
 	// one address may open per minute, after a burst of MaxSessionsPerIP; default
 	// 6,000 (see DefaultNewSessionsPerMinute). Beyond either, HELLO is
-	// answered REJECT RATE_LIMITED. A negative value means unlimited.
+	// answered REJECT RATE_LIMITED; a negative NewSessionsPerMinute means
+	// unlimited.
 	// docs/operations.md suggests values for a daemon facing the internet.
 	MaxSessionsPerIP     int
 	NewSessionsPerMinute int
@@ -182,7 +184,6 @@ func (c Config) withDefaults() (Config, error) {
 			*p = def
 		}
 	}
-	setLimit(&c.MaxSessionsPerIP, c.MaxSessions)
 	setLimit(&c.NewSessionsPerMinute, DefaultNewSessionsPerMinute)
 	setDur := func(p *time.Duration, def time.Duration) {
 		if *p <= 0 {
