@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
 	"testing"
 	"time"
 
@@ -119,21 +118,14 @@ func TestRequesterKilled(t *testing.T) {
 
 // TestRepliesJustBeforeClose: replies a provider sends and then closes its
 // connection at once must all reach the requester, before agent_gone: Send
-// returned for them, and Close promises to let the peer take them.
-//
-// KNOWN BUG (transport, QUIC): the daemon's transport ends the connection
-// when the peer's FIN on the control stream arrives, and that FIN can
-// overtake data still in flight on other streams, so the last replies are
-// dropped (about 1 run in 4 on loopback). Not a daemon bug; skipped unless
-// M2MD_KNOWN_BUGS is set, until the transport orders the end of the
-// connection after its data streams.
+// returned for them, and Close promises to let the peer take them. On QUIC
+// the control stream's end, which tells the daemon the agent is going, can
+// overtake the replies on their data stream; the daemon must still read
+// them first.
 func TestRepliesJustBeforeClose(t *testing.T) {
 	d := startDaemon(t, nil)
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
-			if tr == "quic" && os.Getenv("M2MD_KNOWN_BUGS") == "" {
-				t.Skip("known transport bug: a QUIC peer's last messages before Close can be lost (set M2MD_KNOWN_BUGS=1 to run)")
-			}
 			const runs, chunks = 10, 5
 			for i := range runs {
 				prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: fmt.Sprintf("last-prov-%s-%d", tr, i), Models: []string{"gpt-4o"}})

@@ -23,7 +23,8 @@ const sendCopyMax = 64 << 10
 var pastTime = time.Unix(1, 0)
 
 // errPeerFinished is why Receive ends when the peer closes its side of the
-// control stream, which it does only from Close.
+// control stream, which it does only from Close, and everything it sent on
+// its data streams before has been read.
 var errPeerFinished = errors.New("peer finished the control stream")
 
 // quicConn is a Conn over one QUIC connection.
@@ -44,6 +45,16 @@ type quicConn struct {
 
 	peerFinished     chan struct{} // closed when the peer finishes the control stream
 	peerFinishedOnce sync.Once
+	peerDoneOnce     sync.Once   // Receive's end after peerFinished: peerDone
+	peerDoneTimer    *time.Timer // guarded by mu: bounds the wait for the data streams' ends
+	// acceptedAll (guarded by mu) is set by acceptLoop once, after the
+	// peer finished its control stream, it has taken every stream quic-go
+	// had received by then; until then checkPeerDone cannot know them all.
+	acceptedAll bool
+	// stopAccept wakes acceptLoop when the peer finishes its control
+	// stream.
+	stopAccept context.CancelFunc
+	acceptCtx  context.Context
 	done             chan struct{} // closed by Close
 	closeOnce        sync.Once
 	ctx              context.Context // cancelled by Close; bounds AcceptStream
@@ -70,8 +81,9 @@ type quicStream struct {
 	gen  uint64
 
 	// guarded by quicConn.mu
-	pooled bool
-	dead   bool // read side failed or write side broken: never pooled again
+	pooled   bool
+	dead     bool // read side failed or write side broken: never pooled again
+	readDone bool // the read loop has ended: the peer sends nothing more here
 }
 
 func newQUICConn(qc *quic.Conn, isClient bool, cfg Config) (*quicConn, error) {
@@ -89,6 +101,7 @@ func newQUICConn(qc *quic.Conn, isClient bool, cfg Config) (*quicConn, error) {
 		cancel:       cancel,
 	}
 	c.readLimit.Store(DefaultReadLimit)
+	c.acceptCtx, c.stopAccept = context.WithCancel(ctx)
 	if isClient {
 		// The client's first bidirectional stream is stream 0, the control
 		// stream. Opening it sends nothing: the daemon sees it with HELLO.
@@ -145,20 +158,47 @@ func (c *quicConn) addStream(str *quic.Stream, poolable bool) (*quicStream, erro
 // side's requests.
 func (c *quicConn) acceptLoop() {
 	defer c.wg.Done()
+	ctx := c.acceptCtx
 	for {
-		str, err := c.qc.AcceptStream(c.ctx)
+		str, err := c.qc.AcceptStream(ctx)
+		if err != nil && ctx != c.ctx && c.ctx.Err() == nil {
+			// The peer finished its control stream (stopAccept): take
+			// every stream quic-go has already received (AcceptStream
+			// returns them even with an ended context), then let
+			// checkPeerDone decide whether anything is still to come.
+			for {
+				str, err := c.qc.AcceptStream(ctx)
+				if err != nil {
+					break
+				}
+				_, _ = c.addStream(str, false)
+			}
+			c.mu.Lock()
+			c.acceptedAll = true
+			c.mu.Unlock()
+			c.checkPeerDone()
+			ctx = c.ctx
+			continue
+		}
 		if err != nil {
 			c.connFailed(err)
 			return
 		}
-		if _, err := c.addStream(str, false); err != nil {
-			return
-		}
+		// While Close lingers, addStream resets the streams that still
+		// arrive, so that the peer knows at once that nothing more will
+		// be read from them (and stops waiting for their ends).
+		_, _ = c.addStream(str, false)
 	}
 }
 
 func (c *quicConn) readLoop(s *quicStream) {
 	defer c.wg.Done()
+	defer func() {
+		c.mu.Lock()
+		s.readDone = true
+		c.mu.Unlock()
+		c.checkPeerDone()
+	}()
 	var hdr [4]byte
 	for {
 		buf, err := readFrame(s.str, &hdr, &c.readLimit)
@@ -195,10 +235,16 @@ func (c *quicConn) streamFailed(s *quicStream, err error) {
 	case errors.Is(err, io.EOF):
 		if s.id == ControlChannel {
 			c.peerFinishedOnce.Do(func() { close(c.peerFinished) })
-			c.queue.fail(closedBy(errPeerFinished))
+			c.awaitPeerDone()
 			return
 		}
-		err = fmt.Errorf("%w: peer finished the channel before the connection", ErrProtocol)
+		// A closing peer finishes every stream it wrote on before its
+		// control stream: nothing more will come on this one, and it
+		// cannot carry a reply any more.
+		c.mu.Lock()
+		s.dead = true
+		c.mu.Unlock()
+		return
 	case errors.Is(err, ErrMessageTooLarge):
 		// The rest of the stream cannot be framed any more.
 		s.str.CancelRead(quicStreamTooBig)
@@ -214,6 +260,58 @@ func (c *quicConn) streamFailed(s *quicStream, err error) {
 	s.dead = true
 	c.mu.Unlock()
 	c.queue.pushErr(&ChannelError{Channel: s.id, Err: err})
+}
+
+// awaitPeerDone runs when the peer has finished its control stream. The
+// peer's messages on data streams may still be in flight (QUIC orders
+// bytes within a stream, not across streams): Receive ends only once every
+// stream the peer may have written on has ended too (checkPeerDone), or
+// after Config.CloseTimeout for a peer that does not finish its streams.
+func (c *quicConn) awaitPeerDone() {
+	c.mu.Lock()
+	if c.peerDoneTimer == nil {
+		c.peerDoneTimer = time.AfterFunc(c.cfg.CloseTimeout, c.peerDone)
+	}
+	c.mu.Unlock()
+	c.stopAccept() // acceptLoop takes the streams that arrived, then checks
+}
+
+// checkPeerDone ends Receive once the peer has finished its control stream,
+// acceptLoop has taken the streams that arrived before that, and every data
+// stream's read side has ended. Streams this side opened
+// but never wrote on are unknown to the peer and not waited for; a stream
+// the peer learns of while it closes, it resets (addStream), which ends
+// its read loop here.
+func (c *quicConn) checkPeerDone() {
+	select {
+	case <-c.peerFinished:
+	default:
+		return
+	}
+	c.mu.Lock()
+	if !c.acceptedAll {
+		c.mu.Unlock()
+		return
+	}
+	for _, s := range c.streams {
+		if s.id != ControlChannel && !s.readDone && !(s.poolable && !s.wrote.Load()) {
+			c.mu.Unlock()
+			return
+		}
+	}
+	c.mu.Unlock()
+	c.peerDone()
+}
+
+func (c *quicConn) peerDone() {
+	c.peerDoneOnce.Do(func() {
+		c.mu.Lock()
+		if c.peerDoneTimer != nil {
+			c.peerDoneTimer.Stop()
+		}
+		c.mu.Unlock()
+		c.queue.fail(closedBy(errPeerFinished))
+	})
 }
 
 // connFailed reports the end of the connection to Receive, with the reason
@@ -474,10 +572,14 @@ func (c *quicConn) RemoteAddr() net.Addr { return c.qc.RemoteAddr() }
 // return ErrClosed at once. Messages already handed to Send are not thrown
 // away: quic-go drops stream data it has not delivered when a connection
 // closes (on both sides: the peer discards what it received but had not
-// read yet), so Close first finishes the control stream and waits, at most
-// Config.CloseTimeout, until the peer has read to that end and closes too,
-// or the connection is gone. A peer that is itself closing has finished its
-// control stream already; Close then does not wait.
+// read yet), so Close first finishes every stream it wrote on, the data
+// streams before the control stream, and waits, at most
+// Config.CloseTimeout, until the peer has read to the control stream's end
+// and closes too, or the connection is gone. The peer, seeing the control
+// stream end, reads its data streams to their ends before its Receive
+// fails (awaitPeerDone): data sent just before Close is delivered even when
+// it arrives after the control stream's end. A peer that is itself closing
+// has finished its control stream already; Close then does not wait.
 func (c *quicConn) Close() error {
 	c.closeOnce.Do(c.shutdown)
 	c.wg.Wait()
@@ -493,6 +595,9 @@ func (c *quicConn) shutdown() {
 	}
 	control := c.control
 	c.idle = nil
+	if c.peerDoneTimer != nil {
+		c.peerDoneTimer.Stop()
+	}
 	c.mu.Unlock()
 	close(c.done)
 	c.queue.close()
@@ -505,8 +610,24 @@ func (c *quicConn) shutdown() {
 		}
 	}
 
-	linger := time.NewTimer(c.cfg.CloseTimeout)
+	lingerOver := make(chan struct{})
+	linger := time.AfterFunc(c.cfg.CloseTimeout, func() { close(lingerOver) })
 	defer linger.Stop()
+	// Finish the data streams first, each once its Send (if any) has
+	// given up or finished, so the peer knows when it has read all.
+	for _, s := range streams {
+		if s == control {
+			continue
+		}
+		select {
+		case s.sendMu <- struct{}{}:
+			if s.broken == nil {
+				s.str.Close()
+			}
+			<-s.sendMu
+		case <-lingerOver:
+		}
+	}
 	if control != nil && control.wrote.Load() {
 		select {
 		case control.sendMu <- struct{}{}:
@@ -517,9 +638,9 @@ func (c *quicConn) shutdown() {
 			select {
 			case <-c.peerFinished:
 			case <-c.qc.Context().Done():
-			case <-linger.C:
+			case <-lingerOver:
 			}
-		case <-linger.C:
+		case <-lingerOver:
 		}
 	}
 	c.qc.CloseWithError(quicErrNone, "")
