@@ -55,11 +55,11 @@ type quicConn struct {
 	// stream.
 	stopAccept context.CancelFunc
 	acceptCtx  context.Context
-	done             chan struct{} // closed by Close
-	closeOnce        sync.Once
-	ctx              context.Context // cancelled by Close; bounds AcceptStream
-	cancel           context.CancelFunc
-	wg               sync.WaitGroup
+	done       chan struct{} // closed by Close
+	closeOnce  sync.Once
+	ctx        context.Context // cancelled by Close; bounds AcceptStream
+	cancel     context.CancelFunc
+	wg         sync.WaitGroup
 }
 
 // quicStream is one channel.
