@@ -83,6 +83,7 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 	if err != nil {
 		var reason router.Reason
 		if errors.As(err, &reason) && reason == router.ErrSessionClosed {
+			srv.metrics.routingFailures.WithLabelValues(string(reason.Code())).Inc()
 			return
 		}
 		code := negotiate.CodeBadFrame

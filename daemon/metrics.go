@@ -1,8 +1,14 @@
 package daemon
 
 import (
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/m2md/m2md/internal/buildinfo"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/router"
 )
 
 // Algorithm labels: the two frame kinds DATA can carry.
@@ -10,6 +16,79 @@ const (
 	algoM2M         = "m2m"
 	algoTokenNative = "tokennative"
 )
+
+// Label values. Every series of every value below exists from start, at
+// zero, so an alert on a rate sees 0 and not "absent"; docs/operations.md
+// lists them all (TestMetricsDocumented holds the two together). Reason
+// labels are lower case, wire codes included (see reasonLabel).
+var (
+	transportLabels = []string{"quic", "ws"}
+	algorithmLabels = []string{algoM2M, algoTokenNative}
+
+	handshakeFailureReasons = append(lower(
+		negotiate.RejectVersionMismatch, negotiate.RejectNoCommonAlgorithm, negotiate.RejectSecurityPolicy,
+		negotiate.RejectRateLimited, negotiate.RejectServerBusy, negotiate.RejectUnknown),
+		"no_hello", "shutdown", "protocol", "internal", "send_failed")
+	closeReasons = append(lower(
+		negotiate.ReasonNormal, negotiate.ReasonTimeout, negotiate.ReasonError,
+		negotiate.ReasonClientShutdown, negotiate.ReasonServerShutdown, negotiate.ReasonReplaced),
+		closeDisconnected)
+	// routingFailureReasons: every reason of the router, and the daemon's own.
+	routingFailureReasons = append(routerReasons(),
+		string(negotiate.CodeQueueFull), string(negotiate.CodeTooLarge))
+	refusalReasons = append(lower(
+		negotiate.CodeBadTag, negotiate.CodeReplay, negotiate.CodeBadFrame, negotiate.CodeTooLarge,
+		negotiate.CodeShutdown, negotiate.CodeRateLimited),
+		"protocol", "after_close")
+	queueDropReasons = []string{
+		string(negotiate.CodeQueueFull), "receiver_closing", "receiver_gone", "send_failed", "slow_consumer_closed",
+		"error_dropped", "control_full", "after_close", "too_many_channels", "protect_failed",
+	}
+	limitLabels   = []string{limitSessionsPerIP, limitNewSessionsPerIP, limitMessageRate, limitByteRate}
+	cancelResults = []string{"forwarded", "provider_without_cancel", "provider_queue_full", "not_outstanding"}
+)
+
+// closeDisconnected is the sessions_closed reason of a connection that went
+// away without a CLOSE.
+const closeDisconnected = "disconnected"
+
+// reasonLabel is the label value of a wire code or reason: lower case, so
+// REJECT codes and CLOSE reasons (upper case on the wire) read like the
+// error codes beside them.
+func reasonLabel[T ~string](code T) string { return strings.ToLower(string(code)) }
+
+func lower[T ~string](codes ...T) []string {
+	out := make([]string, len(codes))
+	for i, c := range codes {
+		out[i] = reasonLabel(c)
+	}
+	return out
+}
+
+func routerReasons() []string {
+	var out []string
+	for _, r := range router.Reasons() {
+		out = append(out, string(r.Code()))
+	}
+	return out
+}
+
+// preset creates the series of every combination of values, at zero.
+func preset(vec interface {
+	WithLabelValues(...string) prometheus.Counter
+}, values ...[]string) {
+	var walk func(prefix []string, rest [][]string)
+	walk = func(prefix []string, rest [][]string) {
+		if len(rest) == 0 {
+			vec.WithLabelValues(prefix...)
+			return
+		}
+		for _, v := range rest[0] {
+			walk(append(prefix[:len(prefix):len(prefix)], v), rest[1:])
+		}
+	}
+	walk(nil, values)
+}
 
 // metrics holds every Prometheus collector the daemon exports on /metrics.
 // Hot paths never look labels up per frame: a session resolves its
@@ -45,7 +124,7 @@ func newMetrics() *metrics {
 			Name: "m2md_sessions_total", Help: "Sessions established since start, by transport.",
 		}, []string{"transport"}),
 		handshakeFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "m2md_handshake_failures_total", Help: "Handshakes that did not end in ACCEPT, by reason (REJECT code, timeout, protocol).",
+			Name: "m2md_handshake_failures_total", Help: "Connections that did not become a session, by transport and reason (a REJECT code in lower case, no_hello, shutdown, protocol, internal, send_failed).",
 		}, []string{"transport", "reason"}),
 		handshakeSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "m2md_handshake_seconds", Help: "Time from connection accepted to ACCEPT sent.",
@@ -67,13 +146,13 @@ func newMetrics() *metrics {
 			Name: "m2md_bytes_out_total", Help: "Bytes of DATA messages written, by transport and algorithm.",
 		}, []string{"transport", "algorithm"}),
 		routingFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "m2md_routing_failures_total", Help: "Frames that could not be routed, by reason; the sender got an error frame unless the reason says it is gone.",
+			Name: "m2md_routing_failures_total", Help: "DATA frames accepted on receipt that could not be routed, by reason: the router's (no_route, provider_busy, agent_gone, ...) and the daemon's (queue_full, too_large). The sender got an error frame unless the reason says it is gone.",
 		}, []string{"reason"}),
 		framesRefused: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "m2md_frames_refused_total", Help: "Frames refused on receipt (bad tag, wrong mode, replay, too large, malformed), by reason.",
+			Name: "m2md_frames_refused_total", Help: "Messages refused on receipt, before routing (bad_tag, replay, bad_frame, too_large, shutdown, rate_limited, protocol, after_close), by reason.",
 		}, []string{"reason"}),
 		queueDrops: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "m2md_queue_drops_total", Help: "Messages not queued to a session because its send queue was full or it was closing, by reason.",
+			Name: "m2md_queue_drops_total", Help: "Messages for a session not queued or not written (its send queue full, the session closing or gone, the write failed), by reason.",
 		}, []string{"reason"}),
 		routingSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "m2md_routing_seconds", Help: "Time from a DATA message read to its forward queued.",
@@ -86,10 +165,32 @@ func newMetrics() *metrics {
 			Name: "m2md_cancels_total", Help: "CANCELs received from requesters, by result: forwarded to the provider, provider_without_cancel (its late replies are dropped), provider_queue_full, not_outstanding (the request had ended).",
 		}, []string{"result"}),
 		sessionsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "m2md_sessions_closed_total", Help: "Sessions ended, by CLOSE reason.",
+			Name: "m2md_sessions_closed_total", Help: "Sessions ended, by CLOSE reason in lower case (disconnected: the connection went away without one).",
 		}, []string{"reason"}),
 	}
+	build := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "m2md_build_info", Help: "Always 1; the labels say which build runs: module version, VCS commit, Go version.",
+		ConstLabels: prometheus.Labels{"version": buildinfo.Get().Version, "commit": buildinfo.Get().Commit, "goversion": buildinfo.Get().GoVersion},
+	})
+	build.Set(1)
+	for _, t := range transportLabels {
+		m.sessions.WithLabelValues(t)
+		m.sessionsTotal.WithLabelValues(t)
+		m.handshakeSeconds.WithLabelValues(t)
+	}
+	preset(m.handshakeFailures, transportLabels, handshakeFailureReasons)
+	for _, vec := range []*prometheus.CounterVec{m.framesIn, m.framesOut, m.bytesIn, m.bytesOut} {
+		preset(vec, transportLabels, algorithmLabels)
+	}
+	preset(m.writeBatches, transportLabels)
+	preset(m.routingFailures, routingFailureReasons)
+	preset(m.framesRefused, refusalReasons)
+	preset(m.queueDrops, queueDropReasons)
+	preset(m.sessionsClosed, closeReasons)
+	preset(m.limited, limitLabels)
+	preset(m.cancels, cancelResults)
 	m.registry.MustRegister(
+		build,
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.sessions, m.sessionsTotal, m.handshakeFailures, m.handshakeSeconds,
@@ -109,7 +210,7 @@ type sessionMetrics struct {
 
 func (m *metrics) forTransport(transport string) *sessionMetrics {
 	s := &sessionMetrics{writeBatches: m.writeBatches.WithLabelValues(transport)}
-	for i, algo := range [2]string{algoM2M, algoTokenNative} {
+	for i, algo := range algorithmLabels {
 		s.framesIn[i] = m.framesIn.WithLabelValues(transport, algo)
 		s.framesOut[i] = m.framesOut.WithLabelValues(transport, algo)
 		s.bytesIn[i] = m.bytesIn.WithLabelValues(transport, algo)

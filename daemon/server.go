@@ -95,14 +95,6 @@ func New(cfg Config) (*Server, error) {
 		Name: "m2md_outstanding_requests",
 		Help: "Requests delivered to providers whose final reply has not arrived (nor been cancelled).",
 	}, func() float64 { return float64(s.Outstanding()) }))
-	for _, r := range router.Reasons() {
-		r := r
-		s.metrics.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name:        "m2md_router_failures_total",
-			Help:        "Routing decisions that failed inside the router, by reason (also counted, with the daemon's own reasons, in m2md_routing_failures_total).",
-			ConstLabels: prometheus.Labels{"reason": r.String()},
-		}, func() float64 { return float64(s.router.Failures(r)) }))
-	}
 	return s, nil
 }
 

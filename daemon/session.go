@@ -85,7 +85,7 @@ func (s *Server) serveConn(conn transport.Conn) {
 	release, limit := s.adm.admit(conn.RemoteAddr(), start)
 	if limit != "" {
 		s.limitHit(limit, conn.RemoteAddr(), "")
-		s.metrics.handshakeFailures.WithLabelValues(tname, string(negotiate.RejectRateLimited)).Inc()
+		s.metrics.handshakeFailures.WithLabelValues(tname, reasonLabel(negotiate.RejectRateLimited)).Inc()
 		s.rejectConn(conn, negotiate.RejectRateLimited, "too many sessions from your address ("+limit+")")
 		return
 	}
@@ -117,13 +117,13 @@ func (s *Server) serveConn(conn transport.Conn) {
 	neg, reply, err := s.neg.Accept(time.Now(), msg.Data, atCapacity)
 	msg.Release()
 	if err != nil {
-		reason := "UNKNOWN"
+		reason := negotiate.RejectUnknown
 		var rej *negotiate.RejectError
 		if errors.As(err, &rej) {
-			reason = string(rej.Code)
+			reason = rej.Code
 		}
-		s.metrics.handshakeFailures.WithLabelValues(tname, reason).Inc()
-		log.Info().Str("reject", reason).Err(err).Msg("handshake rejected")
+		s.metrics.handshakeFailures.WithLabelValues(tname, reasonLabel(reason)).Inc()
+		log.Info().Str("reject", string(reason)).Err(err).Msg("handshake rejected")
 		s.sendHandshakeReply(conn, reply)
 		return
 	}
@@ -229,6 +229,7 @@ func (se *session) run() {
 	se.closing.Store(true)
 	orphans := se.srv.router.Remove(se.rs)
 	for _, o := range orphans {
+		se.srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeAgentGone)).Inc()
 		o.Requester.Value().sendError(transport.ChannelID(o.Channel), o.RequestID, 0, negotiate.CodeAgentGone,
 			"provider "+se.agent+" disconnected before its final reply", se.agent)
 	}
@@ -241,11 +242,12 @@ func (se *session) run() {
 	se.srv.mu.Unlock()
 	se.srv.metrics.sessions.WithLabelValues(se.transport).Dec()
 	reason, _ := se.closeReason.Load().(negotiate.CloseReason)
+	label := reasonLabel(reason)
 	if reason == "" {
-		reason = "DISCONNECTED"
+		label = closeDisconnected
 	}
-	se.srv.metrics.sessionsClosed.WithLabelValues(string(reason)).Inc()
-	se.log.Info().Str("reason", string(reason)).Int("orphans", len(orphans)).Msg("session ended")
+	se.srv.metrics.sessionsClosed.WithLabelValues(label).Inc()
+	se.log.Info().Str("reason", label).Int("orphans", len(orphans)).Msg("session ended")
 	se.neg.Wipe()
 }
 

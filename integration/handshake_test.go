@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,14 +122,14 @@ func TestHandshakeAuthRefusals(t *testing.T) {
 	for _, tr := range transports {
 		for _, tc := range cases {
 			t.Run(tr+"/"+tc.name, func(t *testing.T) {
-				before := metric(t, d, "m2md_handshake_failures_total", "transport="+tr, "reason=SECURITY_POLICY")
+				before := metric(t, d, "m2md_handshake_failures_total", "transport="+tr, "reason=security_policy")
 				conn := dialConn(t, d, tr)
 				cm := exchange(t, conn, tc.hello(t, "agent-"+tr))
 				if tc.shared && cm.Reject != nil && cm.Reject.Message != "authentication failed" {
 					t.Errorf("message %q, want the shared %q", cm.Reject.Message, "authentication failed")
 				}
 				expectReject(t, conn, cm, negotiate.RejectSecurityPolicy)
-				waitMetric(t, d, before+1, "m2md_handshake_failures_total", "transport="+tr, "reason=SECURITY_POLICY")
+				waitMetric(t, d, before+1, "m2md_handshake_failures_total", "transport="+tr, "reason=security_policy")
 			})
 		}
 		t.Run(tr+"/replayed HELLO", func(t *testing.T) {
@@ -331,7 +332,7 @@ func TestRejectCodes(t *testing.T) {
 					}
 					conn := dialConn(t, d, tr)
 					expectReject(t, conn, exchange(t, conn, c.first(t, tr)), c.code)
-					waitMetric(t, d, 1, "m2md_handshake_failures_total", "transport="+tr, "reason="+string(c.code))
+					waitMetric(t, d, 1, "m2md_handshake_failures_total", "transport="+tr, "reason="+strings.ToLower(string(c.code)))
 				})
 			}
 		})

@@ -112,7 +112,7 @@ func TestDaemonPingsIdleSession(t *testing.T) {
 			}
 			a.sendControl(negotiate.AppendClose(nil, a.sess.ID, time.Now(), negotiate.ReasonTimeout, "ack"))
 			expectConnClosed(t, a.conn, 5*time.Second)
-			waitMetric(t, d, 1, "m2md_sessions_closed_total", "reason=TIMEOUT")
+			waitMetric(t, d, 1, "m2md_sessions_closed_total", "reason=timeout")
 		})
 	}
 }
@@ -188,7 +188,7 @@ func TestAgentClose(t *testing.T) {
 	for _, tr := range transports {
 		for _, c := range cases {
 			t.Run(tr+"/"+c.name, func(t *testing.T) {
-				before := metric(t, d, "m2md_sessions_closed_total", "reason="+string(c.want))
+				before := metric(t, d, "m2md_sessions_closed_total", "reason="+strings.ToLower(string(c.want)))
 				a := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "closer-" + tr})
 				a.sendControl(c.msg(a.sess.ID))
 				cm := a.expectControl(5*time.Second, negotiate.TypeClose)
@@ -196,7 +196,7 @@ func TestAgentClose(t *testing.T) {
 					t.Fatalf("ack %+v, want reason %s", cm.Close, c.want)
 				}
 				expectConnClosed(t, a.conn, 5*time.Second)
-				waitMetric(t, d, before+1, "m2md_sessions_closed_total", "reason="+string(c.want))
+				waitMetric(t, d, before+1, "m2md_sessions_closed_total", "reason="+strings.ToLower(string(c.want)))
 			})
 		}
 	}

@@ -107,7 +107,7 @@ func TestProtocolErrorsCloseSession(t *testing.T) {
 				continue
 			}
 			t.Run(tr+"/"+c.name, func(t *testing.T) {
-				before := metric(t, d, "m2md_sessions_closed_total", "reason=ERROR")
+				before := metric(t, d, "m2md_sessions_closed_total", "reason=error")
 				a := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: fmt.Sprintf("breaker-%s-%d", tr, i)})
 				ch := transport.ControlChannel
 				if c.onData {
@@ -115,7 +115,7 @@ func TestProtocolErrorsCloseSession(t *testing.T) {
 				}
 				a.sendRaw(ch, c.msg(a))
 				a.expectClose(5*time.Second, negotiate.ReasonError)
-				waitMetric(t, d, before+1, "m2md_sessions_closed_total", "reason=ERROR")
+				waitMetric(t, d, before+1, "m2md_sessions_closed_total", "reason=error")
 				byProv.t, byReq.t = t, t
 				roundTrip(t, byReq, byProv)
 			})

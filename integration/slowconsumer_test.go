@@ -219,7 +219,7 @@ func TestSlowConsumerMemoryBounded(t *testing.T) {
 			// waits 5 s for a handshake the stalled peer never reads).
 			prov.conn.Close()
 			waitSessions(t, d, 1)
-			closed := metric(t, d, "m2md_queue_drops_total", "reason=slow_consumer_closed") + metric(t, d, "m2md_sessions_closed_total", "reason=TIMEOUT")
+			closed := metric(t, d, "m2md_queue_drops_total", "reason=slow_consumer_closed") + metric(t, d, "m2md_sessions_closed_total", "reason=timeout")
 			if closed < 1 {
 				t.Fatal("the stalled session ended neither as a slow consumer nor by TIMEOUT")
 			}

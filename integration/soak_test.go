@@ -155,7 +155,7 @@ func raiseFileLimit(t testing.TB, need uint64) {
 // soak: nothing refused, dropped, limited or failed, no session closed.
 var soakFailureMetrics = []string{
 	"m2md_frames_refused_total", "m2md_queue_drops_total", "m2md_routing_failures_total",
-	"m2md_router_failures_total", "m2md_limited_total", "m2md_handshake_failures_total",
+	"m2md_limited_total", "m2md_handshake_failures_total",
 	"m2md_sessions_closed_total",
 }
 
