@@ -30,7 +30,9 @@ var (
 	docBacktick = regexp.MustCompile("`([a-z0-9_]+)`")
 )
 
-// readDocumentedMetrics parses the metrics table of docs/operations.md.
+// readDocumentedMetrics parses the metrics table of docs/operations.md. In
+// the meaning column of a metric with a reason, limit or result label,
+// every `word` in backquotes is a value of that label.
 func readDocumentedMetrics(t *testing.T) map[string]documentedMetric {
 	t.Helper()
 	b, err := os.ReadFile("../docs/operations.md")
