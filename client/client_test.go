@@ -68,7 +68,7 @@ func TestHandshakeAndEcho(t *testing.T) {
 func TestAuthentication(t *testing.T) {
 	leakCheck(t)
 	master := bytes.Repeat([]byte{7}, 32)
-	d := newFakeDaemon(t, fakeConfig{server: negotiate.ServerConfig{OrgSecrets: map[string][]byte{"acme": master}}})
+	d := newFakeDaemon(t, fakeConfig{server: negotiate.ServerConfig{OrgSecrets: map[string]security.Secret{"acme": master}}})
 	h, err := security.NewHierarchy(master, "acme")
 	if err != nil {
 		t.Fatal(err)
@@ -625,7 +625,7 @@ func TestWaitsWhileReconnecting(t *testing.T) {
 func TestProtocolViolation(t *testing.T) {
 	leakCheck(t)
 	d := newFakeDaemon(t, fakeConfig{})
-	for name, msg := range map[string][]byte{
+	for name, msg := range map[string]security.Secret{
 		"unknown kind": {0x07, 1, 2},
 		"bad control":  append([]byte{0x01}, `{"type":"PING"}`...),
 		"hello again":  append([]byte{0x01}, `{"type":"HELLO","payload":{},"timestamp":1}`...),

@@ -84,8 +84,8 @@ type Options struct {
 	// is derived here (convenient in development, but whoever holds it can
 	// act as any agent of the org). Give one of the two.
 	Org       string
-	AgentKey  []byte
-	OrgSecret []byte
+	AgentKey  security.Secret
+	OrgSecret security.Secret
 
 	// TLS verification of the daemon for quic:// and wss:// (package
 	// certs): CAFile replaces the system roots, PinSHA256 pins the leaf

@@ -10,6 +10,7 @@ import (
 
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
 )
 
 // Features are the protocol extensions the daemon implements and offers
@@ -80,7 +81,7 @@ type Config struct {
 	// OrgSecrets maps an org id to its master secret. When non-empty, every
 	// agent must prove possession of its agent key (docs/protocol.md §5.2);
 	// when empty the daemon runs open and warns at start.
-	OrgSecrets map[string][]byte
+	OrgSecrets map[string]security.Secret
 	// ReplayCacheSize bounds the accepted HELLO proofs remembered against
 	// replay (docs/protocol.md §5.2); when it is full of proofs that could
 	// still be fresh, authenticated HELLOs get REJECT RATE_LIMITED.

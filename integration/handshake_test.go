@@ -40,7 +40,7 @@ func TestHandshakeModesAndAuth(t *testing.T) {
 	for _, auth := range []bool{false, true} {
 		d := startDaemon(t, func(c *daemon.Config) {
 			if auth {
-				c.OrgSecrets = map[string][]byte{"acme": testMaster}
+				c.OrgSecrets = map[string]security.Secret{"acme": testMaster}
 			}
 		})
 		for _, mode := range modes {
@@ -79,7 +79,7 @@ func TestHandshakeModesAndAuth(t *testing.T) {
 // REJECT SECURITY_POLICY with the one shared message, and each is counted.
 func TestHandshakeAuthRefusals(t *testing.T) {
 	d := startDaemon(t, func(c *daemon.Config) {
-		c.OrgSecrets = map[string][]byte{"acme": testMaster}
+		c.OrgSecrets = map[string]security.Secret{"acme": testMaster}
 	})
 	otherMaster := bytes.Repeat([]byte{7}, 32)
 	cases := []struct {
@@ -167,7 +167,7 @@ func TestAcceptConfirmation(t *testing.T) {
 	for _, auth := range []bool{false, true} {
 		d := startDaemon(t, func(c *daemon.Config) {
 			if auth {
-				c.OrgSecrets = map[string][]byte{"acme": testMaster}
+				c.OrgSecrets = map[string]security.Secret{"acme": testMaster}
 			}
 		})
 		for _, mode := range modes {
@@ -245,7 +245,7 @@ func TestRejectCodes(t *testing.T) {
 			return helloBytes(t, negotiate.ClientConfig{AgentID: id, Org: "acme", AgentKey: agentKey(t, testMaster, "acme", id)}, time.Now())
 		}
 	}
-	withAuth := func(c *daemon.Config) { c.OrgSecrets = map[string][]byte{"acme": testMaster} }
+	withAuth := func(c *daemon.Config) { c.OrgSecrets = map[string]security.Secret{"acme": testMaster} }
 	cases := []tc{
 		{name: "version 4.0", first: func(t *testing.T, tr string) []byte {
 			return replaceOnce(t, plainHello("v4")(t, tr), `"version":"3.0"`, `"version":"4.0"`)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
 )
 
 // TestOrgsAreSeparate: an identity is (org, agent id). An agent of org
@@ -16,7 +17,7 @@ import (
 func TestOrgsAreSeparate(t *testing.T) {
 	evilMaster := bytes.Repeat([]byte{0xe5}, 32)
 	d := startDaemon(t, func(c *daemon.Config) {
-		c.OrgSecrets = map[string][]byte{"acme": testMaster, "evil": evilMaster}
+		c.OrgSecrets = map[string]security.Secret{"acme": testMaster, "evil": evilMaster}
 	})
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {

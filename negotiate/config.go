@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/security"
 )
 
 // Protocol timers and bounds (docs/protocol.md §3.4, §3.5, §6).
@@ -68,7 +69,7 @@ type ServerConfig struct {
 	// OrgSecrets maps an org id to its master secret. When it is non-empty
 	// every HELLO must carry an org of this map and a valid proof (§5.2).
 	// NewServer copies the secrets; Server.Close wipes the copies.
-	OrgSecrets map[string][]byte
+	OrgSecrets map[string]security.Secret
 	// SessionTimeout closes a session from which nothing arrived for this
 	// long: 60 s to 1 h, 0 = 5 min.
 	SessionTimeout time.Duration
@@ -207,7 +208,7 @@ type ClientConfig struct {
 	// 32-byte HKDF(master, "m2m/v1/{org}/{agent_id}"). Both or neither.
 	// A client with a key refuses an ACCEPT that does not confirm it.
 	Org      string
-	AgentKey []byte
+	AgentKey security.Secret
 	// Models this agent serves.
 	Models []string
 	// Extensions is sent as "extensions".

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/security"
 )
 
 // helloCaps is a valid HELLO's payload with a real public key and nonce.
@@ -140,7 +141,7 @@ func TestNegotiate(t *testing.T) {
 			false, ok(m2m, EncodingCl100k, MaxPayloadLimit, frame.SecurityAEAD)},
 		{"at capacity", nil, nil, true, want{code: RejectServerBusy}},
 		{"version checked before capacity", nil, func(c *Capabilities) { c.Version = "4.0" }, true, want{code: RejectVersionMismatch}},
-		{"auth required, no proof", func(c *ServerConfig) { c.OrgSecrets = map[string][]byte{"acme": testMaster} }, nil, false, want{code: RejectSecurityPolicy}},
+		{"auth required, no proof", func(c *ServerConfig) { c.OrgSecrets = map[string]security.Secret{"acme": testMaster} }, nil, false, want{code: RejectSecurityPolicy}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newTestServer(t, tc.server)
@@ -362,7 +363,7 @@ func TestClientReadsReject(t *testing.T) {
 
 func authServer(t testing.TB, mod func(*ServerConfig)) *Server {
 	return newTestServer(t, func(c *ServerConfig) {
-		c.OrgSecrets = map[string][]byte{"acme": testMaster, "other": seq(0x50, 32)}
+		c.OrgSecrets = map[string]security.Secret{"acme": testMaster, "other": seq(0x50, 32)}
 		if mod != nil {
 			mod(c)
 		}
@@ -592,7 +593,7 @@ func TestClientKeyWithoutDaemonAuth(t *testing.T) {
 
 func TestServerCloseWipesSecrets(t *testing.T) {
 	secret := seq(0, 32)
-	s := newTestServer(t, func(c *ServerConfig) { c.OrgSecrets = map[string][]byte{"acme": secret} })
+	s := newTestServer(t, func(c *ServerConfig) { c.OrgSecrets = map[string]security.Secret{"acme": secret} })
 	secret[0] = 0xff // NewServer copied it
 	if _, _, err := handshake(t, s, authClient(t), t0); err != nil {
 		t.Fatal(err)
@@ -648,8 +649,8 @@ func TestConfigValidation(t *testing.T) {
 		{"unknown algorithm", ServerConfig{Algorithms: []Algorithm{"brotli"}}},
 		{"unknown encoding", ServerConfig{Encodings: []Encoding{"Heuristic"}}},
 		{"bad mode", ServerConfig{MinSecurity: 7}},
-		{"bad org", ServerConfig{OrgSecrets: map[string][]byte{"a b": testMaster}}},
-		{"short secret", ServerConfig{OrgSecrets: map[string][]byte{"acme": seq(0, 15)}}},
+		{"bad org", ServerConfig{OrgSecrets: map[string]security.Secret{"a b": testMaster}}},
+		{"short secret", ServerConfig{OrgSecrets: map[string]security.Secret{"acme": seq(0, 15)}}},
 		{"bad agent id", ServerConfig{AgentID: "m2m d"}},
 		{"negative cache", ServerConfig{ReplayCacheSize: -1}},
 	} {

@@ -42,7 +42,7 @@ func NewServer(cfg ServerConfig) (*Server, error) {
 		proofs:       make(map[string]*proofCache, len(cfg.OrgSecrets)),
 	}
 	if len(cfg.OrgSecrets) > 0 {
-		eff.OrgSecrets = make(map[string][]byte, len(cfg.OrgSecrets))
+		eff.OrgSecrets = make(map[string]security.Secret, len(cfg.OrgSecrets))
 		for org, secret := range cfg.OrgSecrets {
 			eff.OrgSecrets[org] = slices.Clone(secret)
 			s.proofs[org] = newProofCache(eff.ReplayCacheSize, 2*ProofWindow)

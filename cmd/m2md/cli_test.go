@@ -113,10 +113,21 @@ func TestCLIHelpReadable(t *testing.T) {
 var singleDash = regexp.MustCompile(`\n  -[a-z0-9][a-z0-9-]`)
 
 func TestCLICompressChoices(t *testing.T) {
+	keyFile := filepath.Join(t.TempDir(), "frame.key")
+	if err := os.WriteFile(keyFile, []byte(key32+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []cliCase{
 		// auto picks a form that carries what was asked for, whatever the size
-		{name: "auto aead tiny", stdin: `{"model":"gpt-4o","messages":[]}`, args: []string{"compress", "--security", "aead", "--key", key32}, stdout: []string{"#M2M|1|"}, noStderr: true},
-		{name: "auto hmac large", stdin: string(mustRead(t, "req-chat-4k-03.json")), args: []string{"compress", "--security", "hmac", "--key", key32}, stdout: []string{"#M2M|1|"}, noStderr: true},
+		{name: "auto aead tiny", stdin: `{"model":"gpt-4o","messages":[]}`, args: []string{"compress", "--security", "aead", "--key-file", keyFile}, stdout: []string{"#M2M|1|"}, noStderr: true},
+		{name: "auto hmac large", stdin: string(mustRead(t, "req-chat-4k-03.json")), args: []string{"compress", "--security", "hmac", "--key-file", keyFile}, stdout: []string{"#M2M|1|"}, noStderr: true},
+		// --key still works, with a warning: the key shows in ps and the
+		// shell history (security review finding 9)
+		{name: "key on the command line", stdin: llmJSON, args: []string{"compress", "--security", "hmac", "--key", key32}, stdout: []string{"#M2M|1|"}, stderr: []string{"warning: --key shows the key", "--key-file", "$M2MD_KEY"}},
+		{name: "key from the environment", stdin: llmJSON, args: []string{"compress", "--security", "aead"}, stdout: []string{"#M2M|1|"}, noStderr: true},
+		{name: "key file and flag", stdin: llmJSON, args: []string{"compress", "--security", "aead", "--key", key32, "--key-file", keyFile}, code: exitUsage, stderr: []string{"--key-file or --key, not both"}},
+		{name: "key file missing", stdin: llmJSON, args: []string{"compress", "--security", "aead", "--key-file", keyFile + ".absent"}, code: exitUsage, stderr: []string{"--key-file"}},
+		{name: "no key at all", stdin: llmJSON, args: []string{"compress", "--security", "aead"}, code: exitUsage, stderr: []string{"needs a key: --key-file, $M2MD_KEY or --key"}},
 		{name: "auto binary tiny", stdin: `{"model":"gpt-4o","messages":[]}`, args: []string{"compress", "--binary", "-v"}, stderr: []string{"algorithm m2m (binary shape of JSON"}},
 		{name: "auto binary text", stdin: strings.Repeat("plain words ", 20), args: []string{"compress", "--binary", "-v"}, stderr: []string{"algorithm tokennative"}},
 		{name: "explicit brotli with security", stdin: llmJSON, args: []string{"compress", "--algo", "brotli", "--security", "aead", "--key", key32}, code: exitUsage, stderr: []string{"M2M v1 frames only", "--algo m2m"}},
@@ -138,6 +149,10 @@ func TestCLICompressChoices(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if strings.Contains(tc.name, "llama") {
 				t.Setenv("M2MD_LLAMA3_VOCAB", "")
+			}
+			t.Setenv("M2MD_KEY", "")
+			if tc.name == "key from the environment" {
+				t.Setenv("M2MD_KEY", key32)
 			}
 			tc.check(t)
 		})

@@ -57,21 +57,50 @@ func parseSecurity(flagName, s string) (frame.Security, error) {
 }
 
 // parseKey reads --key; mode, when known, sets the length it must have.
-func parseKey(s string, mode frame.Security) ([]byte, error) {
-	if s == "" {
+// keyEnvVar holds a frame key in hex for compress and decompress when
+// neither --key-file nor --key is given.
+const keyEnvVar = "M2MD_KEY"
+
+// readKey returns the frame key from --key-file, else $M2MD_KEY (when
+// useEnv), else --key. No source: nil.
+func readKey(hexFlag, file string, useEnv bool, mode frame.Security) (security.Secret, error) {
+	var text, from string
+	switch {
+	case hexFlag != "" && file != "":
+		return nil, usagef("give --key-file or --key, not both")
+	case file != "":
+		b, err := os.ReadFile(file)
+		if err != nil {
+			return nil, usagef("--key-file: %v", err)
+		}
+		text, from = strings.TrimSpace(string(b)), "--key-file"
+		clear(b)
+	case hexFlag != "":
+		text, from = hexFlag, "--key"
+	case useEnv && os.Getenv(keyEnvVar) != "":
+		text, from = os.Getenv(keyEnvVar), keyEnvVar
+	default:
 		return nil, nil
 	}
-	k, err := hex.DecodeString(s)
+	k, err := hex.DecodeString(text)
 	if err != nil {
-		return nil, usagef("--key must be hex (two digits per byte): %v", err)
+		return nil, usagef("%s must be hex (two digits per byte): %v", from, err)
 	}
 	switch {
 	case mode == frame.SecurityHMAC && len(k) < security.MinHMACKeyLen:
-		return nil, usagef("--key for hmac must be at least %d bytes (%d hex digits), not %d", security.MinHMACKeyLen, 2*security.MinHMACKeyLen, len(k))
+		return nil, usagef("%s for hmac must be at least %d bytes (%d hex digits), not %d", from, security.MinHMACKeyLen, 2*security.MinHMACKeyLen, len(k))
 	case mode == frame.SecurityAEAD && len(k) < security.AEADKeyLen:
-		return nil, usagef("--key for aead must be at least %d bytes (%d hex digits), not %d", security.AEADKeyLen, 2*security.AEADKeyLen, len(k))
+		return nil, usagef("%s for aead must be at least %d bytes (%d hex digits), not %d", from, security.AEADKeyLen, 2*security.AEADKeyLen, len(k))
 	}
-	return k, nil
+	return security.Secret(k), nil
+}
+
+// warnKeyFlag tells a user of --key, once the command is about to run, that
+// the key is seen by anyone who can list processes or read the history.
+func warnKeyFlag(hexFlag string, stderr io.Writer) {
+	if hexFlag != "" {
+		fmt.Fprintf(stderr, "warning: --key shows the key to anyone who can list processes or read your shell history; use --key-file or $%s\n", keyEnvVar)
+	}
 }
 
 // llamaPath is where the Llama 3 vocabulary comes from: the flag, else the
@@ -111,7 +140,8 @@ a document it would change unless --lossy is given.`, stderr)
 	encoding := fs.String("encoding", "cl100k", "TokenNative `tokenizer`: cl100k, o200k or llama")
 	binary := fs.Bool("binary", false, "write the raw binary shape (m2m and tokennative) instead of Base64 text")
 	securityMode := fs.String("security", "none", "protect an M2M v1 frame with this security `mode`: none, hmac or aead (needs --key)")
-	keyHex := fs.String("key", "", "`hex` key for --security (hmac: 16 bytes or more, aead: 32)")
+	keyHex := fs.String("key", "", "`hex` key for --security (hmac: 16 bytes or more, aead: 32); visible in ps: prefer --key-file or $"+keyEnvVar)
+	keyFile := fs.String("key-file", "", "`file` holding the hex key for --security; default $"+keyEnvVar)
 	llama := fs.String("llama3-vocab", "", "Llama 3 vocabulary `path` (folder with encoder.json, or a tiktoken rank file); default $M2MD_LLAMA3_VOCAB")
 	lossy := fs.Bool("lossy", false, "accept a t1 encoding that does not decompress to the input byte for byte")
 	verbose := fs.Bool("v", false, "print the algorithm, the reason for it and the sizes on stderr")
@@ -136,12 +166,12 @@ a document it would change unless --lossy is given.`, stderr)
 	if opt.Security, err = parseSecurity("security", *securityMode); err != nil {
 		return err
 	}
-	if opt.Key, err = parseKey(*keyHex, opt.Security); err != nil {
+	if opt.Key, err = readKey(*keyHex, *keyFile, opt.Security != frame.SecurityNone, opt.Security); err != nil {
 		return err
 	}
 	switch {
 	case opt.Security != frame.SecurityNone && opt.Key == nil:
-		return usagef("--security %s needs --key", *securityMode)
+		return usagef("--security %s needs a key: --key-file, $%s or --key", *securityMode, keyEnvVar)
 	case opt.Security == frame.SecurityNone && opt.Key != nil:
 		return usagef("--key protects nothing without --security hmac or aead")
 	case !opt.Auto && opt.Security != frame.SecurityNone && opt.Algorithm != codec.M2M:
@@ -149,6 +179,7 @@ a document it would change unless --lossy is given.`, stderr)
 	case !opt.Auto && opt.Binary && opt.Algorithm != codec.M2M && opt.Algorithm != codec.TokenNative:
 		return usagef("--binary exists for --algo m2m and tokennative only, not %s", *algo)
 	}
+	warnKeyFlag(*keyHex, stderr)
 	in, err := readInput(stdin)
 	if err != nil {
 		return err
@@ -182,7 +213,8 @@ Detects the wire form (text or binary) and writes the original content byte for
 byte. Input with no known prefix is passed through unchanged, as the protocol
 says, unless --strict. The binary TokenNative shape has no prefix: name it
 with --algo tokennative.`, stderr)
-	keyHex := fs.String("key", "", "`hex` key for HMAC or AEAD frames")
+	keyHex := fs.String("key", "", "`hex` key for HMAC or AEAD frames; visible in ps: prefer --key-file or $"+keyEnvVar)
+	keyFile := fs.String("key-file", "", "`file` holding the hex key for HMAC or AEAD frames; default $"+keyEnvVar)
 	algo := fs.String("algo", "auto", "`form`: auto (detect), or tokennative for the prefix-less binary TokenNative shape")
 	encoding := fs.String("encoding", "", "with --algo tokennative: the `tokenizer` the data must name (cl100k, o200k, llama)")
 	llama := fs.String("llama3-vocab", "", "Llama 3 vocabulary `path`; default $M2MD_LLAMA3_VOCAB")
@@ -190,7 +222,7 @@ with --algo tokennative.`, stderr)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	key, err := parseKey(*keyHex, frame.SecurityNone)
+	key, err := readKey(*keyHex, *keyFile, true, frame.SecurityNone)
 	if err != nil {
 		return err
 	}
@@ -212,6 +244,7 @@ with --algo tokennative.`, stderr)
 			return err
 		}
 	}
+	warnKeyFlag(*keyHex, stderr)
 	in, err := readInput(stdin)
 	if err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
 )
 
 func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
@@ -105,13 +106,13 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 
 // readOrgSecrets reads "org hexsecret" lines. Secrets stay out of flags so
 // they never show in a process listing.
-func readOrgSecrets(path string) (map[string][]byte, error) {
+func readOrgSecrets(path string) (map[string]security.Secret, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("org secrets: %w", err)
 	}
 	defer f.Close()
-	secrets := make(map[string][]byte)
+	secrets := make(map[string]security.Secret)
 	sc := bufio.NewScanner(f)
 	for line := 1; sc.Scan(); line++ {
 		text := strings.TrimSpace(sc.Text())
