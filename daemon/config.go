@@ -19,8 +19,10 @@ func Features() []negotiate.Feature { return slices.Clone(features) }
 
 var features = []negotiate.Feature{negotiate.FeatureCancel}
 
-// Defaults, in one place. Every one is a Config field (zero means default)
-// and an `m2md serve` flag.
+// The daemon's own defaults. Every one is a Config field and an `m2md
+// serve` flag. The protocol's defaults and ranges (max_payload, the
+// session timers, the replay cache, the HELLO and CLOSE timeouts) are
+// negotiate's and are not repeated here.
 const (
 	DefaultQUICAddr       = "127.0.0.1:4433"
 	DefaultWSAddr         = "127.0.0.1:8080"
@@ -28,12 +30,6 @@ const (
 	DefaultWSPath         = "/m2m"
 	DefaultCertDir        = "certs"
 	DefaultMaxSessions    = 10_000
-	DefaultMaxPayload     = 16 << 20
-	DefaultHelloTimeout   = 30 * time.Second
-	DefaultSessionTimeout = 5 * time.Minute
-	DefaultPingInterval   = 60 * time.Second
-	DefaultPongTimeout    = 10 * time.Second
-	DefaultCloseTimeout   = 5 * time.Second
 	DefaultShutdownGrace  = 10 * time.Second
 	DefaultSendQueueLen   = 1024
 	DefaultSlowGrace      = 5 * time.Second
@@ -49,15 +45,17 @@ const (
 	// may hold at once, as a gateway reconnecting its agents after a
 	// restart, a benchmark or the soak does) is never refused.
 	DefaultNewSessionsPerMinute = 6000
-
-	minSessionTimeout = 60 * time.Second
-	maxSessionTimeout = time.Hour
 )
 
 // Config configures a Server. The zero value is a working development
 // daemon on loopback: QUIC on 4433/udp, WebSocket on 8080/tcp, admin HTTP on
 // 9090, a self-signed certificate made (once) in ./certs, no authentication,
 // security mode chosen by each client.
+//
+// One rule for every number: zero means the documented default, and a
+// negative value is an error (ErrConfig), except for the limits that can be
+// turned off (MaxSessionsPerIP, NewSessionsPerMinute, MessagesPerMinute,
+// BytesPerSecond), where -1 (any negative value) means unlimited.
 type Config struct {
 	// QUICAddr is the UDP address for QUIC. "-" disables QUIC.
 	QUICAddr string
@@ -85,7 +83,7 @@ type Config struct {
 	// ReplayCacheSize bounds the accepted HELLO proofs remembered against
 	// replay (docs/protocol.md §5.2); when it is full of proofs that could
 	// still be fresh, authenticated HELLOs get REJECT RATE_LIMITED.
-	// Default 65,536.
+	// Default negotiate.DefaultReplayCacheSize (65,536).
 	ReplayCacheSize int
 
 	// DisableFeatures turns off protocol extensions (docs/protocol.md §3.6)
@@ -95,40 +93,49 @@ type Config struct {
 	// MaxSessions bounds concurrent sessions; beyond it HELLO gets
 	// REJECT SERVER_BUSY.
 	MaxSessions int
-	// MaxPayload is the largest DATA message the daemon accepts (≤ 16 MiB).
+	// MaxPayload is the largest DATA message the daemon accepts, 1 KiB to
+	// 16 MiB. Default negotiate.MaxPayloadLimit (16 MiB).
 	MaxPayload int
 	// MaxOutstanding bounds a session's requests in flight, as requester and
 	// as provider.
 	MaxOutstanding int
 
 	// MaxSessionsPerIP bounds the connections (handshaking or established)
-	// one source address may hold; zero or negative (the default) means no
-	// bound of its own, so that one address (a NAT gateway, a host running
+	// one source address may hold; the default (zero) is no bound of its
+	// own, so that one address (a NAT gateway, a host running
 	// many agents, a load test) may use the whole daemon: MaxSessions
 	// bounds sessions and HelloTimeout handshakes. NewSessionsPerMinute bounds how many
 	// one address may open per minute, after a burst of MaxSessionsPerIP; default
 	// 6,000 (see DefaultNewSessionsPerMinute). Beyond either, HELLO is
-	// answered REJECT RATE_LIMITED; a negative NewSessionsPerMinute means
-	// unlimited.
+	// answered REJECT RATE_LIMITED. -1 means unlimited for either.
 	// docs/operations.md suggests values for a daemon facing the internet.
 	MaxSessionsPerIP     int
 	NewSessionsPerMinute int
 	// MessagesPerMinute and BytesPerSecond bound what one session may send
 	// (token buckets: a minute's messages, a second's bytes may come in a
 	// burst). A DATA message beyond them is refused with error rate_limited;
-	// a control message is dropped. Zero or negative (the default) means
-	// unlimited, as in NATS: one provider's streaming replies are hundreds
-	// of messages a second, and the daemon's bounded queues already protect
-	// it. docs/operations.md suggests values for untrusted agents.
+	// a control message is dropped. The default (zero) is unlimited, as in
+	// NATS: one provider's streaming replies are hundreds of messages a
+	// second, and the daemon's bounded queues already protect it; -1 says
+	// unlimited too. docs/operations.md suggests values for untrusted agents.
 	MessagesPerMinute int
 	BytesPerSecond    int
 
-	HelloTimeout   time.Duration // HELLO must arrive within this. Default 30 s.
-	SessionTimeout time.Duration // nothing received for this long closes the session. Default 5 min, 60 s–1 h.
-	PingInterval   time.Duration // idle time before the daemon PINGs. Default 60 s.
-	PongTimeout    time.Duration // a PONG must arrive within this. Default 10 s.
-	CloseTimeout   time.Duration // wait for a CLOSE acknowledgement. Default 5 s.
-	ShutdownGrace  time.Duration // on shutdown, in-flight requests may finish this long. Default 10 s.
+	// HelloTimeout: HELLO must arrive within this. Default
+	// negotiate.HelloTimeout (30 s).
+	HelloTimeout time.Duration
+	// SessionTimeout, PingInterval and PongTimeout are the session timers
+	// offered in ACCEPT, with negotiate.ServerConfig's defaults and ranges:
+	// nothing received for SessionTimeout (60 s to 1 h, default 5 min)
+	// closes a session, the daemon PINGs after PingInterval of silence
+	// (default 60 s) and waits PongTimeout for the PONG (default 10 s).
+	SessionTimeout, PingInterval, PongTimeout time.Duration
+	// CloseTimeout: wait for a CLOSE acknowledgement. Default
+	// negotiate.CloseTimeout (5 s).
+	CloseTimeout time.Duration
+	// ShutdownGrace: on shutdown, in-flight requests may finish this long.
+	// Default 10 s.
+	ShutdownGrace time.Duration
 
 	// SendQueueLen bounds each session's queue of messages waiting to be
 	// written. When it is full the daemon refuses the new message (the sender
@@ -159,53 +166,66 @@ func (c Config) openBurst() int {
 // its range: the operator's setting is wrong, not the machine.
 var ErrConfig = errors.New("daemon: invalid configuration")
 
-// withDefaults returns c with every zero field set and checks ranges.
+// withDefaults returns c with every zero field set to the daemon's default
+// and checks ranges. The fields negotiate owns (MaxPayload, the session
+// timers, ReplayCacheSize) are defaulted and checked by negotiate.NewServer
+// (see New).
 func (c Config) withDefaults() (Config, error) {
-	setStr := func(p *string, def string) {
-		if *p == "" {
-			*p = def
+	for _, f := range []struct {
+		p   *string
+		def string
+	}{
+		{&c.QUICAddr, DefaultQUICAddr}, {&c.WSAddr, DefaultWSAddr}, {&c.WSPath, DefaultWSPath},
+		{&c.AdminAddr, DefaultAdminAddr}, {&c.CertDir, DefaultCertDir},
+	} {
+		if *f.p == "" {
+			*f.p = f.def
 		}
 	}
-	setStr(&c.QUICAddr, DefaultQUICAddr)
-	setStr(&c.WSAddr, DefaultWSAddr)
-	setStr(&c.WSPath, DefaultWSPath)
-	setStr(&c.AdminAddr, DefaultAdminAddr)
-	setStr(&c.CertDir, DefaultCertDir)
-	setInt := func(p *int, def int) {
-		if *p <= 0 {
-			*p = def
+	for _, f := range []struct {
+		name string
+		p    *int
+		def  int
+	}{
+		{"max-sessions", &c.MaxSessions, DefaultMaxSessions},
+		{"max-outstanding", &c.MaxOutstanding, DefaultMaxOutstanding},
+		{"send-queue", &c.SendQueueLen, DefaultSendQueueLen},
+	} {
+		if err := orDefault(f.name, f.p, f.def); err != nil {
+			return c, err
 		}
 	}
-	setInt(&c.MaxSessions, DefaultMaxSessions)
-	setInt(&c.MaxPayload, DefaultMaxPayload)
-	setInt(&c.MaxOutstanding, DefaultMaxOutstanding)
-	setInt(&c.SendQueueLen, DefaultSendQueueLen)
-	setLimit := func(p *int, def int) {
-		if *p == 0 {
-			*p = def
+	for _, f := range []struct {
+		name string
+		p    *time.Duration
+		def  time.Duration
+	}{
+		{"hello-timeout", &c.HelloTimeout, negotiate.HelloTimeout},
+		{"close-timeout", &c.CloseTimeout, negotiate.CloseTimeout},
+		{"shutdown-grace", &c.ShutdownGrace, DefaultShutdownGrace},
+		{"slow-consumer-grace", &c.SlowConsumerGrace, DefaultSlowGrace},
+	} {
+		if err := orDefault(f.name, f.p, f.def); err != nil {
+			return c, err
 		}
 	}
-	setLimit(&c.NewSessionsPerMinute, DefaultNewSessionsPerMinute)
-	setDur := func(p *time.Duration, def time.Duration) {
-		if *p <= 0 {
-			*p = def
-		}
-	}
-	setDur(&c.HelloTimeout, DefaultHelloTimeout)
-	setDur(&c.SessionTimeout, DefaultSessionTimeout)
-	setDur(&c.PingInterval, DefaultPingInterval)
-	setDur(&c.PongTimeout, DefaultPongTimeout)
-	setDur(&c.CloseTimeout, DefaultCloseTimeout)
-	setDur(&c.ShutdownGrace, DefaultShutdownGrace)
-	setDur(&c.SlowConsumerGrace, DefaultSlowGrace)
-	if c.MaxPayload > DefaultMaxPayload {
-		return c, fmt.Errorf("%w: max payload %d exceeds the protocol's 16 MiB", ErrConfig, c.MaxPayload)
-	}
-	if c.SessionTimeout < minSessionTimeout || c.SessionTimeout > maxSessionTimeout {
-		return c, fmt.Errorf("%w: session timeout %v is outside 60s..1h", ErrConfig, c.SessionTimeout)
+	// Limits that can be off: zero is the default, negative is unlimited.
+	if c.NewSessionsPerMinute == 0 {
+		c.NewSessionsPerMinute = DefaultNewSessionsPerMinute
 	}
 	if c.MinSecurity > frame.SecurityAEAD {
 		return c, fmt.Errorf("%w: unknown minimum security mode %d", ErrConfig, c.MinSecurity)
 	}
 	return c, nil
+}
+
+// orDefault sets a zero setting to def and refuses a negative one.
+func orDefault[T int | time.Duration](name string, p *T, def T) error {
+	switch {
+	case *p == 0:
+		*p = def
+	case *p < 0:
+		return fmt.Errorf("%w: %s is %v; it must be positive (0 means the default, %v)", ErrConfig, name, *p, def)
+	}
+	return nil
 }

@@ -74,9 +74,16 @@ func New(cfg Config) (*Server, error) {
 		PingInterval:    cfg.PingInterval,
 		PongTimeout:     cfg.PongTimeout,
 	})
+	if errors.Is(err, negotiate.ErrConfig) {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)
 	}
+	// negotiate filled in and checked the protocol's settings.
+	nc := neg.Config()
+	cfg.MaxPayload, cfg.ReplayCacheSize = nc.MaxPayload, nc.ReplayCacheSize
+	cfg.SessionTimeout, cfg.PingInterval, cfg.PongTimeout = nc.SessionTimeout, nc.PingInterval, nc.PongTimeout
 	s := &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,

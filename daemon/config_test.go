@@ -1,0 +1,80 @@
+package daemon
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/m2md/m2md/negotiate"
+)
+
+// TestConfigZeroIsDefault: the zero Config gets the daemon's defaults and
+// negotiate's, filled in once each.
+func TestConfigZeroIsDefault(t *testing.T) {
+	s, err := New(Config{CertDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := s.cfg
+	for _, tc := range []struct {
+		name      string
+		got, want any
+	}{
+		{"QUICAddr", c.QUICAddr, DefaultQUICAddr},
+		{"MaxSessions", c.MaxSessions, DefaultMaxSessions},
+		{"MaxOutstanding", c.MaxOutstanding, DefaultMaxOutstanding},
+		{"SendQueueLen", c.SendQueueLen, DefaultSendQueueLen},
+		{"MaxSessionsPerIP", c.MaxSessionsPerIP, 0},
+		{"NewSessionsPerMinute", c.NewSessionsPerMinute, DefaultNewSessionsPerMinute},
+		{"MessagesPerMinute", c.MessagesPerMinute, 0},
+		{"MaxPayload", c.MaxPayload, negotiate.MaxPayloadLimit},
+		{"ReplayCacheSize", c.ReplayCacheSize, negotiate.DefaultReplayCacheSize},
+		{"HelloTimeout", c.HelloTimeout, negotiate.HelloTimeout},
+		{"CloseTimeout", c.CloseTimeout, negotiate.CloseTimeout},
+		{"SessionTimeout", c.SessionTimeout, negotiate.DefaultSessionTimeout},
+		{"PingInterval", c.PingInterval, negotiate.DefaultPingInterval},
+		{"PongTimeout", c.PongTimeout, negotiate.DefaultPongTimeout},
+		{"ShutdownGrace", c.ShutdownGrace, DefaultShutdownGrace},
+		{"SlowConsumerGrace", c.SlowConsumerGrace, DefaultSlowGrace},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("%s = %v, want %v", tc.name, tc.got, tc.want)
+		}
+	}
+}
+
+// TestConfigNegativeAndOutOfRange: a negative number is an error, except
+// where it means unlimited; negotiate's ranges are checked once, by
+// negotiate, and reported as ErrConfig.
+func TestConfigNegativeAndOutOfRange(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		ok   bool
+	}{
+		{"max sessions -1", Config{MaxSessions: -1}, false},
+		{"max outstanding -1", Config{MaxOutstanding: -1}, false},
+		{"send queue -1", Config{SendQueueLen: -1}, false},
+		{"hello timeout -1s", Config{HelloTimeout: -time.Second}, false},
+		{"shutdown grace -1s", Config{ShutdownGrace: -time.Second}, false},
+		{"max payload -1", Config{MaxPayload: -1}, false},
+		{"max payload 32 MiB", Config{MaxPayload: 32 << 20}, false},
+		{"max payload 100 B", Config{MaxPayload: 100}, false},
+		{"session timeout 10s", Config{SessionTimeout: 10 * time.Second}, false},
+		{"ping beyond session timeout", Config{SessionTimeout: time.Minute, PingInterval: 2 * time.Minute}, false},
+		{"unlimited per-IP limits", Config{MaxSessionsPerIP: -1, NewSessionsPerMinute: -1}, true},
+		{"unlimited session rates", Config{MessagesPerMinute: -1, BytesPerSecond: -1}, true},
+		{"short session timeout takes a shorter ping", Config{SessionTimeout: time.Minute}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.CertDir = t.TempDir()
+			_, err := New(tc.cfg)
+			if tc.ok && err != nil {
+				t.Fatal(err)
+			}
+			if !tc.ok && !errors.Is(err, ErrConfig) {
+				t.Fatalf("got %v, want ErrConfig", err)
+			}
+		})
+	}
+}
