@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -75,7 +76,8 @@ func New(cfg Config) (*Server, error) {
 		PongTimeout:     cfg.PongTimeout,
 	})
 	if errors.Is(err, negotiate.ErrConfig) {
-		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		// The operator set it on the daemon: say so once, not twice.
+		return nil, fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(err.Error(), negotiate.ErrConfig.Error()+": "))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/m2md/m2md/frame"
@@ -131,7 +132,7 @@ func (c ServerConfig) effective() (ServerConfig, error) {
 	case c.MaxPayload == 0:
 		c.MaxPayload = MaxPayloadLimit
 	case c.MaxPayload < MinPayloadLimit || c.MaxPayload > MaxPayloadLimit:
-		return c, fmt.Errorf("%w: MaxPayload %d outside %d..%d", ErrConfig, c.MaxPayload, MinPayloadLimit, MaxPayloadLimit)
+		return c, fmt.Errorf("%w: max payload %d is outside %d..%d", ErrConfig, c.MaxPayload, MinPayloadLimit, MaxPayloadLimit)
 	}
 	if !validMode(c.MinSecurity) {
 		return c, fmt.Errorf("%w: MinSecurity %d", ErrConfig, c.MinSecurity)
@@ -161,24 +162,36 @@ func (c ServerConfig) effective() (ServerConfig, error) {
 	return c, nil
 }
 
+// shortDur prints d without trailing zero units: 1h, 1m, 90s.
+func shortDur(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = s[:len(s)-2]
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = s[:len(s)-2]
+	}
+	return s
+}
+
 func effectiveTimers(session, ping, pong time.Duration) (time.Duration, time.Duration, time.Duration, error) {
 	if session == 0 {
 		session = DefaultSessionTimeout
 	}
 	if session < MinSessionTimeout || session > MaxSessionTimeout {
-		return 0, 0, 0, fmt.Errorf("%w: session timeout %v outside %v..%v", ErrConfig, session, MinSessionTimeout, MaxSessionTimeout)
+		return 0, 0, 0, fmt.Errorf("%w: session timeout %v is outside %v..%v", ErrConfig, session, shortDur(MinSessionTimeout), shortDur(MaxSessionTimeout))
 	}
 	if ping == 0 {
 		ping = min(DefaultPingInterval, session)
 	}
 	if ping < MinTimer || ping > session {
-		return 0, 0, 0, fmt.Errorf("%w: ping interval %v outside %v..%v", ErrConfig, ping, MinTimer, session)
+		return 0, 0, 0, fmt.Errorf("%w: ping interval %v is outside %v..%v (the session timeout)", ErrConfig, ping, MinTimer, shortDur(session))
 	}
 	if pong == 0 {
 		pong = min(DefaultPongTimeout, ping)
 	}
 	if pong < MinTimer || pong > ping {
-		return 0, 0, 0, fmt.Errorf("%w: pong timeout %v outside %v..%v", ErrConfig, pong, MinTimer, ping)
+		return 0, 0, 0, fmt.Errorf("%w: pong timeout %v is outside %v..%v (the ping interval)", ErrConfig, pong, MinTimer, shortDur(ping))
 	}
 	return session, ping, pong, nil
 }
