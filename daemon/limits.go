@@ -104,19 +104,29 @@ func (a *admission) size() int {
 	return len(a.perIP)
 }
 
+// addrIP is the key the per-address limits count addr under: the IPv4
+// address, or the /64 prefix of an IPv6 address (its first 64 bits, the
+// rest zero). An IPv6 client commonly holds a whole /64 and can pick any
+// address in it, so counting full addresses would let one client bypass
+// every per-address limit.
 func addrIP(addr net.Addr) netip.Addr {
+	var ip netip.Addr
 	switch a := addr.(type) {
 	case *net.UDPAddr:
-		ip, _ := netip.AddrFromSlice(a.IP)
-		return ip.Unmap()
+		ip, _ = netip.AddrFromSlice(a.IP)
 	case *net.TCPAddr:
-		ip, _ := netip.AddrFromSlice(a.IP)
-		return ip.Unmap()
+		ip, _ = netip.AddrFromSlice(a.IP)
+	default:
+		if ap, err := netip.ParseAddrPort(addr.String()); err == nil {
+			ip = ap.Addr()
+		}
 	}
-	if ap, err := netip.ParseAddrPort(addr.String()); err == nil {
-		return ap.Addr().Unmap()
+	ip = ip.Unmap()
+	if ip.Is6() {
+		p, _ := ip.WithZone("").Prefix(64)
+		ip = p.Addr()
 	}
-	return netip.Addr{}
+	return ip
 }
 
 // sessionRates are one session's message and byte allowances (token

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"net"
+	"net/netip"
 	"testing"
 	"time"
 )
@@ -44,6 +45,34 @@ func TestAdmissionPerIP(t *testing.T) {
 	a.sweep(now.Add(2 * time.Minute))
 	if n := a.size(); n != 1 { // ip2 still holds a session
 		t.Fatalf("sweep left %d entries, want 1", n)
+	}
+}
+
+// IPv6 clients are counted per /64 (security review finding 10): one
+// client picking fresh addresses in its /64 is one address to the limits;
+// another /64, or an IPv4-mapped address, is not.
+func TestAdmissionIPv6PerSlash64(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	a := newAdmission(2, -1, 0)
+	addr := func(s string) net.Addr { return &net.UDPAddr{IP: net.ParseIP(s), Port: 4433} }
+	for _, s := range []string{"2001:db8:1:2::1", "2001:db8:1:2:ffff:ffff:ffff:ffff"} {
+		if _, l := a.admit(addr(s), now); l != "" {
+			t.Fatalf("%s refused: %q", s, l)
+		}
+	}
+	if _, l := a.admit(addr("2001:db8:1:2:dead:beef::7"), now); l != limitSessionsPerIP {
+		t.Fatalf("third address of the same /64: %q, want %s", l, limitSessionsPerIP)
+	}
+	for _, s := range []string{"2001:db8:1:3::1", "::ffff:192.0.2.1", "192.0.2.2"} {
+		if _, l := a.admit(addr(s), now); l != "" {
+			t.Fatalf("%s refused: %q", s, l)
+		}
+	}
+	if got := addrIP(addr("::ffff:192.0.2.1")); got != netip.MustParseAddr("192.0.2.1") {
+		t.Fatalf("IPv4-mapped address counted as %v", got)
+	}
+	if got := addrIP(&net.UDPAddr{IP: net.ParseIP("fe80::1"), Zone: "eth0"}); got != netip.MustParseAddr("fe80::") {
+		t.Fatalf("link-local address counted as %v", got)
 	}
 }
 
