@@ -8,6 +8,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/security"
@@ -145,6 +146,11 @@ type Config struct {
 	SendQueueLen      int
 	SlowConsumerGrace time.Duration
 
+	// Cluster joins this daemon to a cluster of daemons over NATS
+	// (docs/operations.md, "Cluster"). The zero value is a single node with
+	// no NATS at all.
+	Cluster cluster.Config
+
 	// Logger receives structured logs; it never receives payloads or keys.
 	// The zero value discards them.
 	Logger zerolog.Logger
@@ -215,6 +221,11 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MinSecurity > frame.SecurityAEAD {
 		return c, fmt.Errorf("%w: unknown minimum security mode %d", ErrConfig, c.MinSecurity)
+	}
+	if c.Cluster.Enabled() {
+		if err := c.Cluster.Check(); err != nil {
+			return c, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
 	}
 	return c, nil
 }

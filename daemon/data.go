@@ -94,6 +94,16 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 		se.sendError(ch, dh.RequestID, 0, code, routeMessage(code, dh, h), "")
 		return
 	}
+	if d.Provider.Value().remote != nil {
+		se.forwardRemote(dh, fr, algo, d, start)
+		return
+	}
+	srv.deliverRequest(d, se.agent, fr, algo, start)
+}
+
+// deliverRequest hands a routed request to its (local) provider, addressed
+// from requester; on failure the requester gets the error.
+func (srv *Server) deliverRequest(d router.Delivery[*session], requester string, fr []byte, algo int8, start time.Time) {
 	prov := d.Provider.Value()
 	fail := func(code negotiate.ErrorCode, message string) {
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
@@ -127,7 +137,7 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 		return
 	}
 	srv.router.SetProviderChannel(d.Provider, d.ID, uint64(pch))
-	m, ok := buildData(pch, 0, d.ID, se.agent, fr, algo)
+	m, ok := buildData(pch, 0, d.ID, requester, fr, algo)
 	if !ok {
 		prov.conn.ReleaseChannel(pch)
 		fail(negotiate.CodeBadFrame, "request cannot be addressed")
@@ -186,49 +196,64 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 		}
 		return
 	}
+	if code, message := srv.deliverReply(rep, se.rs, dh.RequestID, se.agent, fr, algo, start); code != "" {
+		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
+		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, code, message, "")
+	}
+}
+
+// deliverReply hands a routed reply from provider (the router session the
+// reply was routed from, with its delivery id) to the requester. On failure
+// it returns the code and message for the provider's NOTICE, having ended
+// the requester's request with an error when the reply cannot reach it
+// whole.
+func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Session[*session], deliveryID uint64, provider string, fr []byte, algo int8, start time.Time) (negotiate.ErrorCode, string) {
 	req := rep.Requester.Value()
+	end := rep.End
+	if req.remote != nil {
+		if !req.replyRemote(rep.RequestID, end, provider, algo, fr) {
+			if !end {
+				_, _ = srv.router.Abort(provRS, deliveryID) // later chunks are unknown and dropped
+			}
+			return negotiate.CodeAgentGone, "requester's node is unreachable"
+		}
+		srv.metrics.routingSeconds.Observe(time.Since(start).Seconds())
+		return "", ""
+	}
 	flags := negotiate.FlagReply
 	if end {
 		flags |= negotiate.FlagEnd
 	}
-	if algo == 1 && req.send.Protected() {
-		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeBadFrame)).Inc()
-		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, negotiate.CodeBadFrame, "requester's session requires protected frames; TokenNative cannot be protected", "")
-		if end {
-			req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeBadFrame, "provider replied with an unprotectable frame", se.agent)
+	// endRequest ends the requester's request with an error when it would
+	// miss part of the answer, rather than let it wait for an END that
+	// means nothing; later replies to the delivery are unknown and dropped.
+	endRequest := func(code negotiate.ErrorCode, message string) {
+		if !end {
+			var err error
+			if rep, err = srv.router.Abort(provRS, deliveryID); err != nil {
+				return
+			}
 		}
-		return
+		req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, message, provider)
+	}
+	if algo == 1 && req.send.Protected() {
+		if end {
+			req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeBadFrame, "provider replied with an unprotectable frame", provider)
+		}
+		return negotiate.CodeBadFrame, "requester's session requires protected frames; TokenNative cannot be protected"
 	}
 	if n, limit := req.outLen(fr, algo), req.neg.Params.MaxPayload; n > limit {
-		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeTooLarge)).Inc()
-		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, negotiate.CodeTooLarge, fmt.Sprintf("reply of %d bytes exceeds requester %s's max_payload %d", n, req.agent, limit), "")
-		// The requester would miss part of the answer: end its request
-		// now rather than let it wait for an END that means nothing.
-		// Later replies to the delivery are unknown and dropped.
-		if !end {
-			if rep, err = srv.router.Abort(se.rs, dh.RequestID); err != nil {
-				return
-			}
-		}
-		req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeTooLarge, "provider's reply exceeds this session's max_payload", se.agent)
-		return
+		endRequest(negotiate.CodeTooLarge, "provider's reply exceeds this session's max_payload")
+		return negotiate.CodeTooLarge, fmt.Sprintf("reply of %d bytes exceeds requester %s's max_payload %d", n, req.agent, limit)
 	}
-	m, _ := buildData(transport.ChannelID(rep.Channel), flags, rep.RequestID, se.agent, fr, algo)
+	m, _ := buildData(transport.ChannelID(rep.Channel), flags, rep.RequestID, provider, fr, algo)
 	if !req.enqueue(m) {
 		m.free()
-		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeQueueFull)).Inc()
-		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, negotiate.CodeQueueFull, "requester "+req.agent+" is not reading fast enough", "")
-		// The requester missed this reply: end its request rather than
-		// deliver the rest with a hole in it.
-		if !end {
-			if rep, err = srv.router.Abort(se.rs, dh.RequestID); err != nil {
-				return
-			}
-		}
-		req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeQueueFull, "a reply to this request was dropped: this session is not reading fast enough", se.agent)
-		return
+		endRequest(negotiate.CodeQueueFull, "a reply to this request was dropped: this session is not reading fast enough")
+		return negotiate.CodeQueueFull, "requester " + req.agent + " is not reading fast enough"
 	}
 	srv.metrics.routingSeconds.Observe(time.Since(start).Seconds())
+	return "", ""
 }
 
 // outLen is the size fr (a plain M2M frame, or TokenNative) will have on
@@ -270,6 +295,14 @@ func (se *session) sendError(ch transport.ChannelID, requestID uint64, flags neg
 		se.log.Error().Err(err).Msg("building an error frame failed")
 		return
 	}
+	if se.remote != nil {
+		// The requester proxy of another node: the error travels back to
+		// the requester there. Notices are for local providers only.
+		if flags&negotiate.FlagNotice == 0 && !se.replyRemote(requestID, true, peerOrNode(peer, se), 0, fr) {
+			se.srv.metrics.queueDrops.WithLabelValues("error_dropped").Inc()
+		}
+		return
+	}
 	m, ok := buildData(ch, negotiate.FlagReply|negotiate.FlagEnd|flags, requestID, peer, fr, 0)
 	if !ok {
 		return
@@ -293,4 +326,13 @@ func buildData(ch transport.ChannelID, flags negotiate.DataFlags, requestID uint
 	b = append(b, fr...)
 	*p = b
 	return outMsg{ch: ch, buf: p, frameOff: off, algo: algo}, true
+}
+
+// peerOrNode names the sender of an error crossing the cluster: the agent
+// it concerns, or the node itself.
+func peerOrNode(peer string, se *session) string {
+	if peer != "" {
+		return peer
+	}
+	return se.srv.cluster.c.Node()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/m2md/m2md/certs"
+	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/router"
 	"github.com/m2md/m2md/transport"
@@ -28,6 +29,8 @@ type Server struct {
 	metrics *metrics
 	neg     *negotiate.Server
 	router  *router.Router[*session]
+	// cluster is nil unless Config.Cluster enables one.
+	cluster *clusterState
 
 	tlsConf     *tls.Config
 	fingerprint string
@@ -165,6 +168,20 @@ func (s *Server) Run(ctx context.Context) error {
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
 	s.baseCtx = runCtx
+	if s.cfg.Cluster.Enabled() {
+		// Before the listeners: every session is registered cluster-wide.
+		cs := newClusterState(s)
+		ccfg := s.cfg.Cluster
+		ccfg.Logger = s.log.With().Str("component", "cluster").Logger()
+		c, err := cluster.Start(ccfg, cs)
+		if err != nil {
+			return fmt.Errorf("daemon: %w", err)
+		}
+		cs.c = c
+		s.cluster = cs
+		s.registerClusterMetrics()
+		defer c.Close()
+	}
 	s.handshakes, s.stopHandshakes = context.WithCancel(runCtx)
 	defer s.stopHandshakes()
 
@@ -362,6 +379,9 @@ func (s *Server) shutdown(closers []func()) {
 		s.log.Warn().Msg("sessions did not close in time")
 	}
 	s.neg.Close()
+	if s.cluster != nil {
+		s.cluster.c.Close()
+	}
 	s.log.Info().Msg("m2md stopped")
 }
 

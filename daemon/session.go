@@ -25,6 +25,11 @@ type session struct {
 	rs        *router.Session[*session]
 	log       zerolog.Logger
 	m         *sessionMetrics
+	// remote is set on the router's proxies of other cluster nodes'
+	// agents and on the requesters standing for each node
+	// (daemon/cluster.go): they have no connection, and what is routed to
+	// them is published.
+	remote *remoteNode
 
 	// recv opens the agent's frames, send seals the frames to it.
 	recv, send *negotiate.Sealer
@@ -198,7 +203,12 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	if neg.Peer != nil {
 		models = neg.Peer.Models
 	}
-	rs, replaced, err := s.router.Register(neg.Org, neg.AgentID, models, se)
+	var rs, replaced *router.Session[*session]
+	if s.cluster != nil {
+		rs, replaced, err = s.cluster.register(se, models)
+	} else {
+		rs, replaced, err = s.router.Register(neg.Org, neg.AgentID, models, se)
+	}
 	if err != nil {
 		se.cancel()
 		return nil, err
@@ -228,6 +238,9 @@ func (se *session) run() {
 	// its orphans can be answered now without overtaking a reply (router doc).
 	se.closing.Store(true)
 	orphans := se.srv.router.Remove(se.rs)
+	if se.srv.cluster != nil {
+		se.srv.cluster.unregister(se)
+	}
 	for _, o := range orphans {
 		se.srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeAgentGone)).Inc()
 		o.Requester.Value().sendError(transport.ChannelID(o.Channel), o.RequestID, 0, negotiate.CodeAgentGone,

@@ -129,11 +129,7 @@ func (r *Router[S]) Register(org, agentID string, models []string, value S) (ses
 	}
 
 	r.mu.Lock()
-	ns := r.orgs[org]
-	if ns == nil {
-		ns = &namespace[S]{agents: make(map[string]*Session[S]), models: make(map[string]*modelRoute[S])}
-		r.orgs[org] = ns
-	}
+	ns := r.namespaceLocked(org)
 	sess.ns = ns
 	if old := ns.agents[agentID]; old != nil {
 		r.unlinkLocked(old)
@@ -151,6 +147,36 @@ func (r *Router[S]) Register(org, agentID string, models []string, value S) (ses
 	}
 	r.mu.Unlock()
 	return sess, replaced, nil
+}
+
+// Attach adds a session of org that makes requests but cannot be reached:
+// it has no place among the org's agents or models, so nothing is routed to
+// it except replies to its own requests. The daemon uses one per other
+// cluster node and org, for the requests that node forwards; agentID only
+// names it. maxRequests bounds its outstanding requests (0:
+// Config.MaxRequests). Remove it like any session; it has no orphans, and
+// its requests are forgotten.
+func (r *Router[S]) Attach(org, agentID string, value S, maxRequests int) *Session[S] {
+	s := &Session[S]{
+		value:       value,
+		org:         org,
+		agentID:     agentID,
+		requests:    make(map[uint64]pending[S]),
+		maxRequests: maxRequests,
+	}
+	r.mu.Lock()
+	s.ns = r.namespaceLocked(org)
+	r.mu.Unlock()
+	return s
+}
+
+func (r *Router[S]) namespaceLocked(org string) *namespace[S] {
+	ns := r.orgs[org]
+	if ns == nil {
+		ns = &namespace[S]{agents: make(map[string]*Session[S]), models: make(map[string]*modelRoute[S])}
+		r.orgs[org] = ns
+	}
+	return ns
 }
 
 // Remove unregisters s when its session ends (or after it was replaced):
@@ -224,7 +250,11 @@ func (r *Router[S]) routeRequest(requester *Session[S], req *Request) (Delivery[
 	if req.ID == 0 || len(req.Peer) == 0 && !req.HasRoutingHeader {
 		return Delivery[S]{}, ErrBadFrame
 	}
-	if err := requester.reserve(req.ID, req.Channel, r.cfg.MaxRequests); err != nil {
+	maxReq := r.cfg.MaxRequests
+	if requester.maxRequests > 0 {
+		maxReq = requester.maxRequests
+	}
+	if err := requester.reserve(req.ID, req.Channel, maxReq); err != nil {
 		return Delivery[S]{}, err
 	}
 	start := time.Since(r.epoch)

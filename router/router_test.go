@@ -734,3 +734,42 @@ func TestOrgsAreSeparateNamespaces(t *testing.T) {
 		t.Fatal("registry not empty")
 	}
 }
+
+// TestAttach: an attached session (the daemon's stand-in for another cluster
+// node) makes requests within its org under its own cap, is never reachable
+// by agent id or model, and its removal forgets its requests.
+func TestAttach(t *testing.T) {
+	r, s := setup(t, Config{MaxRequests: 2}, agentSpec{id: "prov", models: []string{"m"}})
+	node := r.Attach("", "prov", "node-b", 3) // same id as a real agent: must not shadow it
+	if got, _ := r.Lookup("", "prov"); got != s["prov"] {
+		t.Fatal("Attach shadowed the registered agent")
+	}
+	var ds []Delivery[string]
+	for id := uint64(1); id <= 3; id++ {
+		ds = append(ds, mustRoute(t, r, node, toPeer(id, "prov")))
+	}
+	if _, err := r.RouteRequest(node, toPeer(4, "prov")); !errors.Is(err, ErrTooManyRequests) {
+		t.Fatalf("4th request: %v, want ErrTooManyRequests (cap 3)", err)
+	}
+	if _, err := r.RouteRequest(s["prov"], byModel(9, "m")); !errors.Is(err, ErrNoRoute) {
+		t.Fatalf("by model with only the attached session besides the provider: %v", err)
+	}
+	other := r.Attach("acme", "x", "node-b/acme", 0)
+	if _, err := r.RouteRequest(other, toPeer(1, "prov")); !errors.Is(err, ErrUnknownAgent) {
+		t.Fatalf("attached session of another org reached prov: %v", err)
+	}
+	rep := mustReply(t, r, s["prov"], ds[0].ID, true)
+	if rep.Requester != node || rep.RequestID != 1 {
+		t.Fatalf("reply went to %v id %d", rep.Requester.Value(), rep.RequestID)
+	}
+	if orphans := r.Remove(node); len(orphans) != 0 {
+		t.Fatalf("attached session had orphans: %v", orphans)
+	}
+	if _, err := r.RouteReply(s["prov"], ds[1].ID, true); !errors.Is(err, ErrRequesterGone) {
+		t.Fatalf("reply after removal: %v, want ErrRequesterGone", err)
+	}
+	if _, ok := r.Lookup("", "prov"); !ok {
+		t.Fatal("removing the attached session unregistered the agent")
+	}
+	r.Remove(other)
+}

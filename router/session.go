@@ -21,6 +21,8 @@ type Session[S any] struct {
 	agentID string
 	models  []string
 	ns      *namespace[S] // the org's namespace; set by Register
+	// maxRequests overrides Config.MaxRequests when non-zero (Attach).
+	maxRequests int
 
 	// unlinked is set when the session leaves the registry (replaced or
 	// removed): its own requests are refused from then on.

@@ -16,6 +16,7 @@ import (
 	"github.com/peterbourgon/ff/v3"
 	"github.com/rs/zerolog"
 
+	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/security"
@@ -30,6 +31,12 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 		disableFeat string
 		logLevel    string
 		logFormat   string
+		clusterPwd  string
+		routes      string
+		natsURLs    string
+		routeCert   string
+		routeKey    string
+		routeCA     string
 	)
 	fs.String("config", "", "config `file`: one 'flag value' pair per line, # comments")
 	fs.StringVar(&cfg.QUICAddr, "quic-addr", daemon.DefaultQUICAddr, "UDP `address` for QUIC (\"-\" disables)")
@@ -57,6 +64,18 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.DurationVar(&cfg.PingInterval, "ping-interval", negotiate.DefaultPingInterval, "PING a session idle this long")
 	fs.DurationVar(&cfg.PongTimeout, "pong-timeout", negotiate.DefaultPongTimeout, "a PONG must arrive within this")
 	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", daemon.DefaultShutdownGrace, "on SIGINT/SIGTERM, let in-flight requests finish this long")
+	fs.StringVar(&cfg.Cluster.Listen, "cluster-listen", "", "host:port of the embedded NATS route listener: joins this daemon to a cluster (docs/operations.md)")
+	fs.StringVar(&routes, "cluster-routes", "", "comma-separated nats://host:port route URLs of the other daemons (with --cluster-listen)")
+	fs.StringVar(&cfg.Cluster.User, "cluster-user", "", "user every cluster route authenticates as (with --cluster-password-file)")
+	fs.StringVar(&clusterPwd, "cluster-password-file", "", "`file` holding the cluster routes' password (kept out of flags so it never shows in a process listing)")
+	fs.StringVar(&routeCert, "cluster-tls-cert", "", "certificate `file` (PEM) for TLS on the cluster routes")
+	fs.StringVar(&routeKey, "cluster-tls-key", "", "private key `file` (PEM) for --cluster-tls-cert")
+	fs.StringVar(&routeCA, "cluster-tls-ca", "", "CA `file` (PEM) the other nodes' route certificates must chain to (both directions)")
+	fs.StringVar(&cfg.Cluster.Name, "cluster-name", cluster.DefaultName, "cluster name; every node of one cluster uses the same")
+	fs.StringVar(&cfg.Cluster.Node, "cluster-node", "", "this node's id in the cluster (default: random at each start)")
+	fs.StringVar(&natsURLs, "nats-url", "", "comma-separated nats:// URLs of an existing NATS deployment to cluster over (instead of --cluster-listen)")
+	fs.StringVar(&cfg.Cluster.CredsFile, "nats-creds", "", "NATS credentials `file` for --nats-url")
+	fs.StringVar(&cfg.Cluster.CAFile, "nats-ca", "", "CA `file` (PEM) trusted for --nats-url's TLS certificates")
 	fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
 	fs.StringVar(&logFormat, "log-format", "auto", "log `format`: json, console, or auto (console on a terminal)")
 
@@ -84,6 +103,20 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	for _, f := range strings.Split(disableFeat, ",") {
 		if f = strings.TrimSpace(f); f != "" {
 			cfg.DisableFeatures = append(cfg.DisableFeatures, negotiate.Feature(f))
+		}
+	}
+	cfg.Cluster.Routes = splitList(routes)
+	cfg.Cluster.URLs = splitList(natsURLs)
+	if clusterPwd != "" {
+		b, err := os.ReadFile(clusterPwd)
+		if err != nil {
+			return fmt.Errorf("--cluster-password-file: %w", err)
+		}
+		cfg.Cluster.Password = strings.TrimSpace(string(b))
+	}
+	if routeCert != "" || routeKey != "" || routeCA != "" {
+		if cfg.Cluster.TLS, err = cluster.RouteTLS(routeCert, routeKey, routeCA); err != nil {
+			return err
 		}
 	}
 	logger, err := newLogger(logLevel, logFormat, stderr)
@@ -156,4 +189,15 @@ func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
 		return zerolog.Logger{}, usagef("--log-format must be json, console or auto, not %q", format)
 	}
 	return zerolog.New(out).Level(lvl).With().Timestamp().Logger(), nil
+}
+
+// splitList splits a comma-separated flag value, dropping empty entries.
+func splitList(s string) []string {
+	var out []string
+	for _, part := range strings.Split(s, ",") {
+		if part = strings.TrimSpace(part); part != "" {
+			out = append(out, part)
+		}
+	}
+	return out
 }

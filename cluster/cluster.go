@@ -1,0 +1,555 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/rs/zerolog"
+)
+
+// Handler is what the daemon does with what arrives from the cluster. Every
+// method is called from one goroutine, in the order the messages arrived, so
+// a node's replies (and a stream's chunks) reach the daemon in the order the
+// node sent them. Methods must not block: they route and queue, never wait.
+type Handler interface {
+	// AgentUp: a - registered on another node - is now the newest
+	// registration of its id that node knows of.
+	AgentUp(a Agent)
+	// AgentDown: a's session on its node ended (or its node is dead).
+	AgentDown(a Agent)
+	// NodeDown: the node stopped heartbeating or left; AgentDown has been
+	// called for each of its agents already. Requests it made are void.
+	NodeDown(node string)
+	// Request: a request for an agent registered on this node.
+	Request(r *Request)
+	// Reply: a reply to a request this node sent (Reply.W is its id).
+	Reply(r *Reply)
+}
+
+// Cluster is this node's membership of the cluster: the NATS connection
+// (and, in embedded mode, the NATS server), the heartbeats and the agent
+// tables. Create it with Start.
+type Cluster struct {
+	cfg  Config
+	log  zerolog.Logger
+	h    Handler
+	srv  *server.Server // embedded mode only
+	nc   *nats.Conn
+	subs []*nats.Subscription
+
+	prefix  string // "m2md.<name>."
+	ctlSubj string
+	mySubj  string
+	subjs   sync.Map // node id -> its subject
+
+	inbox chan *nats.Msg
+	done  chan struct{}
+	wg    sync.WaitGroup
+
+	mu    sync.Mutex // local and seq; held while publishing events so seq order is publish order
+	seq   uint64
+	local map[string]Agent // by session id
+
+	peers map[string]*peer // dispatcher goroutine only
+
+	bufs sync.Pool
+
+	stats Stats
+}
+
+// Stats are the node's cluster counters (for /metrics).
+type Stats struct {
+	Nodes        atomic.Int64  // other nodes alive
+	RemoteAgents atomic.Int64  // agents registered on other nodes
+	Sent         atomic.Uint64 // data messages published
+	Received     atomic.Uint64 // data messages received
+	Dropped      atomic.Uint64 // messages lost: NATS slow consumer, malformed, from unknown nodes
+	SendFailed   atomic.Uint64 // publishes that failed (connection down)
+	NodesDown    atomic.Uint64 // nodes declared dead
+}
+
+type peer struct {
+	lastSeen   time.Time
+	seq        uint64
+	syncing    bool
+	syncAsked  time.Time
+	agents     map[string]Agent // by session id
+	everSynced bool
+}
+
+// Start joins the cluster described by cfg (embedded or external mode) and
+// begins delivering to h.
+func Start(cfg Config, h Handler) (*Cluster, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{
+		cfg:    cfg,
+		log:    cfg.Logger.With().Str("node", cfg.Node).Logger(),
+		h:      h,
+		prefix: "m2md." + cfg.Name + ".",
+		inbox:  make(chan *nats.Msg, cfg.Inbox),
+		done:   make(chan struct{}),
+		local:  make(map[string]Agent),
+		peers:  make(map[string]*peer),
+	}
+	c.ctlSubj = c.prefix + "ctl"
+	c.mySubj = c.nodeSubject(cfg.Node)
+	c.bufs.New = func() any { b := make([]byte, 0, 2048); return &b }
+
+	opts := []nats.Option{
+		nats.Name("m2md-" + cfg.Node),
+		nats.NoEcho(),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(250 * time.Millisecond),
+		nats.ReconnectBufSize(64 << 20),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			if errors.Is(err, nats.ErrSlowConsumer) {
+				c.stats.Dropped.Add(1)
+			}
+			c.log.Warn().Err(err).Msg("cluster connection error")
+		}),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			c.log.Warn().Err(err).Msg("disconnected from NATS; reconnecting")
+		}),
+		nats.ReconnectHandler(func(*nats.Conn) { c.log.Info().Msg("reconnected to NATS") }),
+	}
+	var url string
+	if cfg.Listen != "" {
+		token := randomID() + randomID()
+		if c.srv, err = startEmbedded(cfg, token); err != nil {
+			return nil, err
+		}
+		opts = append(opts, nats.InProcessServer(c.srv), nats.Token(token))
+	} else {
+		url = strings.Join(cfg.URLs, ",")
+		if cfg.CredsFile != "" {
+			opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+		}
+		if cfg.CAFile != "" {
+			opts = append(opts, nats.RootCAs(cfg.CAFile))
+		}
+	}
+	if c.nc, err = nats.Connect(url, opts...); err != nil {
+		c.shutdownServer()
+		return nil, fmt.Errorf("cluster: connecting to NATS: %w", err)
+	}
+	for _, subj := range []string{c.ctlSubj, c.mySubj} {
+		// One channel for both subjects: the client's reader hands messages
+		// over in the order the server sent them, so a node's events,
+		// snapshots and data keep their relative order.
+		sub, err := c.nc.ChanSubscribe(subj, c.inbox)
+		if err != nil {
+			c.nc.Close()
+			c.shutdownServer()
+			return nil, fmt.Errorf("cluster: subscribing %s: %w", subj, err)
+		}
+		c.subs = append(c.subs, sub)
+	}
+	if err := c.nc.Flush(); err != nil {
+		c.nc.Close()
+		c.shutdownServer()
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.wg.Add(2)
+	go c.dispatch()
+	go c.heartbeats()
+	// Ask everyone for their agents now rather than at their next heartbeat.
+	c.publishCtl(c.ctlSubj, &ctlMsg{T: "sync", Node: cfg.Node})
+	c.log.Info().Str("mode", c.mode()).Msg("joined cluster")
+	return c, nil
+}
+
+func (c *Cluster) mode() string {
+	if c.srv != nil {
+		return "embedded"
+	}
+	return "external"
+}
+
+// Node is this node's id.
+func (c *Cluster) Node() string { return c.cfg.Node }
+
+// Stats returns the live counters.
+func (c *Cluster) Stats() *Stats { return &c.stats }
+
+// RouteAddr is the embedded server's route listener address (nil in
+// external mode); useful with port 0.
+func (c *Cluster) RouteAddr() net.Addr {
+	if c.srv == nil {
+		return nil
+	}
+	if a := c.srv.ClusterAddr(); a != nil {
+		return a
+	}
+	return nil
+}
+
+// Routes is the number of routes the embedded server has to other nodes.
+func (c *Cluster) Routes() int {
+	if c.srv == nil {
+		return 0
+	}
+	return c.srv.NumRoutes()
+}
+
+func startEmbedded(cfg Config, token string) (*server.Server, error) {
+	host, portStr, _ := net.SplitHostPort(cfg.Listen)
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: --cluster-listen %q: bad port", cfg.Listen)
+	}
+	if port == 0 {
+		port = server.RANDOM_PORT
+	}
+	opts := &server.Options{
+		ServerName: cfg.Node,
+		// The daemon's own connection is in-process. The server still needs
+		// a client listener (it opens its routes only once that is up), so
+		// it gets an ephemeral loopback port closed by a random token that
+		// only this process knows: the routes stay the only way in.
+		Host:          "127.0.0.1",
+		Port:          server.RANDOM_PORT,
+		Authorization: token,
+		NoSigs:        true,
+		NoLog:         true,
+		Cluster: server.ClusterOpts{
+			Name:     cfg.Name,
+			Host:     host,
+			Port:     port,
+			Username: cfg.User,
+			Password: cfg.Password,
+		},
+	}
+	if cfg.TLS != nil {
+		opts.Cluster.TLSConfig = cfg.TLS
+		opts.Cluster.TLSTimeout = 2
+	}
+	for _, r := range cfg.Routes {
+		u, _ := parseRoute(r)
+		if cfg.User != "" && u.User == nil {
+			u.User = urlUser(cfg.User, cfg.Password)
+		}
+		opts.Routes = append(opts.Routes, u)
+	}
+	s, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("cluster: embedded NATS server: %w", err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(5 * time.Second) {
+		s.Shutdown()
+		return nil, fmt.Errorf("cluster: embedded NATS server did not start listening on %s", cfg.Listen)
+	}
+	return s, nil
+}
+
+func (c *Cluster) shutdownServer() {
+	if c.srv != nil {
+		c.srv.Shutdown()
+		c.srv.WaitForShutdown()
+	}
+}
+
+// Close leaves the cluster: it tells the other nodes (so they end requests
+// to this node's agents at once instead of after DeadAfter), closes the
+// NATS connection and stops the embedded server.
+func (c *Cluster) Close() {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	c.publishCtl(c.ctlSubj, &ctlMsg{T: "bye", Node: c.cfg.Node})
+	_ = c.nc.FlushTimeout(time.Second)
+	close(c.done)
+	c.wg.Wait()
+	c.nc.Close()
+	c.shutdownServer()
+	c.log.Info().Msg("left cluster")
+}
+
+func (c *Cluster) nodeSubject(node string) string {
+	if s, ok := c.subjs.Load(node); ok {
+		return s.(string)
+	}
+	s := c.prefix + "n." + node
+	c.subjs.Store(node, s)
+	return s
+}
+
+// Announce publishes a local agent registration. The daemon calls it for
+// every session registered on this node, after deciding a.Stamp.
+func (c *Cluster) Announce(a Agent) {
+	a.Node = c.cfg.Node
+	c.mu.Lock()
+	c.local[a.Session] = a
+	c.seq++
+	c.publishCtl(c.ctlSubj, &ctlMsg{T: "up", Node: c.cfg.Node, Seq: c.seq, Agent: &a})
+	c.mu.Unlock()
+}
+
+// Withdraw publishes the end of a local agent session.
+func (c *Cluster) Withdraw(a Agent) {
+	a.Node = c.cfg.Node
+	c.mu.Lock()
+	if _, ok := c.local[a.Session]; !ok {
+		c.mu.Unlock()
+		return
+	}
+	delete(c.local, a.Session)
+	c.seq++
+	c.publishCtl(c.ctlSubj, &ctlMsg{T: "down", Node: c.cfg.Node, Seq: c.seq, Agent: &Agent{ID: a.ID, Session: a.Session, Node: a.Node}})
+	c.mu.Unlock()
+}
+
+// ErrNotConnected is returned by SendRequest and SendReply while the NATS
+// connection is down.
+var ErrNotConnected = errors.New("cluster: not connected to NATS")
+
+// SendRequest publishes r to node. r.From is set to this node.
+func (c *Cluster) SendRequest(node string, r *Request) error {
+	r.From = c.cfg.Node
+	bp := c.bufs.Get().(*[]byte)
+	b, err := appendRequest((*bp)[:0], r)
+	if err == nil {
+		err = c.publish(c.nodeSubject(node), b)
+	}
+	*bp = b[:0]
+	c.bufs.Put(bp)
+	return err
+}
+
+// SendReply publishes r to node. r.From is set to this node.
+func (c *Cluster) SendReply(node string, r *Reply) error {
+	r.From = c.cfg.Node
+	bp := c.bufs.Get().(*[]byte)
+	b, err := appendReply((*bp)[:0], r)
+	if err == nil {
+		err = c.publish(c.nodeSubject(node), b)
+	}
+	*bp = b[:0]
+	c.bufs.Put(bp)
+	return err
+}
+
+func (c *Cluster) publish(subj string, b []byte) error {
+	// Publish copies b into the connection's buffer before returning. While
+	// reconnecting it would buffer instead: data is better refused at once
+	// (the sender gets an error) than delivered seconds late.
+	if c.srv == nil && !c.nc.IsConnected() {
+		c.stats.SendFailed.Add(1)
+		return ErrNotConnected
+	}
+	if err := c.nc.Publish(subj, b); err != nil {
+		c.stats.SendFailed.Add(1)
+		return fmt.Errorf("cluster: %w", err)
+	}
+	c.stats.Sent.Add(1)
+	return nil
+}
+
+func (c *Cluster) publishCtl(subj string, m *ctlMsg) {
+	if err := c.nc.Publish(subj, appendControl(nil, m)); err != nil {
+		c.log.Debug().Err(err).Str("t", m.T).Msg("control message not sent")
+	}
+}
+
+// heartbeats says this node is alive every Heartbeat, with its event
+// sequence so that a node that missed an event asks for a snapshot.
+func (c *Cluster) heartbeats() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		c.mu.Lock()
+		c.publishCtl(c.ctlSubj, &ctlMsg{T: "hb", Node: c.cfg.Node, Seq: c.seq})
+		c.mu.Unlock()
+		select {
+		case <-t.C:
+		case <-c.done:
+			return
+		}
+	}
+}
+
+// dispatch is the one goroutine that reads the inbox, owns the peers table
+// and calls the Handler.
+func (c *Cluster) dispatch() {
+	defer c.wg.Done()
+	t := time.NewTicker(c.cfg.Heartbeat)
+	defer t.Stop()
+	var (
+		req Request
+		rep Reply
+	)
+	for {
+		select {
+		case m := <-c.inbox:
+			c.handle(m, &req, &rep)
+		case now := <-t.C:
+			c.checkPeers(now)
+		case <-c.done:
+			for node := range c.peers {
+				c.nodeDown(node, "leaving")
+			}
+			return
+		}
+	}
+}
+
+func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply) {
+	b := m.Data
+	if len(b) == 0 {
+		c.stats.Dropped.Add(1)
+		return
+	}
+	switch b[0] {
+	case kindRequest:
+		if decodeRequest(b, req) != nil || c.peers[req.From] == nil {
+			c.stats.Dropped.Add(1)
+			return
+		}
+		c.stats.Received.Add(1)
+		c.h.Request(req)
+	case kindReply:
+		if decodeReply(b, rep) != nil || c.peers[rep.From] == nil {
+			c.stats.Dropped.Add(1)
+			return
+		}
+		c.stats.Received.Add(1)
+		c.h.Reply(rep)
+	case kindControl:
+		var cm ctlMsg
+		if decodeControl(b, &cm) != nil || cm.Node == c.cfg.Node {
+			if cm.Node != c.cfg.Node {
+				c.stats.Dropped.Add(1)
+			}
+			return
+		}
+		c.control(&cm)
+	default:
+		c.stats.Dropped.Add(1)
+	}
+}
+
+func (c *Cluster) control(m *ctlMsg) {
+	now := time.Now()
+	if m.T == "bye" {
+		if c.peers[m.Node] != nil {
+			c.nodeDown(m.Node, "left")
+		}
+		return
+	}
+	p := c.peers[m.Node]
+	if p == nil {
+		p = &peer{agents: make(map[string]Agent)}
+		c.peers[m.Node] = p
+		c.stats.Nodes.Add(1)
+		c.log.Info().Str("peer", m.Node).Msg("node joined")
+		if m.T != "snap" {
+			c.askSnapshot(m.Node, p, now)
+		}
+	}
+	p.lastSeen = now
+	switch m.T {
+	case "sync":
+		c.sendSnapshot(m.Node)
+	case "hb":
+		if !p.syncing && m.Seq > p.seq {
+			c.askSnapshot(m.Node, p, now) // missed an event
+		}
+	case "up", "down":
+		switch {
+		case p.syncing || m.Seq <= p.seq:
+			// Covered by the snapshot on its way, or seen already.
+		case m.Seq != p.seq+1:
+			c.askSnapshot(m.Node, p, now)
+		default:
+			p.seq = m.Seq
+			a := *m.Agent
+			a.Node = m.Node
+			if m.T == "up" {
+				c.agentUp(p, a)
+			} else if old, ok := p.agents[a.Session]; ok {
+				delete(p.agents, a.Session)
+				c.stats.RemoteAgents.Add(-1)
+				c.h.AgentDown(old)
+			}
+		}
+	case "snap":
+		p.syncing, p.everSynced = false, true
+		p.seq = m.Seq
+		keep := make(map[string]bool, len(m.Agents))
+		for _, a := range m.Agents {
+			a.Node = m.Node
+			keep[a.Session] = true
+			if _, ok := p.agents[a.Session]; !ok {
+				c.agentUp(p, a)
+			}
+		}
+		for s, a := range p.agents {
+			if !keep[s] {
+				delete(p.agents, s)
+				c.stats.RemoteAgents.Add(-1)
+				c.h.AgentDown(a)
+			}
+		}
+	}
+}
+
+func (c *Cluster) agentUp(p *peer, a Agent) {
+	if _, ok := p.agents[a.Session]; !ok {
+		c.stats.RemoteAgents.Add(1)
+	}
+	p.agents[a.Session] = a
+	c.h.AgentUp(a)
+}
+
+func (c *Cluster) askSnapshot(node string, p *peer, now time.Time) {
+	p.syncing, p.syncAsked = true, now
+	c.publishCtl(c.nodeSubject(node), &ctlMsg{T: "sync", Node: c.cfg.Node})
+}
+
+func (c *Cluster) sendSnapshot(to string) {
+	c.mu.Lock()
+	m := ctlMsg{T: "snap", Node: c.cfg.Node, Seq: c.seq, Agents: make([]Agent, 0, len(c.local))}
+	for _, a := range c.local {
+		m.Agents = append(m.Agents, a)
+	}
+	c.publishCtl(c.nodeSubject(to), &m)
+	c.mu.Unlock()
+}
+
+func (c *Cluster) checkPeers(now time.Time) {
+	for node, p := range c.peers {
+		switch {
+		case now.Sub(p.lastSeen) > c.cfg.DeadAfter:
+			c.nodeDown(node, "no heartbeat")
+		case p.syncing && now.Sub(p.syncAsked) > c.cfg.DeadAfter:
+			c.askSnapshot(node, p, now) // the request or its answer was lost
+		}
+	}
+}
+
+func (c *Cluster) nodeDown(node, why string) {
+	p := c.peers[node]
+	delete(c.peers, node)
+	c.stats.Nodes.Add(-1)
+	c.stats.NodesDown.Add(1)
+	c.log.Warn().Str("peer", node).Str("why", why).Int("agents", len(p.agents)).Msg("node down")
+	for _, a := range p.agents {
+		c.stats.RemoteAgents.Add(-1)
+		c.h.AgentDown(a)
+	}
+	c.h.NodeDown(node)
+}

@@ -1,0 +1,87 @@
+package cluster
+
+import (
+	"sync"
+	"testing"
+	"time"
+)
+
+// recorder is a Handler that keeps what it was given.
+type recorder struct {
+	mu       sync.Mutex
+	up, down []Agent
+	nodes    []string
+	reqs     []Request
+	reps     []Reply
+}
+
+func (r *recorder) AgentUp(a Agent)      { r.mu.Lock(); r.up = append(r.up, a); r.mu.Unlock() }
+func (r *recorder) AgentDown(a Agent)    { r.mu.Lock(); r.down = append(r.down, a); r.mu.Unlock() }
+func (r *recorder) NodeDown(node string) { r.mu.Lock(); r.nodes = append(r.nodes, node); r.mu.Unlock() }
+func (r *recorder) Request(q *Request) {
+	c := *q
+	c.Frame = append([]byte(nil), q.Frame...)
+	r.mu.Lock()
+	r.reqs = append(r.reqs, c)
+	r.mu.Unlock()
+}
+func (r *recorder) Reply(p *Reply) {
+	c := *p
+	c.Frame = append([]byte(nil), p.Frame...)
+	r.mu.Lock()
+	r.reps = append(r.reps, c)
+	r.mu.Unlock()
+}
+
+func (r *recorder) wait(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		r.mu.Lock()
+		ok := cond()
+		r.mu.Unlock()
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func startNode(t *testing.T, cfg Config, h Handler) *Cluster {
+	t.Helper()
+	c, err := Start(cfg, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func TestTwoNodes(t *testing.T) {
+	ha, hb := &recorder{}, &recorder{}
+	a := startNode(t, Config{Listen: "127.0.0.1:0", Node: "a"}, ha)
+	a.Announce(Agent{ID: "p1", Session: "s1", Models: []string{"m"}, Stamp: 1})
+	b := startNode(t, Config{Listen: "127.0.0.1:0", Node: "b", Routes: []string{"nats://" + a.RouteAddr().String()}}, hb)
+	hb.wait(t, "b learns p1", func() bool { return len(hb.up) == 1 })
+	if got := hb.up[0]; got.ID != "p1" || got.Node != "a" || got.Stamp != 1 {
+		t.Fatalf("b got %+v", got)
+	}
+	for i := range 100 {
+		if err := b.SendRequest("a", &Request{W: uint64(i + 1), Requester: "r", Target: "p1", Frame: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ha.wait(t, "a gets 100 requests", func() bool { return len(ha.reqs) == 100 })
+	for i, q := range ha.reqs {
+		if q.W != uint64(i+1) || q.From != "b" || q.Frame[0] != byte(i) {
+			t.Fatalf("request %d: %+v", i, q)
+		}
+	}
+	a.Withdraw(Agent{ID: "p1", Session: "s1"})
+	hb.wait(t, "b learns p1 left", func() bool { return len(hb.down) == 1 })
+	a.Close()
+	hb.wait(t, "b sees a leave", func() bool { return len(hb.nodes) == 1 && hb.nodes[0] == "a" })
+}

@@ -1,0 +1,170 @@
+package cluster
+
+import (
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+)
+
+// Defaults. A dead node is noticed within DefaultDeadAfter plus one
+// DefaultHeartbeat, which keeps the promise that requests in flight to its
+// agents end with agent_gone within 2 s.
+const (
+	DefaultName      = "m2md"
+	DefaultHeartbeat = 250 * time.Millisecond
+	DefaultDeadAfter = time.Second
+	// DefaultInbox is how many cluster messages may wait for this node's
+	// dispatcher; beyond it NATS drops them as a slow consumer (counted).
+	DefaultInbox = 1 << 16
+)
+
+// Config configures a node. Exactly one of Listen (embedded mode) and URLs
+// (external mode) is set; with neither, the cluster is off and Start must not
+// be called (Enabled reports it).
+type Config struct {
+	// Listen is the host:port of the embedded NATS server's route listener
+	// (m2md serve --cluster-listen). Embedded mode.
+	Listen string
+	// Routes are the other nodes' route URLs, nats://host:port
+	// (--cluster-routes). A node may list itself; a node with no routes
+	// waits for the others to connect to it.
+	Routes []string
+	// User and Password authenticate the embedded routes
+	// (--cluster-user, --cluster-password): every node must use the same.
+	// Without them the route port accepts any process that can reach it,
+	// so Start refuses a non-loopback Listen without them.
+	User, Password string
+	// TLS, if set, protects the embedded routes (server and client side,
+	// with client certificates verified when TLS.ClientCAs is set).
+	TLS *tls.Config
+
+	// URLs are the client URLs of an existing NATS deployment (--nats-url).
+	// External mode.
+	URLs []string
+	// CredsFile is a NATS credentials file (--nats-creds) and CAFile a PEM
+	// bundle trusted for the NATS servers' certificates (--nats-ca).
+	CredsFile, CAFile string
+
+	// Name is the NATS cluster name and the subject prefix; every node of
+	// one cluster must use the same. Default "m2md".
+	Name string
+	// Node is this node's id on the cluster (subject-safe: [A-Za-z0-9_-]).
+	// Default: a random id, new at every start, so a restarted node is a new
+	// node to the others.
+	Node string
+	// Heartbeat is how often the node says it is alive; DeadAfter is how
+	// long without a heartbeat before the others declare it dead and end
+	// the requests in flight to its agents. Defaults 250 ms and 1 s.
+	Heartbeat, DeadAfter time.Duration
+	// Inbox bounds the messages waiting for this node's dispatcher.
+	// Default 65,536.
+	Inbox int
+
+	// Logger receives structured logs (never payloads or secrets).
+	Logger zerolog.Logger
+}
+
+// Enabled reports whether cfg asks for a cluster at all.
+func (c Config) Enabled() bool { return c.Listen != "" || len(c.URLs) > 0 }
+
+// Check reports what is wrong with cfg, in terms of the m2md serve flags,
+// without starting anything.
+func (c Config) Check() error {
+	_, err := c.withDefaults()
+	return err
+}
+
+func (c Config) withDefaults() (Config, error) {
+	if c.Listen != "" && len(c.URLs) > 0 {
+		return c, errors.New("cluster: --cluster-listen (embedded NATS) and --nats-url (external NATS) exclude each other; choose one")
+	}
+	if !c.Enabled() {
+		return c, errors.New("cluster: neither --cluster-listen nor --nats-url is set")
+	}
+	if len(c.Routes) > 0 && c.Listen == "" {
+		return c, errors.New("cluster: --cluster-routes needs --cluster-listen")
+	}
+	if c.Name == "" {
+		c.Name = DefaultName
+	}
+	if !subjectSafe(c.Name) {
+		return c, fmt.Errorf("cluster: name %q: use letters, digits, '-' and '_' only", c.Name)
+	}
+	if c.Node == "" {
+		c.Node = randomID()
+	}
+	if !subjectSafe(c.Node) {
+		return c, fmt.Errorf("cluster: node id %q: use letters, digits, '-' and '_' only", c.Node)
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = DefaultHeartbeat
+	}
+	if c.DeadAfter <= 0 {
+		c.DeadAfter = DefaultDeadAfter
+	}
+	if c.DeadAfter < 2*c.Heartbeat {
+		return c, fmt.Errorf("cluster: dead-after %v must be at least two heartbeats (%v)", c.DeadAfter, 2*c.Heartbeat)
+	}
+	if c.Inbox <= 0 {
+		c.Inbox = DefaultInbox
+	}
+	if (c.User == "") != (c.Password == "") {
+		return c, errors.New("cluster: set both --cluster-user and --cluster-password, or neither")
+	}
+	if c.Listen != "" {
+		host, _, err := net.SplitHostPort(c.Listen)
+		if err != nil {
+			return c, fmt.Errorf("cluster: --cluster-listen %q: %w", c.Listen, err)
+		}
+		if c.User == "" && c.TLS == nil && !loopback(host) {
+			return c, fmt.Errorf("cluster: --cluster-listen %s is reachable from other machines: set --cluster-user and --cluster-password (or TLS) so that only cluster members can join", c.Listen)
+		}
+		for _, r := range c.Routes {
+			if _, err := parseRoute(r); err != nil {
+				return c, err
+			}
+		}
+	}
+	return c, nil
+}
+
+func parseRoute(s string) (*url.URL, error) {
+	u, err := url.Parse(strings.TrimSpace(s))
+	if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "nats-route" && u.Scheme != "tls") {
+		return nil, fmt.Errorf("cluster: --cluster-routes entry %q: want nats://host:port", s)
+	}
+	if _, p, err := net.SplitHostPort(u.Host); err != nil {
+		return nil, fmt.Errorf("cluster: --cluster-routes entry %q: %w", s, err)
+	} else if _, err := strconv.Atoi(p); err != nil {
+		return nil, fmt.Errorf("cluster: --cluster-routes entry %q: port %q", s, p)
+	}
+	return u, nil
+}
+
+func loopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+func subjectSafe(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '_' || c == '-') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,51 @@
+// Package cluster joins m2md daemons into one mesh over NATS, so that an
+// agent connected to one daemon reaches providers connected to any other.
+// NATS carries everything; this package adds no gossip of its own.
+//
+// # Modes
+//
+// Embedded (Config.Listen, Routes, User/Password, TLS): every daemon runs a
+// nats-server in-process whose routes form a full-mesh NATS cluster with the
+// other daemons. The daemon's own NATS connection is in-process; the only
+// port open to the network is the route port, closed to anyone without the
+// cluster user and password (or, with TLS and a CA, a cluster certificate).
+// External (Config.URLs, CredsFile, CAFile): the daemon connects as a NATS
+// client to an existing deployment.
+//
+// # Subjects
+//
+// With Config.Name = N: m2md.N.ctl carries control messages to every node
+// (heartbeats, agent up/down events, snapshot requests, leave); m2md.N.n.ID
+// carries what is addressed to node ID (requests, replies, snapshots). A
+// node subscribes to both into one channel, read by one goroutine, so what
+// one node publishes reaches another in publish order: a provider's stream
+// chunks stay in order, and an agent's up precedes its down.
+//
+// # Membership and agents
+//
+// Each node heartbeats every Heartbeat with the sequence number of its last
+// agent event. Another node that hears nothing for DeadAfter declares it
+// dead: Handler.AgentDown for each of its agents, then NodeDown. A node
+// that leaves says so (bye) and is declared gone at once. Agent events
+// carry consecutive sequence numbers; a receiver that sees a gap (or a
+// heartbeat ahead of what it has) asks for a snapshot of the node's agents
+// and reconciles, so lost control messages cost a resync, not a wrong
+// table. A new node asks every node for its snapshot when it starts.
+//
+// Which registration of an agent id wins is the daemon's decision
+// (Agent.Stamp, Agent.Newer); this package only carries the events.
+//
+// # Data
+//
+// Requests and replies are binary (wire.go). A request carries the
+// requesting node's id for it (w) and the provider's agent id; every reply
+// and error echoes w. Frames travel as the receiving daemon verified them
+// and are protected again by the delivering daemon with the receiving
+// session's keys; in transit they are as safe as the NATS connections
+// (authenticated routes, optional TLS).
+//
+// Handler methods run on the one dispatch goroutine and must not block. A
+// node whose dispatcher falls Inbox messages behind loses messages (NATS
+// slow consumer, counted in Stats.Dropped) rather than stalling NATS for
+// every other node.
+package cluster

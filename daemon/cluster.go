@@ -1,0 +1,373 @@
+package daemon
+
+import (
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/m2md/m2md/cluster"
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/router"
+	"github.com/m2md/m2md/transport"
+)
+
+// The daemon's side of a cluster (docs/operations.md, "Cluster"). Agents on
+// other nodes are registered in this node's router as proxy sessions
+// (session.remote set, no connection), so routing by agent id and by model
+// - least outstanding first - sees local and remote providers alike, and
+// the router's orphan handling ends requests to a proxy that goes away with
+// agent_gone. A request routed to a proxy is published to its node with a
+// fresh id w from this node (pending maps w back to the proxy and the
+// router's delivery id); the node delivers it from a requester proxy that
+// stands for this node (router.Attach), and the provider's replies travel
+// back by the same ids. Without a cluster none of this exists: the hot path
+// pays one nil check on the provider and on the requester.
+
+// remoteNode is another node of the cluster, as this node sees it.
+type remoteNode struct {
+	name  string
+	nextW atomic.Uint64
+	mu    sync.Mutex
+	// requesters stand, one per org, for the node's agents when they ask
+	// this node's providers: replies and errors given to them are
+	// published back.
+	requesters map[string]*session
+	pending    map[uint64]pendingRequest
+	gone       bool
+}
+
+// pendingRequest is a request this node sent to the remote node.
+type pendingRequest struct {
+	proxy    *session
+	delivery uint64
+}
+
+// clusterState is the daemon's cluster bookkeeping; it is the
+// cluster.Handler.
+type clusterState struct {
+	srv *Server
+	c   *cluster.Cluster
+
+	mu      sync.Mutex
+	newest  map[identity]cluster.Agent // newest registration known anywhere
+	proxies map[string]*session        // node/session -> proxy of a remote agent
+	nodes   map[string]*remoteNode
+}
+
+func newClusterState(s *Server) *clusterState {
+	return &clusterState{
+		srv:     s,
+		newest:  make(map[identity]cluster.Agent),
+		proxies: make(map[string]*session),
+		nodes:   make(map[string]*remoteNode),
+	}
+}
+
+func proxyKey(node, session string) string { return node + "/" + session }
+
+// identity is an agent's identity across the cluster, as in the router.
+type identity struct{ org, id string }
+
+// node returns the remote node's state, created on first contact.
+func (cs *clusterState) node(name string) *remoteNode {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.nodeLocked(name)
+}
+
+func (cs *clusterState) nodeLocked(name string) *remoteNode {
+	n := cs.nodes[name]
+	if n == nil {
+		n = &remoteNode{name: name, pending: make(map[uint64]pendingRequest), requesters: make(map[string]*session)}
+		cs.nodes[name] = n
+	}
+	return n
+}
+
+// requester returns the session standing for the node's agents of org,
+// created on the node's first request in that org; nil once the node is
+// gone.
+func (n *remoteNode) requester(srv *Server, org string) *session {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.gone {
+		return nil
+	}
+	r := n.requesters[org]
+	if r == nil {
+		r = &session{srv: srv, agent: "node-" + n.name, remote: n, log: srv.log}
+		// The node bounds each of its requesters; this bounds the table of
+		// everything it forwards at once.
+		r.rs = srv.router.Attach(org, r.agent, r, 64*srv.cfg.MaxOutstanding)
+		n.requesters[org] = r
+	}
+	return r
+}
+
+// register adds a local session to the router under the cluster's rule:
+// its registration is stamped newer than any this node has seen for the
+// agent id, so it replaces every older one, here and on every node that
+// receives the announcement.
+func (cs *clusterState) register(se *session, models []string) (rs, replaced *router.Session[*session], err error) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	key := identity{se.neg.Org, se.agent}
+	stamp := time.Now().UnixNano()
+	if prev, ok := cs.newest[key]; ok && prev.Stamp >= stamp {
+		stamp = prev.Stamp + 1
+	}
+	if rs, replaced, err = cs.srv.router.Register(se.neg.Org, se.agent, models, se); err != nil {
+		return nil, nil, err
+	}
+	a := cluster.Agent{Org: se.neg.Org, ID: se.agent, Session: se.neg.ID, Node: cs.c.Node(), Models: models, Stamp: stamp}
+	cs.newest[key] = a
+	cs.c.Announce(a)
+	return rs, replaced, nil
+}
+
+// unregister withdraws a local session that has ended.
+func (cs *clusterState) unregister(se *session) {
+	cs.mu.Lock()
+	key := identity{se.neg.Org, se.agent}
+	if a, ok := cs.newest[key]; ok && a.Node == cs.c.Node() && a.Session == se.neg.ID {
+		delete(cs.newest, key)
+	}
+	cs.mu.Unlock()
+	cs.c.Withdraw(cluster.Agent{Org: se.neg.Org, ID: se.agent, Session: se.neg.ID})
+}
+
+// AgentUp registers a proxy for a remote agent unless this node knows a
+// newer registration of its id. A local session it replaces is closed with
+// REPLACED; a proxy it replaces keeps answering its deliveries until its
+// node reports it gone.
+func (cs *clusterState) AgentUp(a cluster.Agent) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	pkey := proxyKey(a.Node, a.Session)
+	if _, dup := cs.proxies[pkey]; dup {
+		return
+	}
+	key := identity{a.Org, a.ID}
+	if prev, ok := cs.newest[key]; ok && !a.Newer(&prev) {
+		return // older: the newer one's announcement will close it at its node
+	}
+	n := cs.nodeLocked(a.Node)
+	proxy := &session{srv: cs.srv, agent: a.ID, remote: n, log: cs.srv.log}
+	rs, replaced, err := cs.srv.router.Register(a.Org, a.ID, a.Models, proxy)
+	if err != nil {
+		cs.srv.log.Warn().Err(err).Str("node", a.Node).Msg("remote agent not registered")
+		return
+	}
+	proxy.rs = rs
+	cs.proxies[pkey] = proxy
+	cs.newest[key] = a
+	if replaced != nil {
+		if old := replaced.Value(); old.remote == nil {
+			old.log.Info().Str("by_node", a.Node).Msg("session replaced by a newer one on another node")
+			old.initiateClose(negotiate.ReasonReplaced, "a newer session claimed agent id "+a.ID+" on another node")
+		}
+	}
+}
+
+// AgentDown removes a remote agent's proxy; the requests in flight to it
+// end with agent_gone.
+func (cs *clusterState) AgentDown(a cluster.Agent) {
+	cs.mu.Lock()
+	pkey := proxyKey(a.Node, a.Session)
+	proxy := cs.proxies[pkey]
+	delete(cs.proxies, pkey)
+	key := identity{a.Org, a.ID}
+	if cur, ok := cs.newest[key]; ok && cur.Node == a.Node && cur.Session == a.Session {
+		delete(cs.newest, key)
+	}
+	cs.mu.Unlock()
+	if proxy == nil {
+		return
+	}
+	n := proxy.remote
+	n.mu.Lock()
+	for w, p := range n.pending {
+		if p.proxy == proxy {
+			delete(n.pending, w)
+		}
+	}
+	n.mu.Unlock()
+	for _, o := range cs.srv.router.Remove(proxy.rs) {
+		o.Requester.Value().sendError(transport.ChannelID(o.Channel), o.RequestID, 0, negotiate.CodeAgentGone,
+			"provider "+a.ID+" is gone: its session on node "+a.Node+" ended or the node is unreachable", a.ID)
+	}
+}
+
+// NodeDown forgets a node whose agents are already down: the requests it
+// forwarded here are void (their replies are dropped).
+func (cs *clusterState) NodeDown(node string) {
+	cs.mu.Lock()
+	n := cs.nodes[node]
+	delete(cs.nodes, node)
+	cs.mu.Unlock()
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	n.gone = true
+	clear(n.pending)
+	requesters := n.requesters
+	n.requesters = nil
+	n.mu.Unlock()
+	for _, r := range requesters {
+		cs.srv.router.Remove(r.rs)
+	}
+}
+
+// forwardRemote sends a request routed to a remote agent's proxy to the
+// agent's node.
+func (se *session) forwardRemote(dh *negotiate.DataHeader, fr []byte, algo int8, d router.Delivery[*session], start time.Time) {
+	srv := se.srv
+	prov := d.Provider.Value()
+	n := prov.remote
+	w := n.nextW.Add(1)
+	n.mu.Lock()
+	n.pending[w] = pendingRequest{proxy: prov, delivery: d.ID}
+	n.mu.Unlock()
+	err := srv.cluster.c.SendRequest(n.name, &cluster.Request{W: w, Org: se.neg.Org, Requester: se.agent, Target: prov.agent, Algo: algo, Frame: fr})
+	if err != nil {
+		n.mu.Lock()
+		delete(n.pending, w)
+		n.mu.Unlock()
+		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeAgentGone)).Inc()
+		if rep, err := srv.router.Abort(d.Provider, d.ID); err == nil {
+			rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeAgentGone, "provider "+prov.agent+"'s node is unreachable", prov.agent)
+		}
+		return
+	}
+	srv.metrics.routingSeconds.Observe(time.Since(start).Seconds())
+}
+
+// Request delivers a request another node forwarded to one of this node's
+// agents, as forwardRequest does for a local requester.
+func (cs *clusterState) Request(r *cluster.Request) {
+	srv := cs.srv
+	start := time.Now()
+	rq := cs.node(r.From).requester(srv, r.Org)
+	if rq == nil {
+		return // the node was declared dead: its requests are void
+	}
+	fail := func(code negotiate.ErrorCode, message string) {
+		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
+		rq.sendError(0, r.W, 0, code, message, r.Target)
+	}
+	if srv.draining.Load() {
+		fail(negotiate.CodeShutdown, "daemon shutting down")
+		return
+	}
+	if r.Algo == 0 {
+		// The sending node verified the frame; its header must still be
+		// readable before anything is handed to a provider.
+		var h frame.Header
+		if err := frame.ReadHeader(r.Frame, &h); err != nil {
+			fail(negotiate.CodeBadFrame, "frame header unreadable")
+			return
+		}
+	}
+	d, err := srv.router.RouteRequest(rq.rs, router.Request{ID: r.W, Peer: []byte(r.Target)})
+	if err != nil {
+		code := negotiate.CodeBadFrame
+		if reason, ok := err.(router.Reason); ok {
+			code = reason.Code()
+		}
+		fail(code, "agent "+r.Target+" is not connected to node "+cs.c.Node())
+		return
+	}
+	if d.Provider.Value().remote != nil {
+		// It moved to a third node since the sender looked: one hop only,
+		// so that two nodes that disagree cannot bounce a request.
+		if rep, err := srv.router.Abort(d.Provider, d.ID); err == nil {
+			rep.Requester.Value().sendError(0, rep.RequestID, 0, negotiate.CodeAgentGone, "agent "+r.Target+" moved to another node", r.Target)
+		}
+		return
+	}
+	srv.deliverRequest(d, r.Requester, r.Frame, r.Algo, start)
+}
+
+// Reply hands a reply from another node to the local requester.
+func (cs *clusterState) Reply(r *cluster.Reply) {
+	srv := cs.srv
+	cs.mu.Lock()
+	n := cs.nodes[r.From]
+	cs.mu.Unlock()
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	p, ok := n.pending[r.W]
+	if ok && r.End {
+		delete(n.pending, r.W)
+	}
+	n.mu.Unlock()
+	if !ok {
+		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeUnknownRequest)).Inc()
+		return
+	}
+	rep, err := srv.router.RouteReply(p.proxy.rs, p.delivery, r.End)
+	if err != nil {
+		if reason, ok := err.(router.Reason); ok {
+			srv.metrics.routingFailures.WithLabelValues(string(reason.Code())).Inc()
+		}
+		return
+	}
+	if code, _ := srv.deliverReply(rep, p.proxy.rs, p.delivery, r.Provider, r.Frame, r.Algo, time.Now()); code != "" {
+		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
+	}
+}
+
+// replyRemote publishes a reply (or error) to the node whose requester
+// proxy se is.
+func (se *session) replyRemote(requestID uint64, end bool, provider string, algo int8, fr []byte) bool {
+	err := se.srv.cluster.c.SendReply(se.remote.name, &cluster.Reply{W: requestID, End: end, Provider: provider, Algo: algo, Frame: fr})
+	return err == nil
+}
+
+// registerClusterMetrics exports the cluster's counters on /metrics.
+func (s *Server) registerClusterMetrics() {
+	st := s.cluster.c.Stats()
+	gauge := func(name, help string, f func() float64) {
+		s.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	counter := func(name, help string, f func() float64) {
+		s.metrics.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, f))
+	}
+	gauge("m2md_cluster_nodes", "Other cluster nodes this node hears heartbeats from.", func() float64 { return float64(st.Nodes.Load()) })
+	gauge("m2md_cluster_remote_agents", "Agents registered on other nodes, as this node knows them.", func() float64 { return float64(st.RemoteAgents.Load()) })
+	counter("m2md_cluster_sent_total", "Requests and replies published to other nodes.", func() float64 { return float64(st.Sent.Load()) })
+	counter("m2md_cluster_received_total", "Requests and replies received from other nodes.", func() float64 { return float64(st.Received.Load()) })
+	counter("m2md_cluster_dropped_total", "Cluster messages dropped on arrival: slow consumer, malformed, or from a node not (or no longer) a member.", func() float64 { return float64(st.Dropped.Load()) })
+	counter("m2md_cluster_send_failed_total", "Publishes that failed because the NATS connection was down (the sender got an error).", func() float64 { return float64(st.SendFailed.Load()) })
+	counter("m2md_cluster_nodes_down_total", "Nodes declared dead (no heartbeat for the dead-after time) or that left.", func() float64 { return float64(st.NodesDown.Load()) })
+}
+
+// ClusterStatus is what an operator (or a test) sees of the cluster from
+// this node.
+type ClusterStatus struct {
+	Node         string   // this node's id; empty without a cluster
+	Nodes        int      // other nodes alive
+	RemoteAgents int      // agents registered on other nodes
+	RouteAddr    net.Addr // the embedded route listener (nil in external mode)
+}
+
+// Cluster returns the cluster's status; the zero value without a cluster.
+func (s *Server) Cluster() ClusterStatus {
+	if s.cluster == nil {
+		return ClusterStatus{}
+	}
+	st := s.cluster.c.Stats()
+	return ClusterStatus{
+		Node:         s.cluster.c.Node(),
+		Nodes:        int(st.Nodes.Load()),
+		RemoteAgents: int(st.RemoteAgents.Load()),
+		RouteAddr:    s.cluster.c.RouteAddr(),
+	}
+}
