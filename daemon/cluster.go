@@ -371,3 +371,17 @@ func (s *Server) Cluster() ClusterStatus {
 		RouteAddr:    s.cluster.c.RouteAddr(),
 	}
 }
+
+// AgentNode reports where this node would route a request addressed to
+// agentID: "" for a local session, the node id for a remote one, and false
+// if it knows no such agent.
+func (s *Server) AgentNode(agentID string) (node string, ok bool) {
+	rs, ok := s.router.Lookup(agentID)
+	if !ok {
+		return "", false
+	}
+	if n := rs.Value().remote; n != nil {
+		return n.name, true
+	}
+	return "", true
+}

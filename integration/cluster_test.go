@@ -68,15 +68,41 @@ func waitMesh(t testing.TB, nodes []*testDaemon) {
 	}
 }
 
-// waitRemoteAgents waits until node d knows n agents on other nodes.
-func waitRemoteAgents(t testing.TB, d *testDaemon, n int) {
+// waitAgentAt waits until node d routes agentID to node at ("" for d
+// itself).
+func waitAgentAt(t testing.TB, d *testDaemon, agentID string, at *testDaemon) {
 	t.Helper()
+	want := ""
+	if at != d {
+		want = at.Cluster().Node
+	}
 	deadline := time.Now().Add(5 * time.Second)
-	for d.Cluster().RemoteAgents != n {
+	for {
+		if node, ok := d.AgentNode(agentID); ok && node == want {
+			return
+		}
 		if time.Now().After(deadline) {
-			t.Fatalf("node %s knows %d remote agents, want %d", d.Cluster().Node, d.Cluster().RemoteAgents, n)
+			node, ok := d.AgentNode(agentID)
+			t.Fatalf("node %s routes %s to %q (known %v), want %q", d.Cluster().Node, agentID, node, ok, want)
 		}
 		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitAgentGone waits until no node knows agentID.
+func waitAgentGone(t testing.TB, nodes []*testDaemon, agentID string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, d := range nodes {
+		for {
+			if _, ok := d.AgentNode(agentID); !ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("node %s still knows %s", d.Cluster().Node, agentID)
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
 	}
 }
 
@@ -92,10 +118,12 @@ func TestClusterRouting(t *testing.T) {
 			t.Run(fmt.Sprintf("%s/%s", mode, tr), func(t *testing.T) {
 				suffix := mode.String() + "-" + tr
 				pn, rn := nodes[(i+j)%3], nodes[(i+j+1)%3]
-				known := rn.Cluster().RemoteAgents
+				// Runs after the provider's own cleanup has closed it: the
+				// next subtest routes gpt-4o too, and must not find it.
+				t.Cleanup(func() { waitAgentGone(t, nodes, "cprov-"+suffix) })
 				prov := mustDialRaw(t, pn, tr, negotiate.ClientConfig{AgentID: "cprov-" + suffix, Security: mode, Models: []string{"gpt-4o"}})
 				req := mustDialRaw(t, rn, transports[1-j], negotiate.ClientConfig{AgentID: "creq-" + suffix, Security: mode})
-				waitRemoteAgents(t, rn, known+1)
+				waitAgentAt(t, rn, prov.sess.AgentID, pn)
 
 				for _, peer := range []string{prov.sess.AgentID, ""} {
 					_, id := req.request(peer, reqBody)
