@@ -47,6 +47,13 @@ func (se *session) handleCancel(msg transport.Message) {
 	}
 	prov := c.Provider.Value()
 	se.sendError(ch, id, 0, negotiate.CodeCancelled, "request cancelled", prov.agent)
+	if prov.remote != nil {
+		// A provider on another node: CANCEL does not cross the cluster
+		// (docs/operations.md). Its replies arrive and are dropped as
+		// unknown, like those of a provider without the feature.
+		srv.metrics.cancels.WithLabelValues("remote_provider").Inc()
+		return
+	}
 	if !prov.neg.Params.Has(negotiate.FeatureCancel) {
 		// Its replies to the delivery are dropped as unknown (counted in
 		// m2md_routing_failures_total{reason="unknown_request"}); its END

@@ -373,10 +373,10 @@ func (s *Server) Cluster() ClusterStatus {
 }
 
 // AgentNode reports where this node would route a request addressed to
-// agentID: "" for a local session, the node id for a remote one, and false
-// if it knows no such agent.
-func (s *Server) AgentNode(agentID string) (node string, ok bool) {
-	rs, ok := s.router.Lookup(agentID)
+// agentID of org ("" without org secrets): "" for a local session, the node
+// id for a remote one, and false if it knows no such agent.
+func (s *Server) AgentNode(org, agentID string) (node string, ok bool) {
+	rs, ok := s.router.Lookup(org, agentID)
 	if !ok {
 		return "", false
 	}

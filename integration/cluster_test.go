@@ -78,11 +78,11 @@ func waitAgentAt(t testing.TB, d *testDaemon, agentID string, at *testDaemon) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if node, ok := d.AgentNode(agentID); ok && node == want {
+		if node, ok := d.AgentNode("", agentID); ok && node == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			node, ok := d.AgentNode(agentID)
+			node, ok := d.AgentNode("", agentID)
 			t.Fatalf("node %s routes %s to %q (known %v), want %q", d.Cluster().Node, agentID, node, ok, want)
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -95,7 +95,7 @@ func waitAgentGone(t testing.TB, nodes []*testDaemon, agentID string) {
 	deadline := time.Now().Add(5 * time.Second)
 	for _, d := range nodes {
 		for {
-			if _, ok := d.AgentNode(agentID); !ok {
+			if _, ok := d.AgentNode("", agentID); !ok {
 				break
 			}
 			if time.Now().After(deadline) {
