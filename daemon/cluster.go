@@ -111,8 +111,9 @@ func (n *remoteNode) requester(srv *Server, org string) *session {
 // register adds a local session to the router under the cluster's rule:
 // its registration is stamped newer than any this node has seen for the
 // agent id, so it replaces every older one, here and on every node that
-// receives the announcement.
-func (cs *clusterState) register(se *session, models []string) (rs, replaced *router.Session[*session], err error) {
+// receives the announcement. mayReplace is the daemon's duplicate-session
+// policy for a holder on this node (Router.RegisterIf).
+func (cs *clusterState) register(se *session, models []string, mayReplace func(*router.Session[*session]) bool) (rs, replaced *router.Session[*session], err error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	key := identity{se.neg.Org, se.agent}
@@ -120,7 +121,7 @@ func (cs *clusterState) register(se *session, models []string) (rs, replaced *ro
 	if prev, ok := cs.newest[key]; ok && prev.Stamp >= stamp {
 		stamp = prev.Stamp + 1
 	}
-	if rs, replaced, err = cs.srv.router.Register(se.neg.Org, se.agent, models, se); err != nil {
+	if rs, replaced, err = cs.srv.router.RegisterIf(se.neg.Org, se.agent, models, se, mayReplace); err != nil {
 		return nil, nil, err
 	}
 	a := cluster.Agent{Org: se.neg.Org, ID: se.agent, Session: se.neg.ID, Node: cs.c.Node(), Models: models, Stamp: stamp}

@@ -110,6 +110,16 @@ func (a *admission) size() int {
 // address in it, so counting full addresses would let one client bypass
 // every per-address limit.
 func addrIP(addr net.Addr) netip.Addr {
+	ip := remoteIP(addr)
+	if ip.Is6() {
+		p, _ := ip.WithZone("").Prefix(64)
+		ip = p.Addr()
+	}
+	return ip
+}
+
+// remoteIP is addr's IP address, IPv4-mapped addresses as IPv4.
+func remoteIP(addr net.Addr) netip.Addr {
 	var ip netip.Addr
 	switch a := addr.(type) {
 	case *net.UDPAddr:
@@ -121,12 +131,7 @@ func addrIP(addr net.Addr) netip.Addr {
 			ip = ap.Addr()
 		}
 	}
-	ip = ip.Unmap()
-	if ip.Is6() {
-		p, _ := ip.WithZone("").Prefix(64)
-		ip = p.Addr()
-	}
-	return ip
+	return ip.Unmap()
 }
 
 // sessionRates are one session's message and byte allowances (token

@@ -136,6 +136,14 @@ func (s *Server) serveConn(conn transport.Conn) {
 	// agents may address it at once. Frames routed to it meanwhile wait in
 	// its queue; the writer starts only after ACCEPT is written.
 	se, err := s.newSession(conn, neg, log)
+	if errors.Is(err, router.ErrAgentIDTaken) {
+		s.metrics.handshakeFailures.WithLabelValues(tname, string(negotiate.RejectSecurityPolicy)).Inc()
+		log.Info().Str("agent", neg.AgentID).Msg("handshake rejected: open mode, agent id held by a session from another address")
+		neg.Wipe()
+		s.sendHandshakeReply(conn, negotiate.AppendReject(nil, time.Now(), negotiate.RejectSecurityPolicy,
+			"agent id "+neg.AgentID+" is in use by a session from another address (a daemon without org secrets lets only the same address replace a session)"))
+		return
+	}
 	if err != nil {
 		s.metrics.handshakeFailures.WithLabelValues(tname, "internal").Inc()
 		log.Error().Err(err).Msg("session setup failed")
@@ -205,9 +213,9 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	}
 	var rs, replaced *router.Session[*session]
 	if s.cluster != nil {
-		rs, replaced, err = s.cluster.register(se, models)
+		rs, replaced, err = s.cluster.register(se, models, s.mayReplace(conn))
 	} else {
-		rs, replaced, err = s.router.Register(neg.Org, neg.AgentID, models, se)
+		rs, replaced, err = s.router.RegisterIf(neg.Org, neg.AgentID, models, se, s.mayReplace(conn))
 	}
 	if err != nil {
 		se.cancel()
@@ -228,6 +236,26 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	se.log.Info().Str("mode", se.mode()).Strs("models", models).Int("max_payload", p.MaxPayload).
 		Bool("authenticated", p.Authenticated).Msg("session established")
 	return se, nil
+}
+
+// mayReplace is the policy for a new session claiming an agent id that a
+// live session holds (DERP's duplicate-connection policy, made explicit).
+// With org secrets the newcomer proved it holds the agent key, so the
+// newest session wins: that is how an agent reconnects after its old
+// connection died unnoticed. Without them anybody can claim any id, so the
+// newest wins only from the holder's own source address (the same host
+// reconnecting); from elsewhere the newcomer is refused.
+func (s *Server) mayReplace(conn transport.Conn) func(*router.Session[*session]) bool {
+	if len(s.cfg.OrgSecrets) > 0 {
+		return nil
+	}
+	ip := remoteIP(conn.RemoteAddr())
+	return func(holder *router.Session[*session]) bool {
+		// A holder on another cluster node (a proxy, no connection here)
+		// is from an address this node cannot compare: refused alike.
+		h := holder.Value()
+		return h.conn != nil && remoteIP(h.conn.RemoteAddr()) == ip
+	}
 }
 
 // run serves the session until it ends and then tears it down.

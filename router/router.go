@@ -108,6 +108,15 @@ type namespace[S any] struct {
 // returns them as orphans (agent_gone). The daemon sends replaced CLOSE
 // REPLACED and removes it like any departing session (see Remove).
 func (r *Router[S]) Register(org, agentID string, models []string, value S) (sess, replaced *Session[S], err error) {
+	return r.RegisterIf(org, agentID, models, value, nil)
+}
+
+// RegisterIf is Register with a replacement policy: when (org, agentID) is
+// held, mayReplace (called under the registry lock, so it must be quick and
+// must not call the router) decides from the holder whether the new session
+// takes the id; if not, nothing changes and the error is ErrAgentIDTaken.
+// A nil mayReplace always replaces.
+func (r *Router[S]) RegisterIf(org, agentID string, models []string, value S, mayReplace func(holder *Session[S]) bool) (sess, replaced *Session[S], err error) {
 	if err := validAgentID(agentID); err != nil {
 		return nil, nil, err
 	}
@@ -131,6 +140,10 @@ func (r *Router[S]) Register(org, agentID string, models []string, value S) (ses
 	r.mu.Lock()
 	ns := r.namespaceLocked(org)
 	sess.ns = ns
+	if old := ns.agents[agentID]; old != nil && mayReplace != nil && !mayReplace(old) {
+		r.mu.Unlock()
+		return nil, nil, ErrAgentIDTaken
+	}
 	if old := ns.agents[agentID]; old != nil {
 		r.unlinkLocked(old)
 		r.retiring[old] = struct{}{}

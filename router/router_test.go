@@ -773,3 +773,25 @@ func TestAttach(t *testing.T) {
 	}
 	r.Remove(other)
 }
+
+// RegisterIf consults its policy only when the id is held, and a refusal
+// changes nothing.
+func TestRegisterIfPolicy(t *testing.T) {
+	r := New[string](Config{})
+	calls := 0
+	no := func(*Session[string]) bool { calls++; return false }
+	first, _, err := r.RegisterIf("", "p", []string{"m"}, "first", no)
+	if err != nil || calls != 0 {
+		t.Fatalf("free id: err %v, policy called %d times", err, calls)
+	}
+	if s, replaced, err := r.RegisterIf("", "p", []string{"other"}, "second", no); !errors.Is(err, ErrAgentIDTaken) || s != nil || replaced != nil || calls != 1 {
+		t.Fatalf("refused replacement: %v %v %v, %d calls", s, replaced, err, calls)
+	}
+	if got, _ := r.Lookup("", "p"); got != first || first.Replaced() || r.Stats().Models != 1 {
+		t.Fatal("a refused registration changed the registry")
+	}
+	neu, replaced, err := r.RegisterIf("", "p", nil, "third", func(h *Session[string]) bool { return h.Value() == "first" })
+	if err != nil || replaced != first || neu == nil {
+		t.Fatalf("allowed replacement: %v %v", replaced, err)
+	}
+}

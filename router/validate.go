@@ -13,6 +13,9 @@ var (
 	ErrInvalidAgentID = errors.New("router: invalid agent id")
 	ErrInvalidOrg     = errors.New("router: invalid org")
 	ErrInvalidModel   = errors.New("router: invalid model")
+	// ErrAgentIDTaken: RegisterIf's policy kept the session that holds the
+	// agent id.
+	ErrAgentIDTaken = errors.New("router: agent id held by another session")
 )
 
 const (
