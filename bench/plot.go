@@ -2,112 +2,57 @@ package bench
 
 import (
 	"fmt"
-	"image/color"
-	"os"
-	"path/filepath"
+	"math"
 	"slices"
-	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-	"gonum.org/v1/plot/vg/vgimg"
-	"gonum.org/v1/plot/vg/vgsvg"
 )
 
-// writeChart draws a column of plots into path, as SVG or PNG by its
-// extension. SVGs reference the fonts by name instead of embedding them,
-// which keeps them a few tens of kilobytes.
-func writeChart(path string, plots []*plot.Plot, w, h vg.Length) error {
-	rows := make([][]*plot.Plot, len(plots))
-	for i, p := range plots {
-		rows[i] = []*plot.Plot{p}
-	}
-	tiles := draw.Tiles{Rows: len(plots), Cols: 1, PadTop: vg.Points(6), PadBottom: vg.Points(6), PadX: vg.Points(6), PadY: vg.Points(14)}
-	var (
-		canvas vg.CanvasWriterTo
-		dc     draw.Canvas
-	)
-	switch strings.ToLower(filepath.Ext(path)) {
-	case ".svg":
-		c := vgsvg.NewWith(vgsvg.UseWH(w, h), vgsvg.EmbedFonts(false))
-		canvas, dc = c, draw.New(c)
-	case ".png":
-		c := vgimg.NewWith(vgimg.UseWH(w, h), vgimg.UseDPI(144), vgimg.UseBackgroundColor(color.White))
-		canvas, dc = vgimg.PngCanvas{Canvas: c}, draw.New(c)
-	default:
-		return fmt.Errorf("bench: chart %s: the name must end in .svg or .png", path)
-	}
-	canvases := plot.Align(rows, tiles, dc)
-	for i, p := range plots {
-		p.Draw(canvases[i][0])
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := canvas.WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
-}
-
 // PlotLoad draws the runs' latency percentiles and throughput over the
-// measurement window into path (.svg or .png).
+// measurement window into path (.svg or .png): one colour per run in both
+// panels, p50 solid and p99 dashed.
 func (r *LoadReport) PlotLoad(path string) error {
-	type series struct {
-		name string
-		res  *Result
-	}
-	runs := []series{{"M2M daemon", &r.Result}}
-	if r.Baseline != nil {
-		runs = append(runs, series{"bare relay", r.Baseline})
-	}
-	if r.Echo != nil {
-		runs = append(runs, series{"echo target", r.Echo})
-	}
+	runs := []*Result{&r.Result, r.Baseline, r.NATS, r.Echo}
+	runs = slices.DeleteFunc(runs, func(x *Result) bool { return x == nil || len(x.Timeline) == 0 })
 	c := r.Config
 	title := fmt.Sprintf("%s, security %s, %s payload", c.Transport, c.Security, c.PayloadName)
 	if c.Mode == "open" {
-		title += fmt.Sprintf(", open loop %s req/s", thousands(c.Rate))
+		title += fmt.Sprintf(", open loop at %s round trips/s", formatCount(c.Rate))
 	} else {
-		title += fmt.Sprintf(", %d in flight", c.Concurrency)
+		title += fmt.Sprintf(", %d requests in flight", c.Concurrency)
 	}
 
-	lat := plot.New()
-	lat.Title.Text = "Latency over time: " + title
-	lat.X.Label.Text = "seconds"
-	lat.Y.Label.Text = "latency (µs, log)"
+	lat := newPanel("Latency, " + title)
+	lat.X.Label.Text = "time (s)"
+	lat.Y.Label.Text = "latency (log scale)"
 	lat.Y.Scale = plot.LogScale{}
-	lat.Y.Tick.Marker = plot.LogTicks{Prec: -1}
-	lat.Legend.Top = true
-	lat.Legend.TextStyle.Font.Size = vg.Points(8)
-	lat.Add(plotter.NewGrid())
-	tp := plot.New()
-	tp.Title.Text = "Throughput over time"
-	tp.X.Label.Text = "seconds"
-	tp.Y.Label.Text = "round trips / s"
+	lat.Y.Tick.Marker = logTicks{format: formatDuration}
+	tp := newPanel("Throughput")
+	tp.X.Label.Text = "time (s)"
+	tp.Y.Label.Text = "round trips per second"
+	tp.Y.Tick.Marker = linearTicks{n: 5, format: formatCount}
 	tp.Y.Min = 0
-	tp.Legend.Top = true
-	tp.Legend.TextStyle.Font.Size = vg.Points(8)
-	tp.Add(plotter.NewGrid())
 
+	var tmax, latMin, latMax, tpMax float64
+	latMin = math.Inf(1)
 	percentiles := []struct {
-		name string
-		v    func(Sample) float64
+		name   string
+		v      func(Sample) float64
+		dashes []vg.Length
 	}{
-		{"p50", func(s Sample) float64 { return s.P50US }},
-		{"p99", func(s Sample) float64 { return s.P99US }},
+		{"p50", func(s Sample) float64 { return s.P50US }, nil},
+		{"p99", func(s Sample) float64 { return s.P99US }, []vg.Length{vg.Points(5), vg.Points(3)}},
 	}
-	for i, run := range runs {
-		for j, pc := range percentiles {
+	for _, run := range runs {
+		name := runLabel(run.Run)
+		for _, pc := range percentiles {
 			var pts plotter.XYs
-			for _, s := range run.res.Timeline {
+			for _, s := range run.Timeline {
 				if v := pc.v(s); v > 0 {
 					pts = append(pts, plotter.XY{X: s.TimeS, Y: v})
+					latMin, latMax = math.Min(latMin, v), math.Max(latMax, v)
 				}
 			}
 			if len(pts) == 0 {
@@ -117,42 +62,51 @@ func (r *LoadReport) PlotLoad(path string) error {
 			if err != nil {
 				return err
 			}
-			l.Color = plotutil.Color(2*j + 1)
-			l.Width = vg.Points(1.2)
-			l.Dashes = plotutil.Dashes(i)
+			l.Color = seriesColor(name)
+			l.Width = vg.Points(1.4)
+			l.Dashes = pc.dashes
 			lat.Add(l)
-			lat.Legend.Add(run.name+" "+pc.name, l)
+			lat.addLegend(name+" "+pc.name, l)
 		}
 		var pts plotter.XYs
-		for _, s := range run.res.Timeline {
+		for _, s := range run.Timeline {
 			pts = append(pts, plotter.XY{X: s.TimeS, Y: s.RoundTripsPerSec})
-		}
-		if len(pts) == 0 {
-			continue
+			tmax, tpMax = math.Max(tmax, s.TimeS), math.Max(tpMax, s.RoundTripsPerSec)
 		}
 		l, err := plotter.NewLine(pts)
 		if err != nil {
 			return err
 		}
-		l.Color = plotutil.Color(i)
-		l.Width = vg.Points(1.2)
-		l.Dashes = plotutil.Dashes(i)
+		l.Color = seriesColor(name)
+		l.Width = vg.Points(1.4)
 		tp.Add(l)
-		tp.Legend.Add(run.name, l)
+		tp.addLegend(name, l)
 	}
-	return writeChart(path, []*plot.Plot{lat, tp}, 20*vg.Centimeter, 18*vg.Centimeter)
+	if len(runs) == 0 || math.IsInf(latMin, 1) {
+		return fmt.Errorf("bench: no timeline to plot")
+	}
+	// Whole decades of latency, round throughput, whole seconds.
+	lat.Y.Min = math.Pow(10, math.Floor(math.Log10(latMin)))
+	lat.Y.Max = math.Pow(10, math.Ceil(math.Log10(latMax)))
+	step := roundStep(tpMax / 5)
+	tp.Y.Max = math.Ceil(tpMax*1.05/step) * step
+	for _, p := range []*panel{lat, tp} {
+		p.X.Min, p.X.Max = 0, math.Ceil(tmax)
+		p.X.Tick.Marker = linearTicks{n: int(math.Min(math.Ceil(tmax), 10)), format: trimFloat}
+	}
+	return writeChart(path, []*panel{lat, tp}, 24*vg.Centimeter, 18*vg.Centimeter)
 }
 
 // PlotCodec draws, per size class, each form's bytes on the wire and cl100k
 // tokens as a percentage of the JSON's, into path (.svg or .png).
 func (r *CodecReport) PlotCodec(path string) error {
-	bytesPlot, err := r.barPlot("Bytes on the wire, % of JSON (lower is better)", func(s CodecSummary) (float64, bool) {
+	bytesPanel, err := r.barPanel("Bytes on the wire, % of the JSON (lower is better)", "bytes, % of JSON", func(s CodecSummary) (float64, bool) {
 		return 100 * s.ByteRatio, true
 	})
 	if err != nil {
 		return err
 	}
-	tokPlot, err := r.barPlot("cl100k tokens of the text forms, % of JSON's", func(s CodecSummary) (float64, bool) {
+	tokPanel, err := r.barPanel("cl100k tokens of the text forms, % of the JSON's (lower is better)", "tokens, % of JSON", func(s CodecSummary) (float64, bool) {
 		if s.TokenRatio == nil {
 			return 0, false
 		}
@@ -161,117 +115,175 @@ func (r *CodecReport) PlotCodec(path string) error {
 	if err != nil {
 		return err
 	}
-	return writeChart(path, []*plot.Plot{bytesPlot, tokPlot}, 24*vg.Centimeter, 22*vg.Centimeter)
+	return writeChart(path, []*panel{bytesPanel, tokPanel}, 26*vg.Centimeter, 22*vg.Centimeter)
 }
 
-func (r *CodecReport) barPlot(title string, value func(CodecSummary) (float64, bool)) (*plot.Plot, error) {
-	p := plot.New()
-	p.Title.Text = title
-	p.Y.Label.Text = "%"
-	p.Y.Min = 0
-	p.Legend.Top = true
-	p.Legend.Left = true
-	p.Add(plotter.NewGrid())
+// codecClip is where codec bars are cut, labelled with their value: past
+// it a form costs more than 3 times the JSON, and the scale would flatten
+// the differences that matter.
+const codecClip = 300
+
+func (r *CodecReport) barPanel(title, ylabel string, value func(CodecSummary) (float64, bool)) (*panel, error) {
+	p := newPanel(title)
+	p.Y.Label.Text = ylabel
+	p.X.Label.Text = "size class of the documents (all: the whole corpus)"
 	var forms []string
+	top := 0.0
 	for _, f := range r.Forms {
+		if f == FormJSON {
+			continue // the 100% line stands for it
+		}
 		for _, c := range r.Classes {
 			if s, ok := r.summary(c, f); ok {
-				if _, ok := value(s); ok {
-					forms = append(forms, f)
-					break
+				if v, ok := value(s); ok {
+					if !slices.Contains(forms, f) {
+						forms = append(forms, f)
+					}
+					top = math.Max(top, v)
 				}
 			}
 		}
 	}
-	barW := vg.Points(48 / float64(max(len(forms), 1)))
-	for i, f := range forms {
-		vals := make(plotter.Values, len(r.Classes))
-		for j, c := range r.Classes {
-			if s, ok := r.summary(c, f); ok {
-				vals[j], _ = value(s)
+	ymax := math.Min(codecClip, math.Ceil(top/roundStep(top/6))*roundStep(top/6))
+	p.Y.Min, p.Y.Max = 0, ymax
+	if top > ymax {
+		p.Y.Max = ymax * 1.16 // room for the labels of clipped bars
+	}
+	p.Y.Tick.Marker = clippedTicks{max: ymax, linearTicks: linearTicks{n: 6, format: func(v float64) string { return trimFloat(v) + "%" }}}
+	// The reference line goes first so that bar labels are drawn over it.
+	if err := referenceLine(p, 100, -0.5, float64(len(r.Classes))-0.5, "JSON (100%)"); err != nil {
+		return nil, err
+	}
+	err := groupedBars(p, r.Classes, forms, func(f, c string) (float64, bool) {
+		s, ok := r.summary(c, f)
+		if !ok {
+			return 0, false
+		}
+		return value(s)
+	}, ymax, vg.Points(64), func(v float64) string { return fmt.Sprintf("%.0f%%", v) }, false)
+	return p, err
+}
+
+// clippedTicks are linearTicks that stop at the clip value.
+type clippedTicks struct {
+	linearTicks
+	max float64
+}
+
+func (t clippedTicks) Ticks(lo, hi float64) []plot.Tick {
+	return t.linearTicks.Ticks(lo, math.Min(hi, t.max))
+}
+
+// RatioPanel is one panel of a ratio chart: for each group on the x axis
+// (a transport and security mode, a cluster size), one bar per series (a
+// payload), each the ratio of M2M's figure to a baseline's.
+type RatioPanel struct {
+	Title  string
+	YLabel string // what the ratio is, e.g. "M2M / NATS, round trips per second"
+	Groups []string
+	Series []string
+	// Value returns the ratio of (group, series); ok false leaves no bar.
+	Value func(group, series string) (v float64, ok bool)
+}
+
+// PlotRatios draws ratio panels one above the other into path (.svg or
+// .png): every bar labelled with its value, a line at 1× (parity), one
+// colour per series in every panel. Later comparisons (against NATS, across
+// a cluster) publish their figures with it.
+func PlotRatios(path string, panels []RatioPanel) error {
+	var ps []*panel
+	for _, rp := range panels {
+		p := newPanel(rp.Title)
+		p.Y.Label.Text = rp.YLabel
+		top := 1.0
+		for _, g := range rp.Groups {
+			for _, s := range rp.Series {
+				if v, ok := rp.Value(g, s); ok {
+					top = math.Max(top, v)
+				}
 			}
 		}
-		b, err := plotter.NewBarChart(vals, barW)
-		if err != nil {
-			return nil, err
+		ymax := roundStep(top*1.1/4) * 4
+		p.Y.Min, p.Y.Max = 0, ymax*1.12
+		p.Y.Tick.Marker = clippedTicks{max: ymax, linearTicks: linearTicks{n: 4, format: func(v float64) string { return trimFloat(v) + "×" }}}
+		if err := referenceLine(p, 1, -0.5, float64(len(rp.Groups))-0.5, "parity (1×)"); err != nil {
+			return err
 		}
-		b.Color = formColor(i)
-		b.LineStyle.Width = 0
-		b.Offset = barW * vg.Length(float64(i)-float64(len(forms)-1)/2)
-		p.Add(b)
-		p.Legend.Add(f, b)
+		err := groupedBars(p, rp.Groups, rp.Series, func(s, g string) (float64, bool) { return rp.Value(g, s) },
+			ymax, vg.Points(54), func(v float64) string { return fmt.Sprintf("%.2f×", v) }, true)
+		if err != nil {
+			return err
+		}
+		ps = append(ps, p)
 	}
-	p.NominalX(r.Classes...)
-	return p, nil
+	if len(ps) == 0 {
+		return fmt.Errorf("bench: no ratio to plot")
+	}
+	return writeChart(path, ps, 24*vg.Centimeter, vg.Length(len(ps))*8*vg.Centimeter)
 }
 
-// formColor gives up to a dozen distinguishable colours.
-func formColor(i int) color.Color {
-	palette := []color.RGBA{
-		{0x44, 0x44, 0x44, 0xff}, {0x1f, 0x77, 0xb4, 0xff}, {0xff, 0x7f, 0x0e, 0xff}, {0x2c, 0xa0, 0x2c, 0xff},
-		{0xd6, 0x27, 0x28, 0xff}, {0x94, 0x67, 0xbd, 0xff}, {0x8c, 0x56, 0x4b, 0xff}, {0xe3, 0x77, 0xc2, 0xff},
-		{0x7f, 0x7f, 0x7f, 0xff}, {0xbc, 0xbd, 0x22, 0xff}, {0x17, 0xbe, 0xcf, 0xff},
-	}
-	return palette[i%len(palette)]
-}
-
-// PlotLoadRatios draws, for a set of load reports with baselines, the
-// M2M/relay throughput ratio (wall clock and per CPU second) per transport
-// and security mode, one bar per payload, into path (.svg or .png).
+// PlotLoadRatios draws, for load reports with a baseline (--baseline) or a
+// comparison (--compare nats), M2M's throughput over each comparison's, per
+// transport and security mode, one bar per payload: wall clock and per CPU
+// second, into path (.svg or .png).
 func PlotLoadRatios(path string, reps []*LoadReport) error {
-	var groups, payloads []string
-	val := map[[2]string][2]float64{}
-	for _, r := range reps {
-		if r.Ratios == nil {
+	type comparison struct {
+		name   string
+		ratios func(*LoadReport) *Ratios
+	}
+	var panels []RatioPanel
+	for _, cmp := range []comparison{
+		{"the bare relay", func(r *LoadReport) *Ratios { return r.Ratios }},
+		{"NATS", func(r *LoadReport) *Ratios { return r.NATSRatios }},
+	} {
+		var groups, payloads []string
+		val := map[[2]string][2]float64{}
+		for _, r := range reps {
+			q := cmp.ratios(r)
+			if q == nil {
+				continue
+			}
+			g := r.Config.Transport + " " + r.Config.Security
+			if !slices.Contains(groups, g) {
+				groups = append(groups, g)
+			}
+			if !slices.Contains(payloads, r.Config.PayloadName) {
+				payloads = append(payloads, r.Config.PayloadName)
+			}
+			perCPU := q.RoundTripsPerCPU
+			if cmp.name == "the bare relay" {
+				perCPU = perCPURatio(r)
+			}
+			val[[2]string{g, r.Config.PayloadName}] = [2]float64{q.RoundTrips, perCPU}
+		}
+		if len(groups) == 0 {
 			continue
 		}
-		g := r.Config.Transport + " " + r.Config.Security
-		if !slices.Contains(groups, g) {
-			groups = append(groups, g)
+		slices.SortStableFunc(payloads, func(a, b string) int { return payloadOrder(a) - payloadOrder(b) })
+		for i, what := range []string{"round trips per second", "round trips per CPU second"} {
+			panels = append(panels, RatioPanel{
+				Title:  fmt.Sprintf("M2M daemon / %s: %s (higher is better for M2M)", cmp.name, what),
+				YLabel: "M2M / " + cmp.name,
+				Groups: groups, Series: payloads,
+				Value: func(g, s string) (float64, bool) {
+					v, ok := val[[2]string{g, s}]
+					return v[i], ok && v[i] > 0
+				},
+			})
 		}
-		if !slices.Contains(payloads, r.Config.PayloadName) {
-			payloads = append(payloads, r.Config.PayloadName)
-		}
-		val[[2]string{g, r.Config.PayloadName}] = [2]float64{r.Ratios.RoundTrips, perCPURatio(r)}
 	}
-	if len(groups) == 0 {
-		return fmt.Errorf("bench: no report with a baseline to plot")
+	if len(panels) == 0 {
+		return fmt.Errorf("bench: no report with a baseline or a comparison to plot")
 	}
-	panel := func(title string, idx int) (*plot.Plot, error) {
-		p := plot.New()
-		p.Title.Text = title
-		p.Y.Label.Text = "M2M / bare relay"
-		p.Y.Min = 0
-		p.Legend.Top = true
-		p.Add(plotter.NewGrid())
-		barW := vg.Points(36 / float64(len(payloads)))
-		for i, pl := range payloads {
-			vals := make(plotter.Values, len(groups))
-			for j, g := range groups {
-				vals[j] = val[[2]string{g, pl}][idx]
-			}
-			b, err := plotter.NewBarChart(vals, barW)
-			if err != nil {
-				return nil, err
-			}
-			b.Color = formColor(i + 1)
-			b.LineStyle.Width = 0
-			b.Offset = barW * vg.Length(float64(i)-float64(len(payloads)-1)/2)
-			p.Add(b)
-			p.Legend.Add(pl, b)
-		}
-		p.NominalX(groups...)
-		return p, nil
+	return PlotRatios(path, panels)
+}
+
+// payloadOrder sorts the built-in payloads by size, others after them.
+func payloadOrder(name string) int {
+	if i := slices.Index(BuiltinSizes(), name); i >= 0 {
+		return i
 	}
-	wall, err := panel("Routed round trips, M2M daemon / bare relay (wall clock, median of repetitions)", 0)
-	if err != nil {
-		return err
-	}
-	cpu, err := panel("Round trips per CPU second, M2M daemon / bare relay", 1)
-	if err != nil {
-		return err
-	}
-	return writeChart(path, []*plot.Plot{wall, cpu}, 22*vg.Centimeter, 18*vg.Centimeter)
+	return len(BuiltinSizes())
 }
 
 // perCPURatio is the report's round-trips-per-CPU ratio, computed from its

@@ -14,7 +14,7 @@ import (
 // message, the server echoes it on the same channel, the client waits for
 // the echo. "seq" is one request at a time; "c16" has 16 requests in flight
 // on 16 channels (one WebSocket connection carries all 16). rt/s is round
-// trips per second, comparable with docs' measured-facts transport table.
+// trips per second, comparable with BenchmarkEchoBaseline (bare TCP and WebSocket).
 //
 //	go test -run=^$ -bench=Echo -benchtime=2s -count=5 ./transport/
 func BenchmarkEcho(b *testing.B) {

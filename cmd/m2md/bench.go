@@ -292,6 +292,12 @@ func runBenchTable(args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() == 0 {
 		return usagef("name at least one report")
 	}
+	if *plotOut != "" && !strings.HasSuffix(*plotOut, ".svg") && !strings.HasSuffix(*plotOut, ".png") {
+		return usagef("--plot file must end in .svg or .png")
+	}
+	if err := checkWritable(map[string]string{"plot": *plotOut}); err != nil {
+		return err
+	}
 	var reps []*bench.LoadReport
 	for _, name := range fs.Args() {
 		f, err := os.Open(name)
