@@ -3,6 +3,8 @@ package daemon
 import (
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"slices"
 	"time"
 
@@ -60,8 +62,15 @@ const (
 type Config struct {
 	// QUICAddr is the UDP address for QUIC. "-" disables QUIC.
 	QUICAddr string
-	// WSAddr is the TCP address for plain ws://. "-" disables it.
+	// WSAddr is the TCP address for plain ws://. "-" disables it. With
+	// OrgSecrets it must be a loopback address unless AllowInsecureWS:
+	// without TLS the frame tags protect frame bodies only, and PING, PONG,
+	// CLOSE and the DATA header travel unauthenticated.
 	WSAddr string
+	// AllowInsecureWS lets plain ws:// listen on a non-loopback address
+	// although OrgSecrets are set (e.g. behind a TLS-terminating proxy on
+	// a private network).
+	AllowInsecureWS bool
 	// WSSAddr is the TCP address for wss:// (TLS). Empty or "-" disables it.
 	WSSAddr string
 	// WSPath is the HTTP path WebSocket clients connect to.
@@ -222,12 +231,31 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MinSecurity > frame.SecurityAEAD {
 		return c, fmt.Errorf("%w: unknown minimum security mode %d", ErrConfig, c.MinSecurity)
 	}
+	if len(c.OrgSecrets) > 0 && c.WSAddr != "-" && !c.AllowInsecureWS && !isLoopback(c.WSAddr) {
+		return c, fmt.Errorf("%w: --ws-addr %s serves plain ws:// beyond this host while agents authenticate (--org-secrets-file): "+
+			"without TLS, PING, PONG, CLOSE and the DATA header are not authenticated; serve agents on --wss-addr or QUIC "+
+			"and give --ws-addr a loopback address or -, or pass --allow-insecure-ws (e.g. behind a TLS proxy)", ErrConfig, c.WSAddr)
+	}
 	if c.Cluster.Enabled() {
 		if err := c.Cluster.Check(); err != nil {
 			return c, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
 	}
 	return c, nil
+}
+
+// isLoopback reports whether a listen address (host:port) binds loopback
+// only: "localhost" or a loopback IP. An empty host binds every interface.
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.IsLoopback()
 }
 
 // orDefault sets a zero setting to def and refuses a negative one.

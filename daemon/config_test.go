@@ -2,10 +2,12 @@ package daemon
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
 )
 
 // TestConfigZeroIsDefault: the zero Config gets the daemon's defaults and
@@ -74,6 +76,38 @@ func TestConfigNegativeAndOutOfRange(t *testing.T) {
 			}
 			if !tc.ok && !errors.Is(err, ErrConfig) {
 				t.Fatalf("got %v, want ErrConfig", err)
+			}
+		})
+	}
+}
+
+// Plain ws:// beyond loopback is refused when agents authenticate, unless
+// allowed (security review finding 11): without TLS only frame bodies are
+// protected.
+func TestInsecureWSRefusedWithOrgSecrets(t *testing.T) {
+	secrets := map[string]security.Secret{"acme": security.Secret("0123456789abcdef0123456789abcdef")}
+	for _, tc := range []struct {
+		name    string
+		cfg     Config
+		refused bool
+	}{
+		{"open mode, all interfaces", Config{WSAddr: ":8080"}, false},
+		{"secrets, default loopback", Config{OrgSecrets: secrets}, false},
+		{"secrets, ::1", Config{OrgSecrets: secrets, WSAddr: "[::1]:0"}, false},
+		{"secrets, localhost", Config{OrgSecrets: secrets, WSAddr: "localhost:0"}, false},
+		{"secrets, ws off", Config{OrgSecrets: secrets, WSAddr: "-"}, false},
+		{"secrets, all interfaces", Config{OrgSecrets: secrets, WSAddr: ":8080"}, true},
+		{"secrets, public address", Config{OrgSecrets: secrets, WSAddr: "192.0.2.1:8080"}, true},
+		{"secrets, host name", Config{OrgSecrets: secrets, WSAddr: "m2md.example:8080"}, true},
+		{"secrets, allowed", Config{OrgSecrets: secrets, WSAddr: "0.0.0.0:8080", AllowInsecureWS: true}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.cfg.withDefaults()
+			if got := errors.Is(err, ErrConfig); got != tc.refused {
+				t.Fatalf("err %v, refused %t, want %t", err, got, tc.refused)
+			}
+			if tc.refused && !strings.Contains(err.Error(), "--allow-insecure-ws") {
+				t.Fatalf("error does not name the way out: %v", err)
 			}
 		})
 	}

@@ -42,6 +42,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.StringVar(&cfg.QUICAddr, "quic-addr", daemon.DefaultQUICAddr, "UDP `address` for QUIC (\"-\" disables)")
 	fs.StringVar(&cfg.WSAddr, "ws-addr", daemon.DefaultWSAddr, "TCP `address` for ws:// (\"-\" disables)")
 	fs.StringVar(&cfg.WSSAddr, "wss-addr", "", "TCP `address` for wss:// (TLS); off when empty")
+	fs.BoolVar(&cfg.AllowInsecureWS, "allow-insecure-ws", false, "let --ws-addr (plain ws://) listen beyond loopback although --org-secrets-file is set")
 	fs.StringVar(&cfg.WSPath, "ws-path", daemon.DefaultWSPath, "HTTP `path` WebSocket clients connect to")
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", daemon.DefaultAdminAddr, "TCP `address` for /healthz and /metrics (\"-\" disables)")
 	fs.StringVar(&cfg.CertFile, "tls-cert", "", "certificate `file` (PEM); default: a development certificate in --cert-dir")
