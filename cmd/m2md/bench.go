@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/mattn/go-isatty"
 	"github.com/schollz/progressbar/v3"
 
 	"github.com/m2md/m2md/bench"
@@ -327,8 +326,7 @@ func runBenchTable(args []string, stdout, stderr io.Writer) error {
 // newBar returns a progress bar on stderr when it is a terminal, else nil:
 // logs and pipes get no control characters.
 func newBar(stderr io.Writer, max int64, what string) *progressbar.ProgressBar {
-	f, ok := stderr.(*os.File)
-	if !ok || !isatty.IsTerminal(f.Fd()) {
+	if !isTerminal(stderr) {
 		return nil
 	}
 	return progressbar.NewOptions64(max,

@@ -124,7 +124,7 @@ func runDemoProvider(args []string, stdout, stderr io.Writer) error {
 	}
 	opt.AgentID, opt.Models, opt.Reconnect = *agent, demoModels, true
 	// Losing the daemon and finding it again are logged on stderr.
-	opt.Logger = zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05"}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	opt.Logger = zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05", NoColor: !isTerminal(stderr)}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
 	opt.Handler = client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
 		answer := fmt.Sprintf("This is %s answering a %d-byte request for %s from %s.", *agent, len(req.Body), req.Model, req.From)
 		if req.Stream {

@@ -20,6 +20,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/mattn/go-isatty"
+
 	"github.com/m2md/m2md/internal/buildinfo"
 )
 
@@ -106,6 +108,13 @@ func printUsage(w io.Writer) {
 	}
 	fmt.Fprintln(w, "\nRun 'm2md <command> --help' for a command's flags.")
 	fmt.Fprintln(w, "Exit codes: 0 ok, 1 bad input or a failed run, 2 usage (a wrong flag or argument).")
+}
+
+// isTerminal reports whether w is a terminal: progress bars and colours only
+// go there, never into logs and pipes.
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	return ok && isatty.IsTerminal(f.Fd())
 }
 
 func runVersion(args []string, _ io.Reader, stdout, stderr io.Writer) error {

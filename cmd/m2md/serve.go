@@ -12,7 +12,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/mattn/go-isatty"
 	"github.com/peterbourgon/ff/v3"
 	"github.com/rs/zerolog"
 
@@ -183,7 +182,7 @@ func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {
 	case "console":
 		out = zerolog.ConsoleWriter{Out: w}
 	case "auto":
-		if f, ok := w.(*os.File); ok && isatty.IsTerminal(f.Fd()) {
+		if isTerminal(w) {
 			out = zerolog.ConsoleWriter{Out: w}
 		}
 	default:
