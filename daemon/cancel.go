@@ -63,7 +63,7 @@ func (se *session) handleCancel(msg transport.Message) {
 	}
 	p := bufpool.Get(negotiate.MaxCancelLen)
 	*p, _ = negotiate.AppendCancel((*p)[:0], c.DeliveryID)
-	if !prov.enqueue(outMsg{ch: transport.ChannelID(c.ProviderChannel), buf: p, frameOff: -1, algo: -1, cancel: true}) {
+	if !prov.enqueue(outMsg{ch: transport.ChannelID(c.ProviderChannel), buf: p, kind: msgCancel}) {
 		bufpool.Put(p)
 		srv.metrics.cancels.WithLabelValues("provider_queue_full").Inc()
 		return

@@ -26,12 +26,12 @@ func (se *session) handleData(msg transport.Message, start time.Time) {
 		se.protocolError("malformed DATA header")
 		return
 	}
-	algo := int8(0)
+	format := formatM2M
 	if fr[0] != '#' {
-		algo = 1
+		format = formatTokenNative
 	}
-	se.m.framesIn[algo].Inc()
-	se.m.bytesIn[algo].Add(float64(len(msg.Data)))
+	se.m.framesIn[format].Inc()
+	se.m.bytesIn[format].Add(float64(len(msg.Data)))
 
 	// max_payload bounds the frame as sent (docs/protocol.md §3.2 step 4);
 	// it is checked after verification, so an authentic frame still
@@ -39,7 +39,7 @@ func (se *session) handleData(msg transport.Message, start time.Time) {
 	// step.
 	wireLen := len(fr)
 	var h frame.Header
-	if algo == 0 {
+	if format == formatM2M {
 		plain, err := se.recv.Open(uint32(msg.Channel), fr)
 		if err != nil {
 			se.refuse(msg.Channel, &dh, negotiate.RefusalCode(err), "frame refused in security mode "+se.mode()+": "+err.Error())
@@ -60,13 +60,13 @@ func (se *session) handleData(msg transport.Message, start time.Time) {
 	}
 
 	if dh.IsReply() {
-		se.forwardReply(msg.Channel, &dh, fr, algo, start)
+		se.forwardReply(msg.Channel, &dh, fr, format, start)
 		return
 	}
-	se.forwardRequest(msg.Channel, &dh, fr, algo, &h, start)
+	se.forwardRequest(msg.Channel, &dh, fr, format, &h, start)
 }
 
-func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHeader, fr []byte, algo int8, h *frame.Header, start time.Time) {
+func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHeader, fr []byte, format frameFormat, h *frame.Header, start time.Time) {
 	srv := se.srv
 	if srv.draining.Load() {
 		se.refuse(ch, dh, negotiate.CodeShutdown, "daemon shutting down")
@@ -77,7 +77,7 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 		Channel:          uint64(ch),
 		Peer:             dh.Peer,
 		Model:            h.Model,
-		HasRoutingHeader: algo == 0 && (h.Schema == frame.SchemaRequest || h.Schema == frame.SchemaEmbeddingRequest),
+		HasRoutingHeader: format == formatM2M && (h.Schema == frame.SchemaRequest || h.Schema == frame.SchemaEmbeddingRequest),
 	}
 	d, err := srv.router.RouteRequest(se.rs, req)
 	if err != nil {
@@ -95,15 +95,15 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 		return
 	}
 	if d.Provider.Value().remote != nil {
-		se.forwardRemote(dh, fr, algo, d, start)
+		se.forwardRemote(dh, fr, format, d, start)
 		return
 	}
-	srv.deliverRequest(d, se.agent, fr, algo, start)
+	srv.deliverRequest(d, se.agent, fr, format, start)
 }
 
 // deliverRequest hands a routed request to its (local) provider, addressed
 // from requester; on failure the requester gets the error.
-func (srv *Server) deliverRequest(d router.Delivery[*session], requester string, fr []byte, algo int8, start time.Time) {
+func (srv *Server) deliverRequest(d router.Delivery[*session], requester string, fr []byte, format frameFormat, start time.Time) {
 	prov := d.Provider.Value()
 	fail := func(code negotiate.ErrorCode, message string) {
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
@@ -111,11 +111,11 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 			rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, message, prov.agent)
 		}
 	}
-	if algo == 1 && prov.send.Protected() {
+	if format == formatTokenNative && prov.send.Protected() {
 		fail(negotiate.CodeBadFrame, "receiver's session requires protected frames; TokenNative cannot be protected")
 		return
 	}
-	if n, limit := prov.outLen(fr, algo), prov.neg.Params.MaxPayload; n > limit {
+	if n, limit := prov.outLen(fr, format), prov.neg.Params.MaxPayload; n > limit {
 		// Sent anyway, it would break the provider's connection (its read
 		// limit is max_payload + 512) or hand it more than it agreed to.
 		fail(negotiate.CodeTooLarge, fmt.Sprintf("frame of %d bytes exceeds provider %s's max_payload %d", n, prov.agent, limit))
@@ -137,7 +137,7 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 		return
 	}
 	srv.router.SetProviderChannel(d.Provider, d.ID, uint64(pch))
-	m, ok := buildData(pch, 0, d.ID, requester, fr, algo)
+	m, ok := buildData(pch, 0, d.ID, requester, fr, format)
 	if !ok {
 		prov.conn.ReleaseChannel(pch)
 		fail(negotiate.CodeBadFrame, "request cannot be addressed")
@@ -177,7 +177,7 @@ func routeMessage(code negotiate.ErrorCode, dh *negotiate.DataHeader, h *frame.H
 	return "request has no address and no routing header"
 }
 
-func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader, fr []byte, algo int8, start time.Time) {
+func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader, fr []byte, format frameFormat, start time.Time) {
 	srv := se.srv
 	end := dh.IsEnd()
 	rep, err := srv.router.RouteReply(se.rs, dh.RequestID, end)
@@ -196,7 +196,7 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 		}
 		return
 	}
-	if code, message := srv.deliverReply(rep, se.rs, dh.RequestID, se.agent, fr, algo, start); code != "" {
+	if code, message := srv.deliverReply(rep, se.rs, dh.RequestID, se.agent, fr, format, start); code != "" {
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
 		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, code, message, "")
 	}
@@ -207,11 +207,11 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 // it returns the code and message for the provider's NOTICE, having ended
 // the requester's request with an error when the reply cannot reach it
 // whole.
-func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Session[*session], deliveryID uint64, provider string, fr []byte, algo int8, start time.Time) (negotiate.ErrorCode, string) {
+func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Session[*session], deliveryID uint64, provider string, fr []byte, format frameFormat, start time.Time) (negotiate.ErrorCode, string) {
 	req := rep.Requester.Value()
 	end := rep.End
 	if req.remote != nil {
-		if !req.replyRemote(rep.RequestID, end, provider, algo, fr) {
+		if !req.replyRemote(rep.RequestID, end, provider, format, fr) {
 			if !end {
 				_, _ = srv.router.Abort(provRS, deliveryID) // later chunks are unknown and dropped
 			}
@@ -236,17 +236,17 @@ func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Sessi
 		}
 		req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, message, provider)
 	}
-	if algo == 1 && req.send.Protected() {
+	if format == formatTokenNative && req.send.Protected() {
 		if end {
 			req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeBadFrame, "provider replied with an unprotectable frame", provider)
 		}
 		return negotiate.CodeBadFrame, "requester's session requires protected frames; TokenNative cannot be protected"
 	}
-	if n, limit := req.outLen(fr, algo), req.neg.Params.MaxPayload; n > limit {
+	if n, limit := req.outLen(fr, format), req.neg.Params.MaxPayload; n > limit {
 		endRequest(negotiate.CodeTooLarge, "provider's reply exceeds this session's max_payload")
 		return negotiate.CodeTooLarge, fmt.Sprintf("reply of %d bytes exceeds requester %s's max_payload %d", n, req.agent, limit)
 	}
-	m, _ := buildData(transport.ChannelID(rep.Channel), flags, rep.RequestID, provider, fr, algo)
+	m, _ := buildData(transport.ChannelID(rep.Channel), flags, rep.RequestID, provider, fr, format)
 	if !req.enqueue(m) {
 		m.free()
 		endRequest(negotiate.CodeQueueFull, "a reply to this request was dropped: this session is not reading fast enough")
@@ -258,8 +258,8 @@ func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Sessi
 
 // outLen is the size fr (a plain M2M frame, or TokenNative) will have on
 // this session's wire once the writer has protected it.
-func (se *session) outLen(fr []byte, algo int8) int {
-	if algo != 0 {
+func (se *session) outLen(fr []byte, format frameFormat) int {
+	if format != formatM2M {
 		return len(fr)
 	}
 	return len(fr) + se.send.Overhead()
@@ -315,7 +315,7 @@ func (se *session) sendError(ch transport.ChannelID, requestID uint64, flags neg
 
 // buildData writes a DATA message with fr into a pooled buffer that has
 // room for the tag the writer may append.
-func buildData(ch transport.ChannelID, flags negotiate.DataFlags, requestID uint64, peer string, fr []byte, algo int8) (outMsg, bool) {
+func buildData(ch transport.ChannelID, flags negotiate.DataFlags, requestID uint64, peer string, fr []byte, format frameFormat) (outMsg, bool) {
 	p := bufpool.Get(negotiate.MaxDataHeaderLen + len(fr) + tailroom)
 	b, err := negotiate.AppendDataHeader((*p)[:0], flags, requestID, peer)
 	if err != nil {
@@ -325,7 +325,7 @@ func buildData(ch transport.ChannelID, flags negotiate.DataFlags, requestID uint
 	off := len(b)
 	b = append(b, fr...)
 	*p = b
-	return outMsg{ch: ch, buf: p, frameOff: off, algo: algo}, true
+	return outMsg{ch: ch, buf: p, kind: msgData, format: format, frameOff: off}, true
 }
 
 // peerOrNode names the sender of an error crossing the cluster: the agent

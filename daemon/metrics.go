@@ -203,8 +203,8 @@ func newMetrics() *metrics {
 // sessionMetrics are the collectors one session touches per frame, resolved
 // once so the hot path is an atomic add.
 type sessionMetrics struct {
-	framesIn, framesOut [2]prometheus.Counter // index: 0 m2m, 1 tokennative
-	bytesIn, bytesOut   [2]prometheus.Counter
+	framesIn, framesOut [numFormats]prometheus.Counter // indexed by frameFormat
+	bytesIn, bytesOut   [numFormats]prometheus.Counter
 	writeBatches        prometheus.Counter
 }
 

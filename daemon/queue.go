@@ -11,23 +11,45 @@ import (
 
 // outMsg is one message waiting in a session's send queue.
 type outMsg struct {
-	ch  transport.ChannelID
-	buf *[]byte // from bufpool; the writer returns it
-	// frameOff is where the frame starts in *buf for DATA messages whose
-	// frame the writer must stamp and protect; -1 for everything else.
+	ch   transport.ChannelID
+	buf  *[]byte // from bufpool; the writer returns it
+	kind msgKind
+	// format and frameOff describe a DATA message's frame: its wire form
+	// and where it starts in *buf.
+	format   frameFormat
 	frameOff int
-	// algo indexes sessionMetrics (0 m2m, 1 tokennative); -1 for control.
-	algo int8
 	// closeSent, when set, is the reason of the CLOSE this message carries:
 	// the writer records it in the state machine once written.
 	closeSent negotiate.CloseReason
 	// closeAfter makes the writer close the connection once the message is
 	// written (the acknowledgement of a received CLOSE).
 	closeAfter bool
-	// cancel marks a CANCEL: queued with the DATA (it must follow its
-	// request on the channel) and, like DATA, never sent after CLOSE.
-	cancel bool
 }
+
+// msgKind is what a queued message is.
+type msgKind uint8
+
+const (
+	// msgData: a DATA message. The writer seals its frame (M2M v1), counts
+	// it, bounds its write by SlowConsumerGrace, and drops it after CLOSE.
+	msgData msgKind = iota + 1
+	// msgControl: PING, PONG, CLOSE or its acknowledgement; written even
+	// after CLOSE, since it may be the CLOSE.
+	msgControl
+	// msgCancel: a CANCEL; not a frame, but like DATA never sent after
+	// CLOSE.
+	msgCancel
+)
+
+// frameFormat is a frame's wire form. It indexes sessionMetrics' counters,
+// in the order of algorithmLabels.
+type frameFormat uint8
+
+const (
+	formatM2M         frameFormat = iota // M2M v1, sealed by the writer
+	formatTokenNative                    // TokenNative, sent as it is
+	numFormats
+)
 
 // tailroom is the spare capacity every outgoing frame buffer carries, so the
 // writer can seal any mode's frame in place.

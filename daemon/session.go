@@ -426,7 +426,7 @@ func (se *session) initiateClose(reason negotiate.CloseReason, why string) {
 	}
 	se.setReason(reason)
 	msg := negotiate.AppendClose(nil, se.neg.ID, time.Now(), reason, why)
-	se.enqueueControl(outMsg{buf: bufFrom(msg), frameOff: -1, algo: -1, closeSent: reason})
+	se.enqueueControl(outMsg{buf: bufFrom(msg), kind: msgControl, closeSent: reason})
 	time.AfterFunc(se.srv.cfg.CloseTimeout+time.Second, func() { se.conn.Close() })
 }
 
@@ -440,7 +440,7 @@ func (se *session) closeAfterQueued(reason negotiate.CloseReason, why string) {
 	}
 	se.setReason(reason)
 	msg := negotiate.AppendClose(nil, se.neg.ID, time.Now(), reason, why)
-	se.queue.pushLast(outMsg{buf: bufFrom(msg), frameOff: -1, algo: -1, closeSent: reason})
+	se.queue.pushLast(outMsg{buf: bufFrom(msg), kind: msgControl, closeSent: reason})
 	se.kick()
 	time.AfterFunc(se.srv.cfg.CloseTimeout+time.Second, func() { se.conn.Close() })
 }
@@ -454,7 +454,7 @@ func bufFrom(b []byte) *[]byte {
 // sendControl queues a control message (PONG, CLOSE ack); closeAfter makes
 // the writer close the connection once it is written.
 func (se *session) sendControl(b []byte, closeAfter bool) {
-	se.enqueueControl(outMsg{buf: bufFrom(b), frameOff: -1, algo: -1, closeAfter: closeAfter})
+	se.enqueueControl(outMsg{buf: bufFrom(b), kind: msgControl, closeAfter: closeAfter})
 }
 
 func (se *session) enqueueControl(m outMsg) {
@@ -511,7 +511,7 @@ func (se *session) full() {
 // drainQueues frees what the writer left behind, counting undelivered DATA.
 func (se *session) drainQueues(reason string) {
 	for _, m := range se.queue.takeAll(nil) {
-		if m.algo >= 0 {
+		if m.kind == msgData {
 			se.srv.metrics.queueDrops.WithLabelValues(reason).Inc()
 		}
 		m.free()

@@ -185,12 +185,12 @@ func (se *session) writeControl(b []byte) {
 // protection, in place (the buffer carries tailroom for the tag).
 func (se *session) write(m outMsg) {
 	defer m.free()
-	if (m.algo >= 0 || m.cancel) && se.closeWritten.Load() {
+	if m.kind != msgControl && se.closeWritten.Load() {
 		// After CLOSE a side sends nothing else (docs/protocol.md §3.5).
 		se.srv.metrics.queueDrops.WithLabelValues("after_close").Inc()
 		return
 	}
-	if m.frameOff >= 0 && m.algo == 0 {
+	if m.kind == msgData && m.format == formatM2M {
 		fr, err := se.send.Seal(uint32(m.ch), (*m.buf)[m.frameOff:])
 		if err != nil {
 			reason := "protect_failed"
@@ -226,23 +226,23 @@ func (se *session) write(m outMsg) {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(se.ctx), se.srv.cfg.CloseTimeout)
 		defer cancel()
 	}
-	if m.algo >= 0 {
+	if m.kind == msgData {
 		se.stall.Reset(se.srv.cfg.SlowConsumerGrace)
 	}
 	err := se.conn.Send(ctx, m.ch, *m.buf)
-	if m.algo >= 0 {
+	if m.kind == msgData {
 		se.stall.Stop()
 	}
 	se.batchWrote = true
 	if err != nil {
-		if m.algo >= 0 {
+		if m.kind == msgData {
 			se.srv.metrics.queueDrops.WithLabelValues("send_failed").Inc()
 		}
 		return
 	}
-	if m.algo >= 0 {
-		se.m.framesOut[m.algo].Inc()
-		se.m.bytesOut[m.algo].Add(float64(len(*m.buf)))
+	if m.kind == msgData {
+		se.m.framesOut[m.format].Inc()
+		se.m.bytesOut[m.format].Add(float64(len(*m.buf)))
 	}
 	if m.closeAfter {
 		se.conn.Close()
