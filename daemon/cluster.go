@@ -226,7 +226,7 @@ func (cs *clusterState) NodeDown(node string) {
 
 // forwardRemote sends a request routed to a remote agent's proxy to the
 // agent's node.
-func (se *session) forwardRemote(dh *negotiate.DataHeader, fr []byte, algo int8, d router.Delivery[*session], start time.Time) {
+func (se *session) forwardRemote(dh *negotiate.DataHeader, fr []byte, format frameFormat, d router.Delivery[*session], start time.Time) {
 	srv := se.srv
 	prov := d.Provider.Value()
 	n := prov.remote
@@ -234,7 +234,7 @@ func (se *session) forwardRemote(dh *negotiate.DataHeader, fr []byte, algo int8,
 	n.mu.Lock()
 	n.pending[w] = pendingRequest{proxy: prov, delivery: d.ID}
 	n.mu.Unlock()
-	err := srv.cluster.c.SendRequest(n.name, &cluster.Request{W: w, Org: se.neg.Org, Requester: se.agent, Target: prov.agent, Algo: algo, Frame: fr})
+	err := srv.cluster.c.SendRequest(n.name, &cluster.Request{W: w, Org: se.neg.Org, Requester: se.agent, Target: prov.agent, Algo: int8(format), Frame: fr})
 	if err != nil {
 		n.mu.Lock()
 		delete(n.pending, w)
@@ -291,7 +291,7 @@ func (cs *clusterState) Request(r *cluster.Request) {
 		}
 		return
 	}
-	srv.deliverRequest(d, r.Requester, r.Frame, r.Algo, start)
+	srv.deliverRequest(d, r.Requester, r.Frame, frameFormat(r.Algo), start)
 }
 
 // Reply hands a reply from another node to the local requester.
@@ -320,15 +320,15 @@ func (cs *clusterState) Reply(r *cluster.Reply) {
 		}
 		return
 	}
-	if code, _ := srv.deliverReply(rep, p.proxy.rs, p.delivery, r.Provider, r.Frame, r.Algo, time.Now()); code != "" {
+	if code, _ := srv.deliverReply(rep, p.proxy.rs, p.delivery, r.Provider, r.Frame, frameFormat(r.Algo), time.Now()); code != "" {
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
 	}
 }
 
 // replyRemote publishes a reply (or error) to the node whose requester
 // proxy se is.
-func (se *session) replyRemote(requestID uint64, end bool, provider string, algo int8, fr []byte) bool {
-	err := se.srv.cluster.c.SendReply(se.remote.name, &cluster.Reply{W: requestID, End: end, Provider: provider, Algo: algo, Frame: fr})
+func (se *session) replyRemote(requestID uint64, end bool, provider string, format frameFormat, fr []byte) bool {
+	err := se.srv.cluster.c.SendReply(se.remote.name, &cluster.Reply{W: requestID, End: end, Provider: provider, Algo: int8(format), Frame: fr})
 	return err == nil
 }
 
