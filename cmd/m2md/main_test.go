@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -30,7 +31,6 @@ func corpusFile(t *testing.T, name string) []byte {
 const key32 = "4242424242424242424242424242424242424242424242424242424242424242"
 
 func TestCompressDecompressRoundTrip(t *testing.T) {
-	t.Setenv(llama3vocab.EnvVar, llama3vocab.ForTest(t))
 	inputs := []string{"req-chat-1k-03.json", "resp-toolcalls-02.json", "req-chat-tiny-08.json", "stream-chunk-07.json"}
 	flagSets := [][]string{
 		{"--algo", "auto"},
@@ -44,24 +44,31 @@ func TestCompressDecompressRoundTrip(t *testing.T) {
 		{"--algo", "zlib"},
 		{"--algo", "none"},
 	}
-	for _, name := range inputs {
-		in := corpusFile(t, name)
-		for _, flags := range flagSets {
-			code, wire, stderr := runCLI(t, in, append([]string{"compress"}, flags...)...)
-			if code != 0 {
-				t.Fatalf("%s compress %v: exit %d: %s", name, flags, code, stderr)
+	for _, flags := range flagSets {
+		t.Run(strings.Join(flags, " "), func(t *testing.T) {
+			// Only the Llama 3 form needs the vocabulary, so only it may
+			// skip without one (and fails under CI).
+			if slices.Contains(flags, "llama") {
+				t.Setenv(llama3vocab.EnvVar, llama3vocab.ForTest(t))
 			}
-			dargs := []string{"decompress", "--key", key32}
-			// A trailing newline, as `echo` or a shell pipe through an editor
-			// would add, is tolerated on text forms.
-			if !strings.Contains(strings.Join(flags, " "), "--binary") && bytes.HasPrefix(wire, []byte("#")) {
-				wire = append(wire, '\n')
+			for _, name := range inputs {
+				in := corpusFile(t, name)
+				code, wire, stderr := runCLI(t, in, append([]string{"compress"}, flags...)...)
+				if code != 0 {
+					t.Fatalf("%s compress %v: exit %d: %s", name, flags, code, stderr)
+				}
+				dargs := []string{"decompress", "--key", key32}
+				// A trailing newline, as `echo` or a shell pipe through an
+				// editor would add, is tolerated on text forms.
+				if !slices.Contains(flags, "--binary") && bytes.HasPrefix(wire, []byte("#")) {
+					wire = append(wire, '\n')
+				}
+				code, got, stderr := runCLI(t, wire, dargs...)
+				if code != 0 || !bytes.Equal(got, in) {
+					t.Fatalf("%s decompress after %v: exit %d, equal=%v: %s", name, flags, code, bytes.Equal(got, in), stderr)
+				}
 			}
-			code, got, stderr := runCLI(t, wire, dargs...)
-			if code != 0 || !bytes.Equal(got, in) {
-				t.Fatalf("%s decompress after %v: exit %d, equal=%v: %s", name, flags, code, bytes.Equal(got, in), stderr)
-			}
-		}
+		})
 	}
 }
 
