@@ -45,6 +45,9 @@ type Client struct {
 	done    chan struct{} // closed once the client is over
 	closing bool          // Close has begun
 
+	// nextTarget indexes (mod the count) the daemon URL the next dial uses.
+	nextTarget atomic.Int32
+
 	supervisor sync.WaitGroup
 	closeOnce  sync.Once
 	closeErr   error
@@ -57,6 +60,12 @@ type Client struct {
 // errors.Is against negotiate.ErrSecurityPolicy, …), an ACCEPT that does not
 // match the HELLO (negotiate.ErrBadAccept, negotiate.ErrAuthDowngrade).
 // Dial does not retry; Options.Reconnect applies once connected.
+//
+// url may list several daemons separated by commas (the nodes of a cluster,
+// docs/operations.md): Dial tries each once, in order, and returns the
+// first session established or every failure. Reconnection after a lost
+// session starts with the URL after the one that was lost and goes round
+// the list, one URL per attempt, with the usual backoff between attempts.
 func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
 	cfg, err := newConfig(url, opts)
 	if err != nil {
@@ -83,17 +92,27 @@ func newClient(cfg *config) *Client {
 
 // run establishes the first session and starts the supervisor.
 func (c *Client) run(ctx context.Context) error {
-	s, err := c.connect(ctx)
-	if err != nil {
-		c.lifeCancel()
-		c.cfg.wipe()
-		return err
+	var errs []error
+	for range c.cfg.targets {
+		s, err := c.connect(ctx) // moves on to the next URL when it fails
+		if err == nil {
+			c.sess = s
+			s.start()
+			c.supervisor.Add(1)
+			go c.supervise(s)
+			return nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
 	}
-	c.sess = s
-	s.start()
-	c.supervisor.Add(1)
-	go c.supervise(s)
-	return nil
+	c.lifeCancel()
+	c.cfg.wipe()
+	if len(errs) == 1 {
+		return errs[0]
+	}
+	return fmt.Errorf("client: none of %d daemon URLs accepted a session: %w", len(c.cfg.targets), errors.Join(errs...))
 }
 
 // AgentID is this agent's id.
@@ -191,6 +210,7 @@ func (c *Client) supervise(s *session) {
 			return
 		}
 		c.log.Info().Err(cause).Msg("session lost, reconnecting")
+		c.rotate() // its daemon may be the one that is gone: try the next first
 		var ok bool
 		if s, ok = c.reconnect(); !ok {
 			return

@@ -699,3 +699,39 @@ func TestBoundedBuffers(t *testing.T) {
 		}
 	})
 }
+
+// TestSeveralURLs: a client given several daemon URLs (a cluster's nodes)
+// skips one that is down at Dial, and when its daemon goes away reconnects
+// to the next one in the list.
+func TestSeveralURLs(t *testing.T) {
+	leakCheck(t)
+	d1 := newFakeDaemon(t, fakeConfig{})
+	d2 := newFakeDaemon(t, fakeConfig{})
+	dead := "ws://127.0.0.1:1/m2m" // nothing listens: refused at once
+	c, err := Dial(testCtx(t), dead+","+d1.url("ws")+", "+d2.url("ws"), Options{
+		AgentID: "roamer", PinSHA256: d1.pin,
+		Reconnect: true, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	d1.waitFor(func() bool { return d1.byAgent["roamer"] != nil }, "session on the second URL")
+	d1.close()
+	d2.waitFor(func() bool { return d2.byAgent["roamer"] != nil }, "session moved to the third URL")
+	if _, err := c.Do(testCtx(t), chatRequest("echo", "after the move")); err != nil {
+		t.Fatal(err)
+	}
+	if n := c.Stats().Reconnects; n != 1 {
+		t.Fatalf("%d reconnects, want 1", n)
+	}
+
+	// Every URL down: Dial reports each failure.
+	_, err = Dial(testCtx(t), dead+","+dead, Options{})
+	if err == nil || !strings.Contains(err.Error(), "none of 2 daemon URLs") {
+		t.Fatalf("Dial with no daemon: %v", err)
+	}
+	if _, err := Dial(testCtx(t), d2.url("ws")+",ftp://x", Options{}); err == nil {
+		t.Fatal("a bad URL in the list was accepted")
+	}
+}

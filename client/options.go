@@ -1,6 +1,7 @@
 package client
 
 import (
+	"strings"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
@@ -171,18 +172,25 @@ func parseTarget(raw string) (target, error) {
 type config struct {
 	Options
 	tokens   *tokennative.Codec
-	target   target
+	targets  []target // one per daemon URL, tried in turn
 	tls      *tls.Config // nil for ws://
 	agentKey []byte      // nil without authentication
 	hello    negotiate.ClientConfig
 }
 
 func newConfig(rawURL string, o Options) (*config, error) {
-	t, err := parseTarget(rawURL)
-	if err != nil {
-		return nil, err
+	var targets []target
+	needTLS := false
+	for _, raw := range strings.Split(rawURL, ",") {
+		t, err := parseTarget(strings.TrimSpace(raw))
+		if err != nil {
+			return nil, err
+		}
+		targets = append(targets, t)
+		needTLS = needTLS || t.scheme != "ws"
 	}
-	c := &config{Options: o, target: t, tokens: tokennative.New(tokennative.Config{Llama3Path: o.Llama3Path})}
+	var err error
+	c := &config{Options: o, targets: targets, tokens: tokennative.New(tokennative.Config{Llama3Path: o.Llama3Path})}
 	if c.AgentID == "" {
 		var b [8]byte
 		if _, err := rand.Read(b[:]); err != nil {
@@ -220,7 +228,7 @@ func newConfig(rawURL string, o Options) (*config, error) {
 	if err := c.setupAuth(); err != nil {
 		return nil, err
 	}
-	if t.scheme != "ws" {
+	if needTLS {
 		if c.TLSConfig != nil {
 			c.tls = c.TLSConfig.Clone()
 		} else if c.tls, err = certs.ClientTLSConfig(certs.ClientOptions{

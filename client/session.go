@@ -89,22 +89,33 @@ func (c *Client) dial(ctx context.Context) (transport.Conn, error) {
 	if c.dialer != nil {
 		return c.dialer(ctx)
 	}
-	t := c.cfg.target
+	t := c.cfg.targets[int(c.nextTarget.Load())%len(c.cfg.targets)]
 	if t.scheme == "quic" {
 		return transport.DialQUIC(ctx, t.addr, c.cfg.tls, c.cfg.Transport)
 	}
 	return transport.DialWS(ctx, t.addr, c.cfg.tls, c.cfg.Transport)
 }
 
-// connect dials and runs the handshake; the session is not started.
+// rotate makes the next dial go to the next daemon URL (a cluster's next
+// node); with one URL it changes nothing.
+func (c *Client) rotate() {
+	if len(c.cfg.targets) > 1 {
+		c.nextTarget.Add(1)
+	}
+}
+
+// connect dials and runs the handshake with the current daemon URL; a
+// failure moves on to the next URL. The session is not started.
 func (c *Client) connect(ctx context.Context) (*session, error) {
 	conn, err := c.dial(ctx)
 	if err != nil {
+		c.rotate()
 		return nil, err
 	}
 	s, err := c.handshake(ctx, conn)
 	if err != nil {
 		conn.Close()
+		c.rotate()
 		return nil, err
 	}
 	return s, nil
