@@ -278,6 +278,23 @@ func (c *Cluster) Close() {
 	c.log.Info().Msg("left cluster")
 }
 
+// Abort leaves the cluster the way a crash would: no goodbye, the NATS
+// connection and the embedded server simply stop, and the other nodes notice
+// by the missing heartbeats (failure drills and tests). Close after Abort
+// does nothing.
+func (c *Cluster) Abort() {
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	c.nc.Close() // first: nothing more leaves this node
+	close(c.done)
+	c.wg.Wait()
+	c.shutdownServer()
+	c.log.Warn().Msg("left cluster abruptly")
+}
+
 func (c *Cluster) nodeSubject(node string) string {
 	if s, ok := c.subjs.Load(node); ok {
 		return s.(string)

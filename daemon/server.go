@@ -44,6 +44,8 @@ type Server struct {
 	// requester's queue, the router already counts the request done.
 	routing atomic.Int64
 	ready   chan struct{}
+	crash   chan struct{} // closed by Crash
+	crashed sync.Once
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
@@ -96,6 +98,7 @@ func New(cfg Config) (*Server, error) {
 		neg:      neg,
 		router:   router.New[*session](router.Config{MaxRequests: cfg.MaxOutstanding, MaxDeliveries: cfg.MaxOutstanding}),
 		ready:    make(chan struct{}),
+		crash:    make(chan struct{}),
 		sessions: make(map[*session]struct{}),
 		adm:      newAdmission(cfg.MaxSessionsPerIP, cfg.NewSessionsPerMinute, cfg.openBurst()),
 		limitLog: newLogOnce(time.Minute),
@@ -276,6 +279,24 @@ func (s *Server) Run(ctx context.Context) error {
 
 	select {
 	case <-ctx.Done():
+	case <-s.crash:
+		// Nothing is said to anyone: listeners, cluster and connections
+		// stop as if the process had died.
+		for _, c := range closers {
+			c()
+		}
+		closers = nil
+		if s.cluster != nil {
+			s.cluster.c.Abort()
+		}
+		s.mu.Lock()
+		for se := range s.sessions {
+			se.conn.Close()
+		}
+		s.mu.Unlock()
+		s.shutdown(nil)
+		cancelRun()
+		return nil
 	case err := <-errc:
 		s.log.Error().Err(err).Msg("listener failed; shutting down")
 		s.shutdown(closers)
@@ -383,6 +404,14 @@ func (s *Server) shutdown(closers []func()) {
 		s.cluster.c.Close()
 	}
 	s.log.Info().Msg("m2md stopped")
+}
+
+// Crash stops the daemon the way a killed process stops, for failure
+// drills: listeners close, the cluster is left without a goodbye (the other
+// nodes notice by the missing heartbeats) and every connection is dropped
+// without CLOSE. Run then returns.
+func (s *Server) Crash() {
+	s.crashed.Do(func() { close(s.crash) })
 }
 
 // SessionOpen reports whether the session with this id is still being

@@ -223,7 +223,9 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	}
 	se.rs = rs
 	se.rearm()
-	if replaced != nil {
+	// A replaced proxy of a remote agent (daemon/cluster.go) is closed by
+	// its own node when our announcement reaches it.
+	if replaced != nil && replaced.Value().remote == nil {
 		old := replaced.Value()
 		old.log.Info().Str("by", neg.ID).Msg("session replaced by a newer one for the same agent id")
 		old.initiateClose(negotiate.ReasonReplaced, "a newer session claimed agent id "+neg.AgentID)
