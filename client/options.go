@@ -1,7 +1,6 @@
 package client
 
 import (
-	"strings"
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
@@ -9,6 +8,7 @@ import (
 	"net"
 	"net/url"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -172,7 +172,7 @@ func parseTarget(raw string) (target, error) {
 type config struct {
 	Options
 	tokens   *tokennative.Codec
-	targets  []target // one per daemon URL, tried in turn
+	targets  []target    // one per daemon URL, tried in turn
 	tls      *tls.Config // nil for ws://
 	agentKey []byte      // nil without authentication
 	hello    negotiate.ClientConfig
