@@ -40,6 +40,9 @@ var (
 	ErrInvalidPublicKey = errors.New("security: invalid public key")
 	// ErrKeyNotFound: the keyring has no key under that id, or no default.
 	ErrKeyNotFound = errors.New("security: key not found")
+	// ErrNonceExhausted: an AEAD FrameKey has sealed 2^64-1 frames; its
+	// counter nonces would repeat. Open a new session (new keys).
+	ErrNonceExhausted = errors.New("security: AEAD nonce counter exhausted; start a new session")
 
 	// ErrInvalidID: an org, agent or session id breaks the ID rules
 	// (ValidateID). Always wrapped together with one of ErrIDEmpty,

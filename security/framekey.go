@@ -11,6 +11,7 @@ import (
 	"hash"
 	"io"
 	"sync"
+	"sync/atomic"
 
 	"golang.org/x/crypto/chacha20poly1305"
 
@@ -50,9 +51,19 @@ type FrameKey struct {
 	mac hash.Hash
 	sum [sha256.Size]byte
 
-	// rand supplies AEAD nonces; nil means crypto/rand. Tests set it to
-	// reproduce the wire reference's fixed-nonce vector; there is
-	// deliberately no exported way to choose a nonce.
+	// AEAD nonces are a 4-byte random prefix, drawn when the key is made,
+	// then a 64-bit big-endian counter (WireGuard's and TLS 1.3's counter
+	// nonces): no two frames under one FrameKey share a nonce, however
+	// many it seals, where random 96-bit nonces would only make a repeat
+	// unlikely (risk ~n²/2^97 after n frames). The prefix separates two
+	// FrameKeys made from the same key. Receivers read the nonce from the
+	// frame, so the wire form is unchanged.
+	noncePrefix [4]byte
+	nonceCount  atomic.Uint64
+
+	// rand, when set, supplies whole nonces instead (tests reproducing the
+	// wire reference's fixed-nonce vector); there is deliberately no
+	// exported way to choose a nonce.
 	rand io.Reader
 }
 
@@ -79,6 +90,7 @@ func NewFrameKey(mode frame.Security, key []byte) (*FrameKey, error) {
 			return nil, fmt.Errorf("%w: %v", ErrInvalidKey, err)
 		}
 		k.aead = a
+		rand.Read(k.noncePrefix[:]) // never fails since Go 1.24: it crashes the program instead
 	default:
 		return nil, fmt.Errorf("%w: security byte %#02x", ErrUnknownMode, byte(mode))
 	}
@@ -249,7 +261,12 @@ func (k *FrameKey) protectAEAD(dst, plain []byte, end int) ([]byte, error) {
 
 func (k *FrameKey) readNonce(nonce []byte) error {
 	if k.rand == nil {
-		rand.Read(nonce) // never fails since Go 1.24: it crashes the program instead
+		n := k.nonceCount.Add(1)
+		if n == 0 { // 2^64 frames: unreachable, but never wrap into reuse
+			return ErrNonceExhausted
+		}
+		copy(nonce, k.noncePrefix[:])
+		binary.BigEndian.PutUint64(nonce[4:], n)
 		return nil
 	}
 	if _, err := io.ReadFull(k.rand, nonce); err != nil {
