@@ -282,7 +282,7 @@ func runBenchCodec(args []string, stdout, stderr io.Writer) error {
 }
 
 func runBenchTable(args []string, stdout, stderr io.Writer) error {
-	fs := newFlagSet("bench table", "bench table [--plot FILE.svg] FILE.json...\n\nPrints one Markdown table row per report written by 'm2md bench load --json'.", stderr)
+	fs := newFlagSet("bench table", "bench table [--plot FILE.png] FILE.json...\n\nPrints one Markdown table row per report written by 'm2md bench load --json'.", stderr)
 	plotOut := fs.String("plot", "", "also draw the M2M/relay ratios of the reports with a baseline into this `file` (.svg or .png)")
 	perRep := fs.Bool("repetitions", false, "one row per repetition (reports made with --repeat), with each run's CPU wait")
 	if err := fs.Parse(args); err != nil {

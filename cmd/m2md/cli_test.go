@@ -256,6 +256,15 @@ func TestCLIBenchChecksOutputsFirst(t *testing.T) {
 	}
 }
 
+// TestCLIBenchQUICTargetPinsDevCert: against the development daemon of
+// this folder, a quic:// --url needs no --pin, as for the demo.
+func TestCLIBenchQUICTargetPinsDevCert(t *testing.T) {
+	t.Chdir(t.TempDir())
+	d := startTestDaemon(t, func(c *daemon.Config) { c.QUICAddr, c.CertDir = "127.0.0.1:0", daemon.DefaultCertDir })
+	cliCase{name: "pinned", args: []string{"bench", "load", "--url", "quic://" + d.QUICAddr().String(), "--duration", "300ms", "--warmup", "0s", "--connections", "1", "--providers", "1", "--concurrency", "2"},
+		stdout: []string{"round trips/s"}}.check(t)
+}
+
 func TestCLIBenchQUICTargetNeedsCertificate(t *testing.T) {
 	t.Chdir(t.TempDir()) // no ./certs here
 	cliCase{name: "no pin", args: []string{"bench", "load", "--url", "quic://127.0.0.1:4433", "--duration", "1s"},
