@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/rs/zerolog"
+
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
@@ -145,6 +147,7 @@ func TestRestartUnderLoad(t *testing.T) {
 		c        *client.Client
 		byEpoch  [3]atomic.Int64
 		slowSeen chan struct{}
+		log      *lockedBuffer
 	}
 	opts := func(tr, id string, mode frame.Security) client.Options {
 		return client.Options{
@@ -175,6 +178,10 @@ func TestRestartUnderLoad(t *testing.T) {
 			}
 			inner.ServeM2M(ctx, req, w)
 		})
+		// The provider's log says when it loses the daemon and when it is
+		// back (what `m2md demo provider` shows its user).
+		p.log = &lockedBuffer{}
+		o.Logger = zerolog.New(p.log)
 		c := dialClient(t, d1.url(tr), o)
 		p.c = c
 		provs = append(provs, p)
@@ -302,6 +309,14 @@ func TestRestartUnderLoad(t *testing.T) {
 				p.c.AgentID(), p.byEpoch[1].Load(), p.byEpoch[2].Load())
 		}
 	}
+	for _, p := range provs {
+		logged := p.log.String()
+		for _, msg := range []string{"session lost, reconnecting", "session re-established"} {
+			if !strings.Contains(logged, msg) {
+				t.Errorf("%s's log lacks %q", p.c.AgentID(), msg)
+			}
+		}
+	}
 	for c := range oldSessions {
 		if n := c.Stats().Reconnects; n != 1 {
 			t.Errorf("%s reconnected %d times, want 1", c.AgentID(), n)
@@ -314,6 +329,24 @@ func TestRestartUnderLoad(t *testing.T) {
 		t.Fatalf("second daemon's Run: %v", err)
 	}
 	expectGoroutinesBack(t, base)
+}
+
+// lockedBuffer is a log destination safe for concurrent writes.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf strings.Builder
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // waitUDPFree waits until addr can be bound and says how long that took.
