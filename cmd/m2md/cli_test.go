@@ -189,6 +189,7 @@ func TestCLIServeUsage(t *testing.T) {
 	for _, tc := range []cliCase{
 		{name: "session timeout out of range", args: []string{"serve", "--session-timeout", "10s", "--quic-addr", "-", "--ws-addr", "-", "--admin-addr", "-", "--cert-dir", t.TempDir()}, code: exitUsage, stderr: []string{"session timeout 10s is outside 1m..1h"}, notStderr: []string{"negotiate"}},
 		{name: "max payload too big", args: []string{"serve", "--max-payload", "17MiB"}, code: exitUsage, stderr: []string{"--max-payload", "16MiB"}},
+		{name: "bytes per second with a unit", args: []string{"serve", "--bytes-per-second", "10MB", "--session-timeout", "1s", "--quic-addr", "-", "--ws-addr", "-", "--admin-addr", "-", "--cert-dir", t.TempDir()}, code: exitUsage, stderr: []string{"session timeout"}, notStderr: []string{"bytes-per-second"}},
 		{name: "max payload garbage", args: []string{"serve", "--max-payload", "lots"}, code: exitUsage, stderr: []string{"like 65536, 64KiB or 16MiB"}},
 		{name: "bad min security", args: []string{"serve", "--min-security", "max"}, code: exitUsage, stderr: []string{"--min-security must be none, hmac or aead"}},
 		{name: "unknown flag", args: []string{"serve", "--nope"}, code: exitUsage, stderr: []string{"--nope", "run 'm2md serve --help'"}, notStderr: []string{"error parsing commandline"}},
