@@ -42,7 +42,6 @@ const (
 	NonceSize     = 32
 	ProofSize     = 32
 	ConfirmSize   = 32
-	FrameKeySize  = 32
 )
 
 // Limits on members, beyond the envelope's size and JSON limits.

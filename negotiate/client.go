@@ -1,7 +1,6 @@
 package negotiate
 
 import (
-	"crypto/ecdh"
 	"crypto/hmac"
 	"fmt"
 	"slices"
@@ -15,7 +14,7 @@ import (
 // for concurrent use; it is used once.
 type ClientHandshake struct {
 	cfg   ClientConfig
-	priv  *ecdh.PrivateKey
+	priv  *security.KeyPair
 	hello []byte // the CONTROL message, kind byte first
 	done  bool
 }
@@ -36,7 +35,7 @@ func NewHello(cfg ClientConfig, now time.Time) (*ClientHandshake, error) {
 	if err != nil {
 		return nil, err
 	}
-	pub := h.priv.PublicKey().Bytes()
+	pub := h.priv.PublicKey()
 	m := &ControlMessage{
 		Type:      TypeHello,
 		Timestamp: unixMilli(now),
@@ -55,7 +54,7 @@ func NewHello(cfg ClientConfig, now time.Time) (*ClientHandshake, error) {
 				BlockThreshold: 0.8,
 				Mode:           eff.Security,
 				KeyExchange:    KeyExchangeX25519,
-				PublicKey:      pub,
+				PublicKey:      pub[:],
 				Nonce:          nonce,
 			},
 			Extensions: eff.Extensions,
@@ -120,11 +119,11 @@ func (h *ClientHandshake) Accept(reply []byte) (*Session, error) {
 	if err := h.checkAccept(caps, n); err != nil {
 		return nil, err
 	}
-	shared, err := sharedSecret(h.priv, caps.Security.PublicKey)
+	shared, err := h.priv.SharedSecret(caps.Security.PublicKey)
 	if err != nil {
 		return nil, fmt.Errorf("%w: unusable public key", ErrBadAccept)
 	}
-	defer clear(shared)
+	defer shared.Wipe()
 	sess := &Session{
 		ID:         m.SessionID,
 		Role:       RoleClient,
@@ -139,7 +138,7 @@ func (h *ClientHandshake) Accept(reply []byte) (*Session, error) {
 		agentKey = h.cfg.AgentKey
 	}
 	var confirm [ConfirmSize]byte
-	if sess.c2s, sess.s2c, confirm, err = sessionKeys(shared, agentKey, sess.Transcript); err != nil {
+	if sess.c2s, sess.s2c, confirm, err = sessionKeys(shared[:], agentKey, sess.Transcript); err != nil {
 		return nil, err
 	}
 	// The key confirmation, in every mode: only the daemon that saw this

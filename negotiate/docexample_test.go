@@ -158,7 +158,7 @@ func generateExample(t *testing.T) string {
 	pub := parsedHello.Capabilities.Security.PublicKey
 	proof := parsedHello.Capabilities.Security.Proof
 	sk, _ := ephemeralKey(bytes.NewReader(clientPriv))
-	shared, err := sharedSecret(sk, client.Peer.Security.PublicKey)
+	shared, err := sk.SharedSecret(client.Peer.Security.PublicKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -193,7 +193,7 @@ func generateExample(t *testing.T) string {
 	if !bytes.Equal(th.Sum(nil), client.Transcript[:]) {
 		t.Fatal("transcript is not over the HELLO and the ACCEPT with its confirmation blanked")
 	}
-	prk, err := hkdf.Extract(sha256.New, slices.Concat(shared, agentKey), client.Transcript[:])
+	prk, err := hkdf.Extract(sha256.New, slices.Concat(shared[:], agentKey), client.Transcript[:])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,7 +307,7 @@ func generateExample(t *testing.T) string {
 	d.p("| SHA-256 of the HELLO envelope with the proof blanked (for checking, §5.2) | `%x` |", sha256.Sum256(hello0))
 	d.p("| proof = HMAC(agent_key, `m2m/1 hello` ‖ that envelope) (§5.2) | `%x` |", proof)
 	d.p("| daemon public key | `%x` |", client.Peer.Security.PublicKey)
-	d.p("| shared = X25519 | `%x` |", shared)
+	d.p("| shared = X25519 | `%x` |", shared[:])
 	d.p("| SHA-256 of the ACCEPT envelope with the confirmation blanked (for checking) | `%x` |", sha256.Sum256(accept0))
 	d.p("| transcript (§5.1) | `%x` |", client.Transcript)
 	d.p("| k_c2s | `%x` |", client.ClientToDaemonKey())

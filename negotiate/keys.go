@@ -1,7 +1,6 @@
 package negotiate
 
 import (
-	"crypto/ecdh"
 	"crypto/rand"
 	"fmt"
 	"io"
@@ -12,19 +11,19 @@ import (
 // The handshake cryptography of docs/protocol.md §5: ephemeral X25519 keys
 // here, the derivations in the security package.
 
-// ephemeralKey returns a fresh X25519 key. With r == nil it uses the
+// ephemeralKey returns a fresh X25519 key pair. With r == nil it uses the
 // system's secure source; a non-nil r (tests and the documented example)
 // supplies the 32 scalar bytes.
-func ephemeralKey(r io.Reader) (*ecdh.PrivateKey, error) {
+func ephemeralKey(r io.Reader) (*security.KeyPair, error) {
 	if r == nil {
-		return ecdh.X25519().GenerateKey(rand.Reader)
+		return security.GenerateKeyPair()
 	}
-	var seed [32]byte
+	var seed [security.X25519KeyLen]byte
 	defer clear(seed[:])
 	if _, err := io.ReadFull(r, seed[:]); err != nil {
 		return nil, err
 	}
-	return ecdh.X25519().NewPrivateKey(seed[:])
+	return security.NewKeyPair(seed[:])
 }
 
 func randomBytes(r io.Reader, n int) ([]byte, error) {
@@ -36,16 +35,6 @@ func randomBytes(r io.Reader, n int) ([]byte, error) {
 		return nil, err
 	}
 	return b, nil
-}
-
-// sharedSecret computes X25519(priv, peer). It fails on a public key that
-// yields the all-zero shared secret (a low-order point).
-func sharedSecret(priv *ecdh.PrivateKey, peerPublic []byte) ([]byte, error) {
-	pub, err := ecdh.X25519().NewPublicKey(peerPublic)
-	if err != nil {
-		return nil, err
-	}
-	return priv.ECDH(pub)
 }
 
 // deriveAgentKey is the agent key of wire reference §4.4
@@ -71,12 +60,12 @@ func deriveAgentKey(master []byte, org, agent string) ([]byte, error) {
 func transcriptHash(hello, accept0 []byte) [32]byte { return security.Transcript(hello, accept0) }
 
 // sessionKeys derives the frame keys and the ACCEPT's key confirmation.
-func sessionKeys(shared, agentKey []byte, transcript [32]byte) (c2s, s2c [FrameKeySize]byte, confirm [ConfirmSize]byte, err error) {
-	a, b, ck, err := security.DeriveFrameKeys(shared, agentKey, transcript)
+func sessionKeys(shared, agentKey []byte, transcript [32]byte) (c2s, s2c security.Key, confirm [ConfirmSize]byte, err error) {
+	c2s, s2c, ck, err := security.DeriveFrameKeys(shared, agentKey, transcript)
 	if err != nil {
 		return c2s, s2c, confirm, fmt.Errorf("negotiate: frame keys: %w", err)
 	}
 	confirm = security.AcceptConfirmation(ck, transcript)
 	ck.Wipe()
-	return a, b, confirm, nil
+	return c2s, s2c, confirm, nil
 }

@@ -21,6 +21,7 @@ func helloCaps(t testing.TB) *Capabilities {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pub := priv.PublicKey()
 	return &Capabilities{
 		Version: ProtocolVersion, AgentID: "alice", AgentType: "test",
 		Compression: Compression{
@@ -28,7 +29,7 @@ func helloCaps(t testing.TB) *Capabilities {
 			Encodings: []Encoding{EncodingCl100k, EncodingO200k}, PreferredEncoding: EncodingCl100k,
 		},
 		Security: SecurityCaps{BlockThreshold: 0.8, Mode: frame.SecurityNone, KeyExchange: KeyExchangeX25519,
-			PublicKey: priv.PublicKey().Bytes(), Nonce: seq(7, 32)},
+			PublicKey: pub[:], Nonce: seq(7, 32)},
 	}
 }
 
@@ -430,18 +431,18 @@ func TestFrameKeysFollowSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	sk, _ := ephemeralKey(bytes.NewReader(seq(0x01, 32)))
-	shared, err := sharedSecret(sk, client.Peer.Security.PublicKey)
+	shared, err := sk.SharedSecret(client.Peer.Security.PublicKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprintf("%x", shared); got != "5266019be756db8c25a94f398234f82d8fc04c95ca6375587edaf39ce04cc631" {
+	if got := fmt.Sprintf("%x", shared[:]); got != "5266019be756db8c25a94f398234f82d8fc04c95ca6375587edaf39ce04cc631" {
 		t.Fatalf("shared secret %s (daemon key not the scripted one?)", got)
 	}
-	c2s, s2c, _, _ := sessionKeys(shared, testAgentKey(t, "acme", "alice"), client.Transcript)
+	c2s, s2c, _, _ := sessionKeys(shared[:], testAgentKey(t, "acme", "alice"), client.Transcript)
 	if !bytes.Equal(c2s[:], server.ClientToDaemonKey()) || !bytes.Equal(s2c[:], client.DaemonToClientKey()) {
 		t.Fatal("keys are not HKDF(transcript, shared ‖ agent key)")
 	}
-	bare, _, _, _ := sessionKeys(shared, nil, client.Transcript)
+	bare, _, _, _ := sessionKeys(shared[:], nil, client.Transcript)
 	if bytes.Equal(bare[:], c2s[:]) {
 		t.Fatal("agent key has no effect")
 	}

@@ -119,11 +119,12 @@ func (s *Server) accept(now time.Time, helloJSON []byte, hello *ControlMessage, 
 	if err != nil {
 		return nil, nil, err
 	}
-	shared, err := sharedSecret(priv, caps.Security.PublicKey)
+	pub := priv.PublicKey()
+	shared, err := priv.SharedSecret(caps.Security.PublicKey)
 	if err != nil {
 		return nil, nil, rejectf(RejectSecurityPolicy, "unusable public key")
 	}
-	defer clear(shared)
+	defer shared.Wipe()
 	nonce, err := randomBytes(s.cfg.entropy, NonceSize)
 	if err != nil {
 		return nil, nil, err
@@ -157,7 +158,7 @@ func (s *Server) accept(now time.Time, helloJSON []byte, hello *ControlMessage, 
 				BlockThreshold: 0.8,
 				Mode:           params.SecurityMode,
 				KeyExchange:    KeyExchangeX25519,
-				PublicKey:      priv.PublicKey().Bytes(),
+				PublicKey:      pub[:],
 				Nonce:          nonce,
 			},
 			Negotiated: &params,
@@ -182,7 +183,7 @@ func (s *Server) accept(now time.Time, helloJSON []byte, hello *ControlMessage, 
 		sess.Org = caps.Security.Org
 	}
 	var confirm [ConfirmSize]byte
-	if sess.c2s, sess.s2c, confirm, err = sessionKeys(shared, agentKey, sess.Transcript); err != nil {
+	if sess.c2s, sess.s2c, confirm, err = sessionKeys(shared[:], agentKey, sess.Transcript); err != nil {
 		return nil, nil, err
 	}
 	patchAt(reply[1:], accept.signedAt, confirm[:])

@@ -2,6 +2,8 @@ package negotiate
 
 import (
 	"fmt"
+
+	"github.com/m2md/m2md/security"
 )
 
 // Role says which end of a session a value belongs to.
@@ -45,7 +47,7 @@ type Session struct {
 	// (docs/protocol.md §5.1). It is not secret.
 	Transcript [32]byte
 
-	c2s, s2c [FrameKeySize]byte
+	c2s, s2c security.Key
 }
 
 // ClientToDaemonKey returns the key that protects frames from the client to
@@ -75,8 +77,8 @@ func (s *Session) ReceiveKey() []byte {
 // Wipe clears the frame keys. Call it when the session ends, after the
 // frame protectors built from the keys are gone.
 func (s *Session) Wipe() {
-	clear(s.c2s[:])
-	clear(s.s2c[:])
+	s.c2s.Wipe()
+	s.s2c.Wipe()
 }
 
 // CheckControl verifies that a control message received during the session
