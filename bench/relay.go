@@ -135,6 +135,9 @@ func (r *relayServer) stop() {
 	}
 	wg.Wait()
 	r.wg.Wait()
+	if r.quic != nil {
+		r.quic.Unbind()
+	}
 }
 
 func (r *relayServer) serve(c transport.Conn) {

@@ -195,6 +195,7 @@ func (d *fakeDaemon) close() {
 	d.hs.Close()
 	d.wg.Wait()
 	d.srv.Close()
+	d.qln.Unbind()
 }
 
 func (d *fakeDaemon) notify() {

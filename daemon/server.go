@@ -49,8 +49,12 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[*session]struct{}
-	conns    sync.WaitGroup // one per accepted connection, handshake included
-	baseCtx  context.Context
+	// slots counts the sessions established or being established (from
+	// the HELLO's acceptance to the session's end), so that concurrent
+	// handshakes cannot take the daemon past MaxSessions.
+	slots   int
+	conns   sync.WaitGroup // one per accepted connection, handshake included
+	baseCtx context.Context
 	// handshakes bounds every connection's wait for HELLO; shutdown ends it
 	// so that connections that never said HELLO do not hold the drain.
 	handshakes     context.Context
@@ -160,6 +164,24 @@ func (s *Server) sessionCount() int {
 	return len(s.sessions)
 }
 
+// takeSlot reserves room for one session; false when MaxSessions are
+// established or being established.
+func (s *Server) takeSlot() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.slots >= s.cfg.MaxSessions {
+		return false
+	}
+	s.slots++
+	return true
+}
+
+func (s *Server) freeSlot() {
+	s.mu.Lock()
+	s.slots--
+	s.mu.Unlock()
+}
+
 func enabled(addr string) bool { return addr != "" && addr != "-" }
 
 // Run listens on every configured address and serves until ctx is done, then
@@ -193,14 +215,20 @@ func (s *Server) Run(ctx context.Context) error {
 		// stop the admin endpoint only after the sessions are gone, so
 		// /healthz can report "draining" while requests finish.
 		closers, adminClosers []func()
-		serveWG               sync.WaitGroup
-		errc                  = make(chan error, 4)
+		// unbind frees the QUIC port last: until then it refuses new
+		// connections at once and carries the sessions being drained.
+		unbind  func()
+		serveWG sync.WaitGroup
+		errc    = make(chan error, 4)
 	)
 	defer func() {
 		for _, c := range append(closers, adminClosers...) {
 			c()
 		}
 		serveWG.Wait()
+		if unbind != nil {
+			unbind()
+		}
 	}()
 
 	if enabled(s.cfg.QUICAddr) {
@@ -210,6 +238,7 @@ func (s *Server) Run(ctx context.Context) error {
 		}
 		s.quicAddr = ln.Addr()
 		closers = append(closers, func() { ln.Close() })
+		unbind = func() { ln.Unbind() }
 		serveWG.Add(1)
 		go func() {
 			defer serveWG.Done()

@@ -118,8 +118,11 @@ func (s *Server) serveConn(conn transport.Conn) {
 		log.Debug().Msg("first message not on the control channel")
 		return
 	}
-	atCapacity := s.sessionCount() >= s.cfg.MaxSessions
-	neg, reply, err := s.neg.Accept(time.Now(), msg.Data, atCapacity)
+	slot := s.takeSlot()
+	if slot {
+		defer s.freeSlot() // held until the session has ended (se.run returns)
+	}
+	neg, reply, err := s.neg.Accept(time.Now(), msg.Data, !slot)
 	msg.Release()
 	if err != nil {
 		reason := negotiate.RejectUnknown

@@ -2,10 +2,13 @@ package integration
 
 import (
 	"errors"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/quic-go/quic-go"
 
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/negotiate"
@@ -202,10 +205,11 @@ func TestAgentClose(t *testing.T) {
 	}
 }
 
-// TestGracefulShutdown: cancelling Run stops new sessions and answers new
-// requests with `shutdown`, while a request in flight still gets its reply
-// from the provider; then every session gets CLOSE SERVER_SHUTDOWN, and Run
-// returns nil once the agents acknowledge, well before the grace ends.
+// TestGracefulShutdown: cancelling Run stops new sessions (a new
+// connection is refused at once) and answers new requests with `shutdown`,
+// while a request in flight still gets its reply from the provider; then
+// every session gets CLOSE SERVER_SHUTDOWN, and Run returns nil once the
+// agents acknowledge, well before the grace ends, with its ports free.
 func TestGracefulShutdown(t *testing.T) {
 	t.Parallel() // mostly waiting on timers: overlap with the others
 	for _, tr := range transports {
@@ -233,6 +237,22 @@ func TestGracefulShutdown(t *testing.T) {
 				}
 				time.Sleep(10 * time.Millisecond)
 			}
+			// A new connection is refused at once, not left to the
+			// client's handshake timeout (QUIC: CONNECTION_REFUSED;
+			// WebSocket: the TCP listener is closed).
+			dialStart := time.Now()
+			conn, err := dialQuick(d, tr, 5*time.Second)
+			if err == nil {
+				conn.Close()
+				t.Fatal("a new connection was accepted while draining")
+			}
+			if el := time.Since(dialStart); el > time.Second {
+				t.Fatalf("a new connection while draining took %v to be refused (%v)", el, err)
+			}
+			var te *quic.TransportError
+			if tr == "quic" && (!errors.As(err, &te) || te.ErrorCode != quic.ConnectionRefused) {
+				t.Fatalf("QUIC connection while draining: %v, want CONNECTION_REFUSED", err)
+			}
 			_, second := req.request("", corpus(t, "req-chat-1k-01.json"))
 			req.expectError(5*time.Second, second, "shutdown", false)
 			// The request in flight completes.
@@ -244,12 +264,6 @@ func TestGracefulShutdown(t *testing.T) {
 			if r := req.recvData(5 * time.Second); r.hdr.RequestID != first || !r.hdr.IsEnd() || r.code != "" {
 				t.Fatalf("final reply during drain: id %d flags %v code %q", r.hdr.RequestID, r.hdr.Flags, r.code)
 			}
-			// A new connection is not accepted any more (QUIC: the listener
-			// is gone and the handshake times out; WebSocket: refused).
-			if conn, err := dialQuick(d, tr, time.Second); err == nil {
-				conn.Close()
-				t.Fatal("a new connection was accepted while draining")
-			}
 			prov.expectClose(5*time.Second, negotiate.ReasonServerShutdown)
 			req.expectClose(5*time.Second, negotiate.ReasonServerShutdown)
 			if err := waitRun(t, d, 10*time.Second); err != nil {
@@ -258,8 +272,25 @@ func TestGracefulShutdown(t *testing.T) {
 			if el := time.Since(start); el > grace/2 {
 				t.Fatalf("shutdown took %v with nothing left in flight", el)
 			}
+			expectPortsFree(t, d)
 		})
 	}
+}
+
+// expectPortsFree checks that the daemon's listening ports can be bound
+// again (Run has returned).
+func expectPortsFree(t *testing.T, d *testDaemon) {
+	t.Helper()
+	u, err := net.ListenUDP("udp", d.QUICAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatalf("QUIC port still bound after Run returned: %v", err)
+	}
+	u.Close()
+	l, err := net.Listen("tcp", d.WSAddr().String())
+	if err != nil {
+		t.Fatalf("WebSocket port still bound after Run returned: %v", err)
+	}
+	l.Close()
 }
 
 // TestShutdownWithSilentAgents: agents that neither finish their requests

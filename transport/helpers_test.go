@@ -94,7 +94,7 @@ func quicPair(t testing.TB, clientCfg, serverCfg Config) pair {
 	}()
 	client, err := DialQUIC(ctx, ln.Addr().String(), ctls, clientCfg)
 	if err != nil {
-		ln.Close()
+		ln.Unbind()
 		t.Fatal(err)
 	}
 	var server Conn
@@ -111,7 +111,7 @@ func quicPair(t testing.TB, clientCfg, serverCfg Config) pair {
 			wg.Go(func() { client.Close() })
 			wg.Go(func() { server.Close() })
 			wg.Wait()
-			ln.Close()
+			ln.Unbind()
 		})
 	}
 	t.Cleanup(p.close)

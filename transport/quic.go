@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/quic-go/quic-go"
@@ -54,10 +56,22 @@ func quicTLS(tlsConf *tls.Config) *tls.Config {
 	return c
 }
 
-// QUICListener accepts m2m sessions over QUIC.
+// QUICListener accepts m2m sessions over QUIC. It owns its UDP socket
+// (a quic.Transport), which every connection it accepted shares: Close
+// stops accepting but keeps the socket for those connections and for
+// refusing new ones; Unbind frees it.
 type QUICListener struct {
+	udp *net.UDPConn
+	tr  *quic.Transport
 	ln  *quic.Listener
 	cfg Config
+
+	refusing  atomic.Bool
+	closed    context.Context // ended by Close: unblocks Accept
+	stop      context.CancelFunc
+	closeOnce sync.Once
+	unbind    sync.Once
+	refuser   sync.WaitGroup
 }
 
 // ListenQUIC listens on the UDP address addr ("127.0.0.1:4433", ":4433").
@@ -68,11 +82,31 @@ func ListenQUIC(addr string, tlsConf *tls.Config, cfg Config) (*QUICListener, er
 		return nil, errors.New("transport: QUIC listener needs a TLS certificate")
 	}
 	cfg = cfg.withDefaults()
-	ln, err := quic.ListenAddr(addr, quicTLS(tlsConf), quicConfig(cfg))
+	ua, err := net.ResolveUDPAddr("udp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen quic %s: %w", addr, err)
 	}
-	return &QUICListener{ln: ln, cfg: cfg}, nil
+	udp, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen quic %s: %w", addr, err)
+	}
+	l := &QUICListener{udp: udp, tr: &quic.Transport{Conn: udp}, cfg: cfg}
+	l.closed, l.stop = context.WithCancel(context.Background())
+	base := quicConfig(cfg)
+	qconf := base.Clone()
+	qconf.GetConfigForClient = func(*quic.ClientInfo) (*quic.Config, error) {
+		if l.refusing.Load() {
+			// quic-go answers CONNECTION_REFUSED at once, before any
+			// handshake work.
+			return nil, ErrClosed
+		}
+		return base, nil // what it returns replaces the whole config
+	}
+	if l.ln, err = l.tr.Listen(quicTLS(tlsConf), qconf); err != nil {
+		udp.Close()
+		return nil, fmt.Errorf("transport: listen quic %s: %w", addr, err)
+	}
+	return l, nil
 }
 
 // Accept waits for the next connection whose handshake has completed.
@@ -84,19 +118,67 @@ func ListenQUIC(addr string, tlsConf *tls.Config, cfg Config) (*QUICListener, er
 // then waits for it (bounded by its context). The daemon's 30 s HELLO
 // timeout is a Receive with a deadline.
 func (l *QUICListener) Accept(ctx context.Context) (Conn, error) {
+	if l.refusing.Load() {
+		return nil, ErrClosed
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	defer context.AfterFunc(l.closed, cancel)()
 	qc, err := l.ln.Accept(ctx)
 	if err != nil {
-		if errors.Is(err, quic.ErrServerClosed) {
-			return nil, closedBy(err)
+		if errors.Is(err, quic.ErrServerClosed) || l.closed.Err() != nil {
+			return nil, ErrClosed
 		}
 		return nil, err
+	}
+	if l.refusing.Load() {
+		// Its handshake began before Close: refuse it like the others.
+		qc.CloseWithError(quicErrRefused, "not accepting connections")
+		return nil, ErrClosed
 	}
 	return newQUICConn(qc, false, l.cfg)
 }
 
-// Close stops accepting. Connections already accepted carry on until they
-// are closed themselves.
-func (l *QUICListener) Close() error { return l.ln.Close() }
+// Close stops accepting: Accept fails with ErrClosed, and a new connection
+// is refused at once (QUIC CONNECTION_REFUSED, or, if its handshake had
+// begun, closed with an application error) rather than left to time out.
+// Connections already accepted carry on over the listener's socket until
+// Unbind.
+func (l *QUICListener) Close() error {
+	l.closeOnce.Do(func() {
+		l.refusing.Store(true)
+		l.stop()
+		// Handshakes that began before Close end in the accept queue:
+		// take and refuse them until Unbind.
+		l.refuser.Add(1)
+		go func() {
+			defer l.refuser.Done()
+			for {
+				qc, err := l.ln.Accept(context.Background())
+				if err != nil {
+					return
+				}
+				qc.CloseWithError(quicErrRefused, "not accepting connections")
+			}
+		}()
+	})
+	return nil
+}
+
+// Unbind stops accepting, if Close has not, and closes the UDP socket:
+// when it returns the port is free. Connections still open over it end
+// abruptly, without telling their peers: close them first.
+func (l *QUICListener) Unbind() error {
+	l.Close()
+	var err error
+	l.unbind.Do(func() {
+		l.ln.Close()
+		l.tr.Close() // waits for its reader; the socket is ours to close
+		err = l.udp.Close()
+		l.refuser.Wait()
+	})
+	return err
+}
 
 // Addr is the UDP address the listener is bound to.
 func (l *QUICListener) Addr() net.Addr { return l.ln.Addr() }
@@ -147,6 +229,7 @@ func DialQUIC(ctx context.Context, addr string, tlsConf *tls.Config, cfg Config)
 const (
 	quicErrNone       quic.ApplicationErrorCode = 0
 	quicErrProtocol   quic.ApplicationErrorCode = 1
+	quicErrRefused    quic.ApplicationErrorCode = 2 // a listener that has stopped accepting
 	quicStreamAborted quic.StreamErrorCode      = 1 // a Send was cut short mid-message
 	quicStreamTooBig  quic.StreamErrorCode      = 2 // a length prefix above the read limit
 )

@@ -183,7 +183,7 @@ func TestQUICWrongALPNRejected(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	defer ln.Unbind()
 	other := ctls.Clone()
 	other.NextProtos = []string{"h3"}
 	if qc, err := quic.DialAddr(ctx, ln.Addr().String(), other, nil); err == nil {
@@ -206,7 +206,7 @@ func TestQUICWrongALPNRejected(t *testing.T) {
 }
 
 func TestQUICListenerClose(t *testing.T) {
-	stls, _ := testTLSConfigs(t)
+	stls, ctls := testTLSConfigs(t)
 	ln, err := ListenQUIC("127.0.0.1:0", stls, Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -221,6 +221,28 @@ func TestQUICListenerClose(t *testing.T) {
 	if err := <-errc; !errors.Is(err, ErrClosed) {
 		t.Fatalf("Accept after Close: %v", err)
 	}
+	addr := ln.Addr().String()
+	// Closed, it refuses a new connection at once instead of letting the
+	// client wait for its handshake timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	start := time.Now()
+	_, err = DialQUIC(ctx, addr, ctls, Config{})
+	var te *quic.TransportError
+	if !errors.As(err, &te) || te.ErrorCode != quic.ConnectionRefused {
+		t.Fatalf("dial a closed listener: %v, want CONNECTION_REFUSED", err)
+	}
+	if el := time.Since(start); el > time.Second {
+		t.Fatalf("refusal took %v", el)
+	}
+	// Unbound, its port is free.
+	ln.Unbind()
+	ua, _ := net.ResolveUDPAddr("udp", addr)
+	u, err := net.ListenUDP("udp", ua)
+	if err != nil {
+		t.Fatalf("port still bound after Unbind: %v", err)
+	}
+	u.Close()
 	if _, err := ListenQUIC("127.0.0.1:0", nil, Config{}); err == nil {
 		t.Fatal("ListenQUIC without a certificate succeeded")
 	}
@@ -288,7 +310,7 @@ func rawQUICClientConfig(t *testing.T, cfg Config) (*quic.Conn, Conn) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ln.Close() })
+	t.Cleanup(func() { ln.Unbind() })
 	ctx := testCtx(t)
 	tc := ctls.Clone()
 	tc.NextProtos = []string{ALPN}
