@@ -181,7 +181,7 @@ func TestStalledBatchClosed(t *testing.T) {
 	})
 	fr := paddedFrame(t, 16<<10)
 	prov := dialRawConfig(t, d, "ws", negotiate.ClientConfig{AgentID: "stalled", Models: []string{"gpt-4o"}},
-		transport.Config{ReceiveQueue: 2, ReceiveQueueBytes: 64 << 10})
+		transport.Config{ReceiveQueue: 2, ReceiveBudget: 64 << 10})
 	defer prov.conn.Close() // never reads
 	req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "stall-req"})
 	const n = 800 // 12.5 MiB: more than the stalled side's socket buffers absorb

@@ -59,7 +59,7 @@ func TestSlowConsumerMemoryBounded(t *testing.T) {
 			// absorbs; 100 is plenty for an agent and keeps that bounded. A
 			// small receive queue makes the stall bite sooner.
 			prov := dialRawConfig(t, d, tr, negotiate.ClientConfig{AgentID: "sink", Models: []string{"gpt-4o"}},
-				transport.Config{MaxIncomingChannels: 100, ReceiveQueue: 2, ReceiveQueueBytes: 64 << 10})
+				transport.Config{MaxIncomingChannels: 100, ReceiveQueue: 2, ReceiveBudget: 64 << 10})
 			defer prov.conn.Close() // never reads
 			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "flood"})
 			fr := paddedFrame(t, 64<<10-256)
@@ -255,7 +255,7 @@ func TestStalledWriterClosed(t *testing.T) {
 			// A small receive queue, so that little is absorbed before the
 			// transport stops reading and the daemon's writer blocks.
 			prov := dialRawConfig(t, d, tr, negotiate.ClientConfig{AgentID: "stalled", Models: []string{"gpt-4o"}},
-				transport.Config{MaxIncomingChannels: 100, ReceiveQueue: 2, ReceiveQueueBytes: 64 << 10})
+				transport.Config{MaxIncomingChannels: 100, ReceiveQueue: 2, ReceiveBudget: 64 << 10})
 			defer prov.conn.Close() // never reads
 			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "stall-req"})
 			const n = 8 // 8 MiB: more than the stalled side absorbs, far less than its 32 MiB send queue

@@ -27,19 +27,35 @@ type Config struct {
 	// pushes back on the peer (QUIC flow control, TCP window) instead of
 	// growing memory. Default 64.
 	ReceiveQueue int
-	// ReceiveQueueBytes bounds the total size of those messages. A single
-	// message larger than this is still taken when nothing else is
-	// waiting. Default 8 MiB.
-	ReceiveQueueBytes int
+	// ReceiveBudget bounds, in bytes, the messages this connection holds
+	// for Receive: those being read and those waiting. On QUIC a message's
+	// share is taken from its length prefix before any of its body is
+	// read, so however many streams the peer opens, their bodies together
+	// stay within the budget; a stream that cannot get budget is not read,
+	// and QUIC flow control holds the peer back. The QUIC connection's
+	// flow-control window is the budget too, so a connection's receive
+	// side holds at most twice the budget (read, and in quic-go's buffers).
+	// On WebSocket, where messages arrive one after another, it bounds the
+	// waiting messages and one message is read beside them. Control
+	// messages (QUIC stream 0) may exceed the budget by 64 KiB, so PING,
+	// PONG and CLOSE never wait behind data. A single message larger than
+	// the budget is taken when nothing else holds any. Default 8 MiB.
+	ReceiveBudget int
+	// MessageTimeout bounds how long one message may take to arrive once
+	// its first byte has: a peer that trickles a message (slowloris) fails
+	// the connection with ErrMessageTimeout instead of holding it, and its
+	// budget, with partial bytes. Default 30 s.
+	MessageTimeout time.Duration
 	// HandshakeTimeout bounds connection set-up: the QUIC handshake, or
 	// the WebSocket dial (TCP, TLS and HTTP upgrade) when the context has
 	// no earlier deadline. Default 10 s.
 	HandshakeTimeout time.Duration
-	// IdleTimeout (QUIC) closes a connection from which no packet has
-	// arrived for this long. Each side sends keep-alive packets every
-	// third of it, so a silent but live connection stays up and a dead
-	// peer is noticed within IdleTimeout. The session protocol's own
-	// PING/PONG and session timeout sit on top of this. Default 30 s.
+	// IdleTimeout (QUIC) is how soon a vanished peer (killed, unplugged)
+	// is noticed: the connection's idle timeout is four fifths of it (the
+	// two sides' values are negotiated down to the smaller) and each side
+	// sends a keep-alive packet every fifth, so a silent but live
+	// connection stays up. The session protocol's own PING/PONG and
+	// session timeout sit on top of this. Default 5 s.
 	IdleTimeout time.Duration
 	// MaxIncomingChannels (QUIC) bounds the streams the peer may open.
 	// Streams live as long as the connection, so this is also the most
@@ -54,9 +70,10 @@ type Config struct {
 
 const (
 	defaultReceiveQueue        = 64
-	defaultReceiveQueueBytes   = 8 << 20
+	defaultReceiveBudget       = 8 << 20
+	defaultMessageTimeout      = 30 * time.Second
 	defaultHandshakeTimeout    = 10 * time.Second
-	defaultIdleTimeout         = 30 * time.Second
+	defaultIdleTimeout         = 5 * time.Second
 	defaultMaxIncomingChannels = 1000
 	defaultCloseTimeout        = 2 * time.Second
 )
@@ -66,8 +83,11 @@ func (c Config) withDefaults() Config {
 	if c.ReceiveQueue <= 0 {
 		c.ReceiveQueue = defaultReceiveQueue
 	}
-	if c.ReceiveQueueBytes <= 0 {
-		c.ReceiveQueueBytes = defaultReceiveQueueBytes
+	if c.ReceiveBudget <= 0 {
+		c.ReceiveBudget = defaultReceiveBudget
+	}
+	if c.MessageTimeout <= 0 {
+		c.MessageTimeout = defaultMessageTimeout
 	}
 	if c.HandshakeTimeout <= 0 {
 		c.HandshakeTimeout = defaultHandshakeTimeout

@@ -227,7 +227,7 @@ func TestWSCloseEndsStuckBatch(t *testing.T) {
 	})
 	defer close(stop)
 	ctx := testCtx(t)
-	client, err := DialWS(ctx, srvURL, nil, Config{ReceiveQueue: 1, ReceiveQueueBytes: 1})
+	client, err := DialWS(ctx, srvURL, nil, Config{ReceiveQueue: 1, ReceiveBudget: 1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,9 +13,10 @@ var (
 	ErrClosed = errors.New("transport: connection closed")
 	// ErrMessageTooLarge reports a message above the read limit (on
 	// Receive) or above MaxReadLimit (on Send). On Receive it is detected
-	// from the QUIC length prefix before any of the message is buffered; on
-	// WebSocket, where the size is not known up front, after at most the
-	// limit has been read.
+	// before any of the message is buffered: from the QUIC length prefix,
+	// or from the WebSocket frame headers (a fragmented message's running
+	// total) on the daemon side; an agent's WebSocket reads at most the
+	// limit first.
 	ErrMessageTooLarge = errors.New("transport: message too large")
 	// ErrTextMessage reports a WebSocket text message; the connection has
 	// been closed with status 1008 (policy violation).
@@ -24,6 +25,11 @@ var (
 	// that ends inside a message or is finished before the connection, a
 	// missing subprotocol or ALPN.
 	ErrProtocol = errors.New("transport: protocol violation")
+	// ErrMessageTimeout reports a message that began to arrive but did not
+	// arrive whole within Config.MessageTimeout. It ends the connection's
+	// Receive like a connection-level error, but the connection is still
+	// open, so the session layer can say why before closing it.
+	ErrMessageTimeout = errors.New("transport: a started message did not arrive whole in time")
 	// ErrUnknownChannel reports a Send on a channel this connection does
 	// not have.
 	ErrUnknownChannel = errors.New("transport: unknown channel")

@@ -16,24 +16,42 @@ import (
 // target can make growth happen on small inputs.
 var eagerAlloc = 64 << 10
 
-// readFrame reads one message framed as u32 BE length + bytes. The length
-// is checked against limit before anything is buffered; the limit is read
-// once the prefix has arrived, so a SetReadLimit made while the reader was
-// waiting applies to the message that ends the wait. It returns io.EOF
-// (unwrapped) when r ends cleanly between messages; an end inside a message
-// is ErrProtocol; other read errors are returned as they are.
+// readFrame reads one message framed as u32 BE length + bytes: readPrefix,
+// then readBody.
 func readFrame(r io.Reader, hdr *[4]byte, limitVar *atomic.Int64) (*buffer, error) {
-	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return nil, fmt.Errorf("%w: stream ended inside a length prefix", ErrProtocol)
-		}
+	n, err := readPrefix(r, hdr, limitVar, nil)
+	if err != nil {
 		return nil, err
+	}
+	return readBody(r, n)
+}
+
+// readPrefix reads a message's length prefix and checks it against limit,
+// before anything of the message is buffered; the limit is read once the
+// prefix has arrived, so a SetReadLimit made while the reader was waiting
+// applies to the message that ends the wait. started, if not nil, is called
+// when the prefix's first byte has arrived: the message has begun. It
+// returns io.EOF (unwrapped) when r ends cleanly between messages; an end
+// inside the prefix is ErrProtocol; other read errors are returned as they
+// are.
+func readPrefix(r io.Reader, hdr *[4]byte, limitVar *atomic.Int64, started func()) (int, error) {
+	if _, err := io.ReadFull(r, hdr[:1]); err != nil {
+		return 0, err
+	}
+	if started != nil {
+		started()
+	}
+	if _, err := io.ReadFull(r, hdr[1:]); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return 0, fmt.Errorf("%w: stream ended inside a length prefix", ErrProtocol)
+		}
+		return 0, err
 	}
 	n := int64(binary.BigEndian.Uint32(hdr[:]))
 	if limit := limitVar.Load(); n > limit {
-		return nil, fmt.Errorf("%w: length prefix %d exceeds the read limit %d", ErrMessageTooLarge, n, limit)
+		return 0, fmt.Errorf("%w: length prefix %d exceeds the read limit %d", ErrMessageTooLarge, n, limit)
 	}
-	return readBody(r, int(n))
+	return int(n), nil
 }
 
 // readBody reads exactly n bytes into a pooled buffer that grows with the

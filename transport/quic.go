@@ -14,15 +14,15 @@ import (
 	"github.com/quic-go/quic-go"
 )
 
-// Flow-control windows. A stream may grow its window to a whole maximum
-// message so one 16 MiB message is never stalled waiting for window
-// updates; the connection window bounds what a peer can make this side
-// buffer across all its streams.
+// Flow-control windows start small and grow (quic-go auto-tunes them) up
+// to the receive budget: what the peer may have in flight towards this
+// side unread is bounded by the budget, as is what this side has read and
+// not yet handed over (see Config.ReceiveBudget). A stream's window may grow
+// to a whole maximum message, so one large message is not stalled waiting
+// for window updates when the budget allows it.
 const (
 	quicInitialStreamWindow = 512 << 10
-	quicMaxStreamWindow     = MaxReadLimit + 4
 	quicInitialConnWindow   = 1 << 20
-	quicMaxConnWindow       = 24 << 20
 )
 
 // dialSilence is how long a QUIC dial waits for the first packet from the
@@ -31,16 +31,21 @@ const dialSilence = 2 * time.Second
 
 // quicConfig translates cfg (already defaulted) for quic-go.
 func quicConfig(cfg Config) *quic.Config {
+	connWindow := uint64(max(cfg.ReceiveBudget, quicInitialConnWindow))
 	return &quic.Config{
-		HandshakeIdleTimeout:           cfg.HandshakeTimeout,
-		MaxIdleTimeout:                 cfg.IdleTimeout,
-		KeepAlivePeriod:                cfg.IdleTimeout / 3,
+		HandshakeIdleTimeout: cfg.HandshakeTimeout,
+		// quic-go counts idleness from the later of the last packet received
+		// and the first ack-eliciting packet sent after it (a keep-alive),
+		// so a silence is noticed after idle timeout + keep-alive period at
+		// worst: four fifths and one fifth make it IdleTimeout.
+		MaxIdleTimeout:                 cfg.IdleTimeout * 4 / 5,
+		KeepAlivePeriod:                cfg.IdleTimeout / 5,
 		MaxIncomingStreams:             int64(cfg.MaxIncomingChannels),
 		MaxIncomingUniStreams:          -1, // the protocol uses bidirectional streams only
 		InitialStreamReceiveWindow:     quicInitialStreamWindow,
-		MaxStreamReceiveWindow:         quicMaxStreamWindow,
+		MaxStreamReceiveWindow:         min(connWindow, MaxReadLimit+4),
 		InitialConnectionReceiveWindow: quicInitialConnWindow,
-		MaxConnectionReceiveWindow:     quicMaxConnWindow,
+		MaxConnectionReceiveWindow:     connWindow,
 	}
 }
 

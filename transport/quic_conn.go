@@ -34,6 +34,9 @@ type quicConn struct {
 	cfg       Config
 	queue     *recvQueue
 	readLimit atomic.Int64
+	// controlLimit is the control stream's: never above 65,536, as a
+	// CONTROL message is at most that in every state (docs/protocol.md §1).
+	controlLimit atomic.Int64
 
 	mu           sync.Mutex
 	streams      map[ChannelID]*quicStream
@@ -92,7 +95,7 @@ func newQUICConn(qc *quic.Conn, isClient bool, cfg Config) (*quicConn, error) {
 		qc:           qc,
 		isClient:     isClient,
 		cfg:          cfg,
-		queue:        newRecvQueue(cfg.ReceiveQueue, cfg.ReceiveQueueBytes),
+		queue:        newRecvQueue(cfg.ReceiveQueue, cfg.ReceiveBudget),
 		streams:      make(map[ChannelID]*quicStream),
 		controlReady: make(chan struct{}),
 		peerFinished: make(chan struct{}),
@@ -100,7 +103,7 @@ func newQUICConn(qc *quic.Conn, isClient bool, cfg Config) (*quicConn, error) {
 		ctx:          ctx,
 		cancel:       cancel,
 	}
-	c.readLimit.Store(DefaultReadLimit)
+	c.SetReadLimit(DefaultReadLimit)
 	c.acceptCtx, c.stopAccept = context.WithCancel(ctx)
 	if isClient {
 		// The client's first bidirectional stream is stream 0, the control
@@ -199,14 +202,41 @@ func (c *quicConn) readLoop(s *quicStream) {
 		c.mu.Unlock()
 		c.checkPeerDone()
 	}()
+	limit, pool := &c.readLimit, dataPool
+	if s.id == ControlChannel {
+		limit, pool = &c.controlLimit, controlPool
+	}
 	var hdr [4]byte
+	// A message has MessageTimeout from its first byte for its prefix, and
+	// again from the moment it has budget for its body: waiting for budget
+	// is this side's doing, not the peer's.
+	started := func() { s.str.SetReadDeadline(time.Now().Add(c.cfg.MessageTimeout)) }
 	for {
-		buf, err := readFrame(s.str, &hdr, &c.readLimit)
+		n, err := readPrefix(s.str, &hdr, limit, started)
 		if err != nil {
 			c.streamFailed(s, err)
 			return
 		}
-		if err := c.queue.push(buf.message(s.id)); err != nil {
+		if err := c.queue.reserve(n, pool); err != nil {
+			if s.id == ControlChannel && c.isClosing() {
+				// Close is lingering: keep reading (below) so the peer's
+				// FIN on the control stream is seen and the linger can end
+				// early.
+				if _, err := io.CopyN(io.Discard, s.str, int64(n)); err == nil {
+					continue
+				}
+			}
+			return // closed or failed
+		}
+		started()
+		buf, err := readBody(s.str, n)
+		s.str.SetReadDeadline(time.Time{})
+		if err != nil {
+			c.queue.unreserve(n, pool)
+			c.streamFailed(s, err)
+			return
+		}
+		if err := c.queue.pushReserved(buf.message(s.id), pool); err != nil {
 			putBuffer(buf)
 			if s.id == ControlChannel && c.isClosing() {
 				// Close is lingering: keep reading so the peer's FIN on the
@@ -249,6 +279,14 @@ func (c *quicConn) streamFailed(s *quicStream, err error) {
 		// The rest of the stream cannot be framed any more.
 		s.str.CancelRead(quicStreamTooBig)
 	case errors.Is(err, ErrProtocol), errors.As(err, &streamErr):
+	case isTimeout(err) && c.qc.Context().Err() == nil:
+		// A message begun and not finished: the peer holds budget with
+		// partial bytes. The connection's Receive ends; the connection
+		// stays open so the session can say why.
+		if !c.isClosing() {
+			c.queue.fail(fmt.Errorf("%w: channel %d: more than %v", ErrMessageTimeout, s.id, c.cfg.MessageTimeout))
+		}
+		return
 	default:
 		c.connFailed(err)
 		return
@@ -562,7 +600,11 @@ func (c *quicConn) ReleaseChannel(ch ChannelID) {
 	}
 }
 
-func (c *quicConn) SetReadLimit(n int64) { c.readLimit.Store(clampReadLimit(n)) }
+func (c *quicConn) SetReadLimit(n int64) {
+	n = clampReadLimit(n)
+	c.readLimit.Store(n)
+	c.controlLimit.Store(min(n, DefaultReadLimit))
+}
 
 func (c *quicConn) Transport() string { return "quic" }
 

@@ -252,7 +252,7 @@ func TestQUICListenerClose(t *testing.T) {
 // reading) gives up at its context's deadline; if it got part of the
 // message out the channel is closed for sending, and only that channel.
 func TestQUICSendDeadline(t *testing.T) {
-	p := quicPair(t, Config{}, Config{ReceiveQueue: 1, ReceiveQueueBytes: 1})
+	p := quicPair(t, Config{}, Config{ReceiveQueue: 1, ReceiveBudget: 1})
 	p.server.SetReadLimit(MaxReadLimit)
 	ctx := testCtx(t)
 	ch, err := p.client.AcquireChannel(ctx)
@@ -513,4 +513,61 @@ func TestQUICDataAfterControlFinished(t *testing.T) {
 			t.Fatalf("Receive ended after %v, want about CloseTimeout (300ms)", took)
 		}
 	})
+}
+// TestQUICReceiveBudget: a peer opens many streams, announces a 400 KiB
+// message on each and sends part of every body. What the connection holds
+// for those messages stays within its 1 MiB budget (the other streams are
+// not read, and flow control holds the peer), the control stream still gets
+// through, and the trickled messages fail the connection with
+// ErrMessageTimeout. (The stalled streams' bytes stay within the
+// connection's flow-control window, which is the budget: the test keeps
+// them below it, or the peer's own control stream would have to wait.)
+func TestQUICReceiveBudget(t *testing.T) {
+	const budget = 1 << 20
+	qc, server := rawQUICClientConfig(t, Config{ReceiveBudget: budget, MessageTimeout: 500 * time.Millisecond})
+	server.SetReadLimit(MaxReadLimit)
+	ctl, err := qc.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl.Write(binary.BigEndian.AppendUint32(nil, 5))
+	ctl.Write([]byte("HELLO"))
+	m := mustReceive(t, server)
+	m.Release()
+	const streams = 20
+	chunk := make([]byte, 32<<10)
+	for range streams {
+		s, err := qc.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.Write(binary.BigEndian.AppendUint32(nil, 400<<10))
+		// Never blocks the test: quic-go buffers what flow control has
+		// not let out yet.
+		go s.Write(chunk)
+	}
+	time.Sleep(200 * time.Millisecond)
+	q := server.(*quicConn).queue
+	q.mu.Lock()
+	held := q.held[dataPool]
+	q.mu.Unlock()
+	if held > budget || held == 0 {
+		t.Fatalf("connection holds %d bytes for trickled messages, budget %d", held, budget)
+	}
+	// Control messages have headroom beyond the budget.
+	ctl.Write(binary.BigEndian.AppendUint32(nil, 4))
+	ctl.Write([]byte("PING"))
+	m = mustReceive(t, server)
+	if string(m.Data) != "PING" {
+		t.Fatalf("control message %q", m.Data)
+	}
+	m.Release()
+	start := time.Now()
+	_, err = server.Receive(testCtx(t))
+	if !errors.Is(err, ErrMessageTimeout) {
+		t.Fatalf("Receive: %v, want ErrMessageTimeout", err)
+	}
+	if d := time.Since(start); d > 3*time.Second {
+		t.Fatalf("trickled message noticed after %v (MessageTimeout 500ms)", d)
+	}
 }

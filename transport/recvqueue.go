@@ -10,6 +10,15 @@ import (
 // Receive. It is bounded in messages and in bytes: a producer that finds it
 // full waits, which stops it reading and so pushes back on the peer.
 //
+// The byte bound is the connection's receive budget. A QUIC stream reader
+// reserves a message's declared length before it reads the body, so the
+// bytes of messages being read and of messages waiting for Receive together
+// stay within the budget however many streams the peer opens; a reader
+// that cannot reserve waits, and QUIC flow control holds the peer. QUIC's
+// control stream has a budget of its own (controlBudget), so PING, PONG and
+// CLOSE never wait behind data. A message larger than its whole budget is
+// admitted when nothing else holds any of it.
+//
 // A connection-level failure (fail) is delivered after the messages already
 // queued, so a peer's last words (REJECT, CLOSE) are not lost to the close
 // that follows them. A local close (close) drops everything at once.
@@ -21,12 +30,12 @@ import (
 // room is likely to need it again.
 type recvQueue struct {
 	mu       sync.Mutex
-	space    sync.Cond // producers wait here for room
+	space    sync.Cond // producers wait here for a slot or for budget
 	items    []queued  // ring buffer
 	head, n  int
-	bytes    int
+	held     [2]int // bytes queued and reserved, by pool
+	bound    [2]int // each pool's budget
 	maxItems int
-	maxBytes int
 	err      error // terminal error, returned once items are drained
 	closed   bool
 
@@ -35,9 +44,22 @@ type recvQueue struct {
 }
 
 type queued struct {
-	msg Message
-	err error
+	msg  Message
+	err  error
+	pool pool
 }
+
+// pool names a share of the receive budget.
+type pool int8
+
+const (
+	dataPool    pool = iota
+	controlPool      // QUIC's control stream
+)
+
+// controlBudget is the control pool's budget: one control message of the
+// protocol's maximum size (docs/protocol.md §1).
+const controlBudget = DefaultReadLimit
 
 // initialRecvSlots is the ring's starting size: enough for a request and
 // its control traffic without growing.
@@ -48,7 +70,7 @@ func newRecvQueue(maxItems, maxBytes int) *recvQueue {
 	q := &recvQueue{
 		items:    make([]queued, min(maxItems, initialRecvSlots)),
 		maxItems: maxItems,
-		maxBytes: maxBytes,
+		bound:    [2]int{maxBytes, controlBudget},
 		ready:    make(chan struct{}, 1),
 		done:     make(chan struct{}),
 	}
@@ -63,35 +85,74 @@ func (q *recvQueue) signal() {
 	}
 }
 
-// push queues msg, waiting for room. It fails (and the caller keeps
-// ownership of msg) once the queue is closed or failed.
-func (q *recvQueue) push(msg Message) error {
-	size := len(msg.Data)
+// reserve takes n bytes of pool p's budget for a message about to be read,
+// waiting while the budget is spent. It fails once the queue is closed or
+// failed; on success the caller either pushReserved's a message of exactly
+// n bytes or gives the bytes back with unreserve.
+func (q *recvQueue) reserve(n int, p pool) error {
 	q.mu.Lock()
-	for !q.closed && q.err == nil &&
-		(q.n >= q.maxItems || (q.n > 0 && q.bytes+size > q.maxBytes)) {
+	for !q.closed && q.err == nil && q.held[p] > 0 && q.held[p]+n > q.bound[p] {
 		q.space.Wait()
 	}
-	if q.closed || q.err != nil {
-		err := q.err
+	if err := q.stateErr(); err != nil {
 		q.mu.Unlock()
-		if err == nil {
-			err = ErrClosed
+		return err
+	}
+	q.held[p] += n
+	q.mu.Unlock()
+	return nil
+}
+
+// unreserve gives back bytes reserve took for a message that was not read.
+func (q *recvQueue) unreserve(n int, p pool) {
+	q.mu.Lock()
+	q.held[p] -= n
+	q.space.Broadcast()
+	q.mu.Unlock()
+}
+
+// stateErr is why producers must stop, or nil; the caller holds q.mu.
+func (q *recvQueue) stateErr() error {
+	switch {
+	case q.err != nil:
+		return q.err
+	case q.closed:
+		return ErrClosed
+	}
+	return nil
+}
+
+// push reserves msg's bytes and queues it, waiting for room. It fails (and
+// the caller keeps ownership of msg) once the queue is closed or failed.
+func (q *recvQueue) push(msg Message) error {
+	if err := q.reserve(len(msg.Data), dataPool); err != nil {
+		return err
+	}
+	return q.pushReserved(msg, dataPool)
+}
+
+// pushReserved queues msg, whose bytes reserve has counted already, waiting
+// for a free slot. On failure the reservation is given back and the caller
+// keeps ownership of msg.
+func (q *recvQueue) pushReserved(msg Message, p pool) error {
+	size := len(msg.Data)
+	q.mu.Lock()
+	for !q.closed && q.err == nil && q.n >= q.maxItems {
+		q.space.Wait()
+	}
+	if err := q.stateErr(); err != nil {
+		if !q.closed {
+			q.held[p] -= size
 		}
+		q.mu.Unlock()
 		return err
 	}
 	if q.n == len(q.items) {
 		// Room by count (q.n < maxItems), so len(q.items) < maxItems.
 		q.grow(min(2*len(q.items), q.maxItems))
 	}
-	q.items[(q.head+q.n)%len(q.items)] = queued{msg: msg}
+	q.items[(q.head+q.n)%len(q.items)] = queued{msg: msg, pool: p}
 	q.n++
-	q.bytes += size
-	if q.n < q.maxItems && q.bytes < q.maxBytes {
-		// pop wakes one producer per message taken; pass the turn on while
-		// there is room so waiting producers are not left behind.
-		q.space.Signal()
-	}
 	q.mu.Unlock()
 	q.signal()
 	return nil
@@ -155,7 +216,7 @@ func (q *recvQueue) close() {
 		*it = queued{}
 		q.head = (q.head + 1) % len(q.items)
 	}
-	q.bytes = 0
+	q.held = [2]int{}
 	q.space.Broadcast()
 	q.mu.Unlock()
 	close(q.done)
@@ -174,8 +235,11 @@ func (q *recvQueue) pop(ctx context.Context) (Message, error) {
 			q.items[q.head] = queued{}
 			q.head = (q.head + 1) % len(q.items)
 			q.n--
-			q.bytes -= len(it.msg.Data)
-			q.space.Signal()
+			q.held[it.pool] -= len(it.msg.Data)
+			// Producers wait for a slot or for budget, and only one that
+			// needed what was freed can go on: wake them all. They are at
+			// most one per stream, and wait only while the budget is spent.
+			q.space.Broadcast()
 			q.mu.Unlock()
 			return it.msg, it.err
 		}

@@ -26,7 +26,7 @@
 // (DefaultReadLimit); SetReadLimit raises it to the negotiated max_payload
 // + 512. Received messages live in pooled buffers that Message.Release
 // returns. Reading happens in the background into a queue bounded by
-// Config.ReceiveQueue and ReceiveQueueBytes: when Receive falls behind, the
+// Config.ReceiveQueue and ReceiveBudget: when Receive falls behind, the
 // transport stops reading and the peer is held back by flow control.
 //
 // Errors: ErrClosed (connection gone; peer and network causes are wrapped

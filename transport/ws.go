@@ -55,8 +55,12 @@ func (h *WSHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "m2md: this endpoint needs the WebSocket subprotocol %q (Sec-WebSocket-Protocol)\n", Subprotocol)
 		return
 	}
+	// Under the library: the tap (reads) over the cork (writes) over the
+	// hijacked connection.
 	cw := &corkingResponseWriter{ResponseWriter: w}
-	ws, err := websocket.Accept(cw, r, &websocket.AcceptOptions{
+	tap := &wsTap{}
+	tap.limit.Store(DefaultReadLimit)
+	ws, err := websocket.Accept(&tapWriter{ResponseWriter: cw, tap: tap}, r, &websocket.AcceptOptions{
 		Subprotocols:    []string{Subprotocol},
 		OriginPatterns:  h.OriginPatterns,
 		CompressionMode: websocket.CompressionDisabled,
@@ -64,7 +68,7 @@ func (h *WSHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return // Accept has written the HTTP error
 	}
-	c := newWSConn(ws, cw.cork, parseRemoteAddr(r.RemoteAddr), h.cfg)
+	c := newWSConn(ws, cw.cork, parseRemoteAddr(r.RemoteAddr), h.cfg, tap)
 	go func() {
 		defer c.Close()
 		h.serve(c)
@@ -156,7 +160,7 @@ func DialWS(ctx context.Context, url string, tlsConf *tls.Config, cfg Config) (C
 		ws.CloseNow()
 		return nil, fmt.Errorf("transport: dial %s: connection not made through the dialer", url)
 	}
-	return newWSConn(ws, cork, cork.RemoteAddr(), cfg), nil
+	return newWSConn(ws, cork, cork.RemoteAddr(), cfg, nil), nil
 }
 
 // errWSLimit tells the library's read-limit error apart.

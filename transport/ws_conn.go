@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -18,31 +19,67 @@ const wsFirstRead = 512
 
 // wsConn is a Conn over one WebSocket connection: one channel, id 0.
 type wsConn struct {
-	ws           *websocket.Conn
-	nc           *corkConn // under ws: holds a batch's writes for one system call
-	closeTimeout time.Duration
-	remote       net.Addr
-	queue        *recvQueue
-	readLimit    atomic.Int64
-	probe        [1]byte // readMessage's scratch, used by readLoop only
+	ws        *websocket.Conn
+	nc        *corkConn // under ws: holds a batch's writes for one system call
+	cfg       Config
+	remote    net.Addr
+	queue     *recvQueue
+	readLimit atomic.Int64
+	probe     [1]byte // readMessage's scratch, used by readLoop only
+	// tap sees frame headers before the library reads the bodies (daemon
+	// side only; nil on the agent side, which trusts its daemon).
+	tap *wsTap
+	// body is the current message's reader as readLoop hands it to
+	// readMessage: it refuses to read on once the tap has seen the
+	// message's declared size pass the limit.
+	body wsBody
+	// slow fires when a message has not arrived whole within
+	// Config.MessageTimeout of its first frame header.
+	slow *time.Timer
 
 	done      chan struct{}
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 	// policyViolation makes Close send 1008 instead of 1000: the peer sent
-	// a text message.
+	// a text message. tooBig makes it send 1009: a message above the limit.
 	policyViolation atomic.Bool
+	tooBig          atomic.Bool
 }
 
-func newWSConn(ws *websocket.Conn, nc *corkConn, remote net.Addr, cfg Config) *wsConn {
-	c := &wsConn{
-		ws:           ws,
-		nc:           nc,
-		closeTimeout: cfg.CloseTimeout,
-		remote:       remote,
-		queue:        newRecvQueue(cfg.ReceiveQueue, cfg.ReceiveQueueBytes),
-		done:         make(chan struct{}),
+// wsBody reads message number k of the connection, unless the tap has
+// seen it announced larger than the read limit.
+type wsBody struct {
+	r   io.Reader
+	tap *wsTap
+	k   uint64
+}
+
+func (b *wsBody) Read(p []byte) (int, error) {
+	if b.tap != nil && b.tap.oversizedMessage(b.k) {
+		return 0, errAnnouncedTooLarge
 	}
+	return b.r.Read(p)
+}
+
+// errAnnouncedTooLarge is ErrMessageTooLarge found from frame headers.
+var errAnnouncedTooLarge = fmt.Errorf("%w: announced in its frame headers", ErrMessageTooLarge)
+
+func newWSConn(ws *websocket.Conn, nc *corkConn, remote net.Addr, cfg Config, tap *wsTap) *wsConn {
+	c := &wsConn{
+		ws:     ws,
+		nc:     nc,
+		cfg:    cfg,
+		remote: remote,
+		queue:  newRecvQueue(cfg.ReceiveQueue, cfg.ReceiveBudget),
+		tap:    tap,
+		done:   make(chan struct{}),
+	}
+	c.body.tap = tap
+	if tap != nil {
+		tap.refuse = c.announcedTooLarge
+	}
+	c.slow = time.AfterFunc(time.Hour, c.messageTimedOut)
+	c.slow.Stop()
 	// The library's own default (32 KiB) must never apply: set the
 	// protocol's pre-ACCEPT limit before the first read.
 	c.SetReadLimit(DefaultReadLimit)
@@ -56,6 +93,7 @@ func newWSConn(ws *websocket.Conn, nc *corkConn, remote net.Addr, cfg Config) *w
 // passed down; Close unblocks the read instead.
 func (c *wsConn) readLoop() {
 	defer c.wg.Done()
+	defer c.slow.Stop()
 	ctx := context.Background()
 	last := wsFirstRead
 	for {
@@ -64,6 +102,7 @@ func (c *wsConn) readLoop() {
 			c.queue.fail(c.readError(err))
 			return
 		}
+		c.body.k++
 		if typ != websocket.MessageBinary {
 			// The woken Receive's caller closes the connection; that close
 			// must say 1008. Closing here would block this reader for the
@@ -72,14 +111,21 @@ func (c *wsConn) readLoop() {
 			c.queue.fail(ErrTextMessage)
 			return
 		}
+		c.slow.Reset(c.cfg.MessageTimeout)
+		c.body.r = r
 		limit := c.readLimit.Load()
-		buf, err := readMessage(r, limit, last, &c.probe)
+		buf, err := readMessage(&c.body, limit, last, &c.probe)
+		c.body.r = nil
+		if !c.slow.Stop() {
+			return // messageTimedOut has failed the queue
+		}
 		if err != nil {
-			c.queue.fail(c.readError(err))
 			if errors.Is(err, ErrMessageTooLarge) || isWSTooBig(err) {
-				c.flushForClose()
-				c.ws.Close(websocket.StatusMessageTooBig, "message exceeds the read limit")
+				// Not closed here: the session says why first (CLOSE
+				// ERROR); its Close then sends 1009.
+				c.tooBig.Store(true)
 			}
+			c.queue.fail(c.readError(err))
 			return
 		}
 		last = max(wsFirstRead, min(len(buf.b), eagerAlloc))
@@ -87,6 +133,25 @@ func (c *wsConn) readLoop() {
 			putBuffer(buf)
 			return
 		}
+	}
+}
+
+// announcedTooLarge ends Receive when the tap has seen a message announced
+// above the read limit. The connection stays open for the session's CLOSE;
+// Close then sends 1009 and unblocks the reader.
+func (c *wsConn) announcedTooLarge() {
+	c.tooBig.Store(true)
+	if !c.isClosing() {
+		c.queue.fail(fmt.Errorf("%w: message exceeds the read limit %d", errAnnouncedTooLarge, c.readLimit.Load()))
+	}
+}
+
+// messageTimedOut ends Receive when a message takes too long. The
+// connection stays open for the session's CLOSE; Close then unblocks the
+// reader.
+func (c *wsConn) messageTimedOut() {
+	if !c.isClosing() {
+		c.queue.fail(fmt.Errorf("%w: more than %v", ErrMessageTimeout, c.cfg.MessageTimeout))
 	}
 }
 
@@ -180,7 +245,7 @@ func (c *wsConn) uncorkCtx(ctx context.Context) error {
 // Config.CloseTimeout for the batch and the close frame together, like
 // QUIC's linger: a stuck write must not hold Close forever.
 func (c *wsConn) flushForClose() {
-	c.nc.SetWriteDeadline(time.Now().Add(c.closeTimeout))
+	c.nc.SetWriteDeadline(time.Now().Add(c.cfg.CloseTimeout))
 	c.nc.closing()
 }
 
@@ -208,6 +273,9 @@ func (c *wsConn) ReleaseChannel(ChannelID) {}
 func (c *wsConn) SetReadLimit(n int64) {
 	n = clampReadLimit(n)
 	c.readLimit.Store(n)
+	if c.tap != nil {
+		c.tap.limit.Store(n)
+	}
 	c.ws.SetReadLimit(n)
 }
 
@@ -216,17 +284,26 @@ func (c *wsConn) Transport() string { return "ws" }
 func (c *wsConn) RemoteAddr() net.Addr { return c.remote }
 
 // Close sends a WebSocket close (1000) and waits for the peer's, which a
-// live peer's reader answers at once; the library bounds the wait at 5 s
-// per step. Data already written reaches the peer before the close frame
-// (TCP keeps order), so nothing sent before Close is lost.
+// live peer's reader answers at once. Data already written reaches the peer
+// before the close frame (TCP keeps order), so nothing sent before Close is
+// lost.
+//
+// The library bounds most steps at 5 s but not one: before the peer's close
+// frame it reads out the rest of the message in progress, without a
+// deadline, so a peer that announced 2^63 bytes, or trickles, would hold
+// Close forever. A read deadline bounds the handshake at CloseTimeout.
 func (c *wsConn) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.done)
 		c.queue.close()
 		c.flushForClose()
-		if c.policyViolation.Load() {
+		c.nc.SetReadDeadline(time.Now().Add(c.cfg.CloseTimeout))
+		switch {
+		case c.policyViolation.Load():
 			c.ws.Close(websocket.StatusPolicyViolation, "m2m.v1 carries binary messages only")
-		} else {
+		case c.tooBig.Load():
+			c.ws.Close(websocket.StatusMessageTooBig, "message exceeds the read limit")
+		default:
 			c.ws.Close(websocket.StatusNormalClosure, "")
 		}
 	})
