@@ -27,16 +27,18 @@ var features = []negotiate.Feature{negotiate.FeatureCancel}
 // session timers, the replay cache, the HELLO and CLOSE timeouts) are
 // negotiate's and are not repeated here.
 const (
-	DefaultQUICAddr       = "127.0.0.1:4433"
-	DefaultWSAddr         = "127.0.0.1:8080"
-	DefaultAdminAddr      = "127.0.0.1:9090"
-	DefaultWSPath         = "/m2m"
-	DefaultCertDir        = "certs"
-	DefaultMaxSessions    = 10_000
-	DefaultShutdownGrace  = 10 * time.Second
-	DefaultSendQueueLen   = 1024
-	DefaultSlowGrace      = 5 * time.Second
-	DefaultMaxOutstanding = 1024
+	DefaultQUICAddr        = "127.0.0.1:4433"
+	DefaultWSAddr          = "127.0.0.1:8080"
+	DefaultAdminAddr       = "127.0.0.1:9090"
+	DefaultWSPath          = "/m2m"
+	DefaultCertDir         = "certs"
+	DefaultMaxSessions     = 10_000
+	DefaultShutdownGrace   = 10 * time.Second
+	DefaultSendQueueLen    = 1024
+	DefaultSlowGrace       = 5 * time.Second
+	DefaultMaxOutstanding  = 1024
+	DefaultQUICIdleTimeout = 5 * time.Second
+	DefaultMessageTimeout  = 30 * time.Second
 
 	// DefaultNewSessionsPerMinute is one address's sustained rate of new
 	// connections: 100 a second. The soak (docs/benchmarks.md) measured
@@ -107,8 +109,24 @@ type Config struct {
 	// 16 MiB. Default negotiate.MaxPayloadLimit (16 MiB).
 	MaxPayload int
 	// MaxOutstanding bounds a session's requests in flight, as requester and
-	// as provider.
+	// as provider. It is also how many QUIC streams an agent may open.
 	MaxOutstanding int
+	// ReceiveBudget bounds, in bytes, what one connection's received
+	// messages may hold while they are read and wait to be routed. A QUIC
+	// message's share is taken from its length prefix before its body is
+	// read; a stream that cannot get it is not read, and QUIC flow control
+	// (whose connection window is the budget too) holds the agent back.
+	// Default: MaxPayload + 512 + 1 MiB, one largest message and room for
+	// smaller ones beside it; never below MaxPayload + 512.
+	ReceiveBudget int
+	// MessageTimeout bounds how long one message may take to arrive once
+	// its first byte has; a session that trickles one is closed with
+	// CLOSE ERROR. Default 30 s.
+	MessageTimeout time.Duration
+	// QUICIdleTimeout is how soon a QUIC agent that has vanished (killed,
+	// unplugged) is noticed; keep-alive packets every fifth of it keep a
+	// live but quiet agent's connection up. Default 5 s.
+	QUICIdleTimeout time.Duration
 
 	// MaxSessionsPerIP bounds the connections (handshaking or established)
 	// one source address may hold; the default (zero) is no bound of its
@@ -177,6 +195,14 @@ func (c Config) openBurst() int {
 	return c.MaxSessions
 }
 
+// receiveBudget is ReceiveBudget once MaxPayload is known.
+func (c Config) receiveBudget() int {
+	if c.ReceiveBudget == 0 {
+		return c.MaxPayload + 512 + 1<<20
+	}
+	return max(c.ReceiveBudget, c.MaxPayload+512)
+}
+
 // ErrConfig is wrapped by every error New returns for a Config value out of
 // its range: the operator's setting is wrong, not the machine.
 var ErrConfig = errors.New("daemon: invalid configuration")
@@ -205,6 +231,7 @@ func (c Config) withDefaults() (Config, error) {
 		{"max-sessions", &c.MaxSessions, DefaultMaxSessions},
 		{"max-outstanding", &c.MaxOutstanding, DefaultMaxOutstanding},
 		{"send-queue", &c.SendQueueLen, DefaultSendQueueLen},
+		{"receive-budget", &c.ReceiveBudget, 0}, // derived from MaxPayload in New
 	} {
 		if err := orDefault(f.name, f.p, f.def); err != nil {
 			return c, err
@@ -219,6 +246,8 @@ func (c Config) withDefaults() (Config, error) {
 		{"close-timeout", &c.CloseTimeout, negotiate.CloseTimeout},
 		{"shutdown-grace", &c.ShutdownGrace, DefaultShutdownGrace},
 		{"slow-consumer-grace", &c.SlowConsumerGrace, DefaultSlowGrace},
+		{"message-timeout", &c.MessageTimeout, DefaultMessageTimeout},
+		{"quic-idle-timeout", &c.QUICIdleTimeout, DefaultQUICIdleTimeout},
 	} {
 		if err := orDefault(f.name, f.p, f.def); err != nil {
 			return c, err

@@ -28,7 +28,7 @@ var (
 	handshakeFailureReasons = append(lower(
 		negotiate.RejectVersionMismatch, negotiate.RejectNoCommonAlgorithm, negotiate.RejectSecurityPolicy,
 		negotiate.RejectRateLimited, negotiate.RejectServerBusy, negotiate.RejectUnknown),
-		"no_hello", "shutdown", "protocol", "internal", "send_failed")
+		"no_hello", reasonTooLarge, "shutdown", "protocol", "internal", "send_failed")
 	closeReasons = append(lower(
 		negotiate.ReasonNormal, negotiate.ReasonTimeout, negotiate.ReasonError,
 		negotiate.ReasonClientShutdown, negotiate.ReasonServerShutdown, negotiate.ReasonReplaced),
@@ -39,13 +39,20 @@ var (
 	refusalReasons = append(lower(
 		negotiate.CodeBadTag, negotiate.CodeReplay, negotiate.CodeBadFrame, negotiate.CodeTooLarge,
 		negotiate.CodeShutdown, negotiate.CodeRateLimited),
-		"protocol", "after_close")
+		"protocol", reasonMessageTimeout, "after_close")
 	queueDropReasons = []string{
 		string(negotiate.CodeQueueFull), "receiver_closing", "receiver_gone", "send_failed", "slow_consumer_closed",
 		"error_dropped", "control_full", "after_close", "too_many_channels", "protect_failed",
 	}
 	limitLabels   = []string{limitSessionsPerIP, limitNewSessionsPerIP, limitMessageRate, limitByteRate}
 	cancelResults = []string{"forwarded", "provider_without_cancel", "provider_queue_full", "not_outstanding"}
+)
+
+// Refusal reasons of messages the transport would not deliver: above the
+// read limit, or not whole within Config.MessageTimeout.
+var (
+	reasonTooLarge       = string(negotiate.CodeTooLarge)
+	reasonMessageTimeout = "message_timeout"
 )
 
 // closeDisconnected is the sessions_closed reason of a connection that went

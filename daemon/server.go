@@ -94,6 +94,7 @@ func New(cfg Config) (*Server, error) {
 	// negotiate filled in and checked the protocol's settings.
 	nc := neg.Config()
 	cfg.MaxPayload, cfg.ReplayCacheSize = nc.MaxPayload, nc.ReplayCacheSize
+	cfg.ReceiveBudget = cfg.receiveBudget()
 	cfg.SessionTimeout, cfg.PingInterval, cfg.PongTimeout = nc.SessionTimeout, nc.PingInterval, nc.PongTimeout
 	s := &Server{
 		cfg:      cfg,
@@ -378,7 +379,12 @@ func (s *Server) logStart() {
 // transportConfig sizes the transports' receive side from the daemon's
 // limits.
 func (s *Server) transportConfig() transport.Config {
-	return transport.Config{}
+	return transport.Config{
+		ReceiveBudget:       s.cfg.ReceiveBudget,
+		MessageTimeout:      s.cfg.MessageTimeout,
+		IdleTimeout:         s.cfg.QUICIdleTimeout,
+		MaxIncomingChannels: s.cfg.MaxOutstanding,
+	}
 }
 
 func (s *Server) acceptQUIC(ctx context.Context, ln *transport.QUICListener) {

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,6 +67,9 @@ type session struct {
 	// SlowConsumerGrace (writeStalled); only the writer arms it.
 	stall *time.Timer
 	rates sessionRates // touched by the reader only
+	// releaseAddr gives back the source address's connection slot
+	// (admission); serveConn calls it too, and only the first call counts.
+	releaseAddr func()
 }
 
 func (se *session) mode() string { return se.neg.Params.SecurityMode.String() }
@@ -100,8 +104,14 @@ func (s *Server) serveConn(conn transport.Conn) {
 	cancel()
 	if err != nil {
 		reason := "no_hello"
-		if s.draining.Load() {
+		switch {
+		case s.draining.Load():
 			reason = "shutdown"
+		case errors.Is(err, transport.ErrMessageTooLarge):
+			// The connection is open; the client learns why.
+			reason = reasonTooLarge
+			s.sendHandshakeReply(conn, negotiate.AppendReject(nil, time.Now(), negotiate.RejectUnknown,
+				fmt.Sprintf("HELLO exceeds %d bytes", transport.DefaultReadLimit)))
 		}
 		s.metrics.handshakeFailures.WithLabelValues(tname, reason).Inc()
 		log.Debug().Err(err).Msg("no HELLO")
@@ -153,6 +163,10 @@ func (s *Server) serveConn(conn transport.Conn) {
 		neg.Wipe()
 		return
 	}
+	// The address's connection slot is given back before the session leaves
+	// the count, so that a reconnection the count shows room for is not
+	// refused for its address.
+	se.releaseAddr = release
 	if err := s.sendHandshakeReply(conn, reply); err != nil {
 		s.metrics.handshakeFailures.WithLabelValues(tname, "send_failed").Inc()
 	}
@@ -283,6 +297,7 @@ func (se *session) run() {
 	se.conn.Close()
 	se.stopWriter()
 	se.drainQueues("receiver_gone")
+	se.releaseAddr()
 	se.srv.mu.Lock()
 	delete(se.srv.sessions, se)
 	se.srv.mu.Unlock()
@@ -302,11 +317,7 @@ func (se *session) readLoop() {
 		msg, err := se.conn.Receive(se.ctx)
 		if err != nil {
 			if !errors.Is(err, transport.ErrClosed) && se.ctx.Err() == nil {
-				se.log.Debug().Err(err).Msg("receive failed")
-				if errors.Is(err, transport.ErrMessageTooLarge) {
-					se.srv.metrics.framesRefused.WithLabelValues(string(negotiate.CodeTooLarge)).Inc()
-					se.setReason(negotiate.ReasonError)
-				}
+				se.receiveFailed(err)
 			}
 			return
 		}
@@ -408,6 +419,32 @@ func (se *session) handleControl(msg transport.Message) bool {
 		return true
 	}
 	return false
+}
+
+// receiveFailed ends a session whose connection can deliver no more
+// messages although it is open: a message above the read limit, a message
+// trickled past MessageTimeout, broken framing. The agent is told why with
+// CLOSE ERROR (docs/protocol.md §2) before the connection closes; nothing
+// it sends after that is read.
+func (se *session) receiveFailed(err error) {
+	reason, why := "protocol", "message framing broken"
+	switch {
+	case errors.Is(err, transport.ErrMessageTooLarge):
+		reason = reasonTooLarge
+		why = fmt.Sprintf("message exceeds this session's limit (max_payload %d + 512; control messages 65,536 bytes)", se.neg.Params.MaxPayload)
+	case errors.Is(err, transport.ErrMessageTimeout):
+		reason = reasonMessageTimeout
+		why = fmt.Sprintf("a message did not arrive whole within %v of its first byte", se.srv.cfg.MessageTimeout)
+	}
+	se.srv.metrics.framesRefused.WithLabelValues(reason).Inc()
+	se.log.Info().Err(err).Str("refused", reason).Msg("closing: receive failed")
+	se.initiateClose(negotiate.ReasonError, why)
+	// The writer sends the CLOSE; teardown, which closes the connection,
+	// waits for that, briefly.
+	deadline := time.Now().Add(se.srv.cfg.CloseTimeout)
+	for !se.closeWritten.Load() && time.Now().Before(deadline) && se.ctx.Err() == nil {
+		time.Sleep(2 * time.Millisecond)
+	}
 }
 
 // protocolError closes the session with CLOSE ERROR.

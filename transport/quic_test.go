@@ -514,6 +514,7 @@ func TestQUICDataAfterControlFinished(t *testing.T) {
 		}
 	})
 }
+
 // TestQUICReceiveBudget: a peer opens many streams, announces a 400 KiB
 // message on each and sends part of every body. What the connection holds
 // for those messages stays within its 1 MiB budget (the other streams are

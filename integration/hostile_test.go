@@ -1,0 +1,558 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/quic-go/quic-go"
+
+	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/transport"
+)
+
+// The attacks of issue 9, at reduced scale. Each runs beside a legitimate
+// provider and requester doing round trips (bystander), asserts that the
+// heap in use (daemon, bystander and attacker share this test binary) stays
+// within the limit the daemon states for the attack, and that every
+// bystander round trip succeeds.
+
+// heapWatch samples the heap in use until stopped. GOGC is 10 % meanwhile,
+// so in-use memory tracks live memory rather than garbage awaiting a
+// collection.
+type heapWatch struct {
+	base    uint64
+	peak    atomic.Uint64
+	stop    chan struct{}
+	wg      sync.WaitGroup
+	restore int
+}
+
+func watchHeap() *heapWatch {
+	h := &heapWatch{stop: make(chan struct{}), restore: debug.SetGCPercent(10)}
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	h.base = ms.HeapInuse
+	h.wg.Add(1)
+	go func() {
+		defer h.wg.Done()
+		tick := time.NewTicker(20 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-h.stop:
+				return
+			case <-tick.C:
+			}
+			var ms runtime.MemStats
+			runtime.ReadMemStats(&ms)
+			if ms.HeapInuse > h.peak.Load() {
+				h.peak.Store(ms.HeapInuse)
+			}
+		}
+	}()
+	return h
+}
+
+// done stops sampling and returns by how much the heap grew at its peak.
+func (h *heapWatch) done() int64 {
+	close(h.stop)
+	h.wg.Wait()
+	debug.SetGCPercent(h.restore)
+	return int64(h.peak.Load()) - int64(h.base)
+}
+
+// bystander is a legitimate provider and requester on transport tr doing
+// a round trip every 50 ms until stopped.
+type bystander struct {
+	ok, failed atomic.Int64
+	firstErr   atomic.Value
+	stop       chan struct{}
+	wg         sync.WaitGroup
+}
+
+func startBystander(t *testing.T, d *testDaemon, tr string) *bystander {
+	t.Helper()
+	body := corpus(t, "req-chat-tiny-07.json")
+	resp := corpus(t, "resp-chat-01.json")
+	prov := dialClient(t, d.url(tr), client.Options{
+		AgentID: "bystander-prov-" + tr, PinSHA256: d.Fingerprint(),
+		Handler: client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
+			_ = w.Respond(resp)
+		}),
+	})
+	req := dialClient(t, d.url(tr), client.Options{AgentID: "bystander-req-" + tr, PinSHA256: d.Fingerprint()})
+	b := &bystander{stop: make(chan struct{})}
+	b.wg.Add(1)
+	go func() {
+		defer b.wg.Done()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-b.stop:
+				return
+			case <-tick.C:
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			_, err := req.Do(ctx, body, client.To(prov.AgentID()))
+			cancel()
+			if err != nil {
+				b.failed.Add(1)
+				b.firstErr.CompareAndSwap(nil, err)
+				continue
+			}
+			b.ok.Add(1)
+		}
+	}()
+	return b
+}
+
+// check stops the bystander and fails the test if a round trip failed or
+// too few were made.
+func (b *bystander) check(t *testing.T, min int64) {
+	t.Helper()
+	close(b.stop)
+	b.wg.Wait()
+	if n := b.failed.Load(); n > 0 {
+		t.Errorf("bystander: %d round trips failed (first: %v), %d succeeded", n, b.firstErr.Load(), b.ok.Load())
+	}
+	if n := b.ok.Load(); n < min {
+		t.Errorf("bystander: %d round trips succeeded, want at least %d", n, min)
+	}
+}
+
+// rawQUICSession dials the daemon with quic-go itself, says HELLO on the
+// control stream and reads ACCEPT, so that the test can then write what no
+// transport.Conn would.
+func rawQUICSession(t *testing.T, d *testDaemon, agent string) (*quic.Conn, *quic.Stream) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tc := d.clientTLS(t)
+	tc.NextProtos = []string{transport.ALPN}
+	qc, err := quic.DialAddr(ctx, d.QUICAddr().String(), tc, &quic.Config{MaxIdleTimeout: 30 * time.Second, KeepAlivePeriod: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { qc.CloseWithError(0, "") })
+	ctl, err := qc.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFramed(t, ctl, helloBytes(t, negotiate.ClientConfig{AgentID: agent}, time.Now()))
+	ctl.SetReadDeadline(time.Now().Add(10 * time.Second))
+	cm := readControl(t, ctl)
+	if cm.Type != negotiate.TypeAccept {
+		t.Fatalf("handshake: %s, want ACCEPT", cm.Type)
+	}
+	return qc, ctl
+}
+
+func writeFramed(t *testing.T, w io.Writer, msg []byte) {
+	t.Helper()
+	if _, err := w.Write(binary.BigEndian.AppendUint32(nil, uint32(len(msg)))); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(msg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// readControl reads one length-prefixed control message.
+func readControl(t *testing.T, r io.Reader) *negotiate.ControlMessage {
+	t.Helper()
+	var hdr [4]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		t.Fatalf("reading the control stream: %v", err)
+	}
+	msg := make([]byte, binary.BigEndian.Uint32(hdr[:]))
+	if _, err := io.ReadFull(r, msg); err != nil {
+		t.Fatalf("reading the control stream: %v", err)
+	}
+	cm, err := negotiate.ParseControl(msg)
+	if err != nil {
+		t.Fatalf("control message: %v", err)
+	}
+	return cm
+}
+
+// expectCloseError reads the control stream until CLOSE ERROR (answering
+// nothing), within timeout.
+func expectCloseError(t *testing.T, ctl *quic.Stream, timeout time.Duration) {
+	t.Helper()
+	ctl.SetReadDeadline(time.Now().Add(timeout))
+	for {
+		cm := readControl(t, ctl)
+		if cm.Type == negotiate.TypeClose {
+			if cm.Close == nil || cm.Close.Reason != negotiate.ReasonError {
+				t.Fatalf("CLOSE %+v, want reason ERROR", cm.Close)
+			}
+			return
+		}
+	}
+}
+
+// TestQUICStreamFloodHeldToBudget: one QUIC session opens many streams,
+// announces a maximum-size message on each and sends most of every body,
+// then stalls. Before the receive budget the daemon read every body (the
+// issue's 4 GiB); now it reads one budget's worth, QUIC flow control holds
+// the rest at the attacker, the stalled messages close the session with
+// CLOSE ERROR after MessageTimeout, and a bystander's round trips go on.
+func TestQUICStreamFloodHeldToBudget(t *testing.T) {
+	const (
+		maxPayload = 1 << 20
+		streams    = 60
+		timeout    = 2 * time.Second
+	)
+	d := startDaemon(t, func(c *daemon.Config) {
+		c.MaxPayload = maxPayload
+		c.MessageTimeout = timeout
+	})
+	by := startBystander(t, d, "quic")
+	heap := watchHeap()
+	qc, ctl := rawQUICSession(t, d, "flooder")
+	body := make([]byte, maxPayload-64<<10)
+	var writers sync.WaitGroup
+	for range streams {
+		s, err := qc.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		writers.Add(1)
+		go func() {
+			defer writers.Done()
+			// A DATA message's worth announced; most of it sent, never the end.
+			s.Write(binary.BigEndian.AppendUint32(nil, maxPayload+512))
+			s.Write(body)
+		}()
+	}
+	start := time.Now()
+	expectCloseError(t, ctl, timeout+5*time.Second)
+	closedAfter := time.Since(start)
+	grew := heap.done()
+	qc.CloseWithError(0, "")
+	writers.Wait()
+	by.check(t, 10)
+
+	// Budget: MaxPayload + 512 + 1 MiB read by the daemon, as much again in
+	// quic-go's buffers (the connection window), and slack for the
+	// bystander, the attacker's own buffers and what the collector has not
+	// caught up with. Sent at the daemon: streams × ~1 MiB = 57 MiB.
+	budget := int64(maxPayload + 512 + 1<<20)
+	bound := 2*budget + 12<<20
+	t.Logf("%d streams × %d KiB sent; heap grew by %.1f MiB (bound %.1f MiB); CLOSE ERROR after %v",
+		streams, len(body)>>10, float64(grew)/(1<<20), float64(bound)/(1<<20), closedAfter.Round(time.Millisecond))
+	if grew > bound && !raceEnabled {
+		t.Errorf("heap grew by %d MiB, bound %d MiB", grew>>20, bound>>20)
+	}
+	if closedAfter > timeout+3*time.Second {
+		t.Errorf("CLOSE ERROR after %v, MessageTimeout %v", closedAfter, timeout)
+	}
+	if n := metric(t, d, "m2md_frames_refused_total", "reason=message_timeout"); n < 1 {
+		t.Errorf("m2md_frames_refused_total{reason=message_timeout} = %v", n)
+	}
+}
+
+// TestOversizedMessagesClosedWithError: after ACCEPT, a length prefix above
+// the read limit on a data stream or the control stream, and a control
+// message above 65,536 bytes, each close the session with CLOSE ERROR,
+// counted as too_large; before HELLO, an oversized prefix is answered with
+// REJECT (docs/protocol.md §1, §2).
+func TestOversizedMessagesClosedWithError(t *testing.T) {
+	d := startDaemon(t, func(c *daemon.Config) { c.MaxPayload = 1 << 20 })
+	for _, tc := range []struct {
+		name   string
+		prefix uint32
+		data   bool
+	}{
+		{"data stream 0xFFFFFFFF", 0xFFFFFFFF, true},
+		{"data stream max_payload+513", 1<<20 + 513, true},
+		{"control stream 0xFFFFFFFF", 0xFFFFFFFF, false},
+		{"control stream 65,537", 65537, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			before := metric(t, d, "m2md_frames_refused_total", "reason=too_large")
+			qc, ctl := rawQUICSession(t, d, "oversize")
+			w := ctl
+			if tc.data {
+				var err error
+				if w, err = qc.OpenStream(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			w.Write(binary.BigEndian.AppendUint32(nil, tc.prefix))
+			expectCloseError(t, ctl, 5*time.Second)
+			if n := metric(t, d, "m2md_frames_refused_total", "reason=too_large"); n != before+1 {
+				t.Errorf("too_large counted %v times, want 1", n-before)
+			}
+		})
+	}
+	t.Run("before HELLO", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		tc := d.clientTLS(t)
+		tc.NextProtos = []string{transport.ALPN}
+		qc, err := quic.DialAddr(ctx, d.QUICAddr().String(), tc, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer qc.CloseWithError(0, "")
+		ctl, _ := qc.OpenStream()
+		ctl.Write(binary.BigEndian.AppendUint32(nil, 0xFFFFFFFF))
+		ctl.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if cm := readControl(t, ctl); cm.Type != negotiate.TypeReject {
+			t.Fatalf("%s, want REJECT", cm.Type)
+		}
+		if n := metric(t, d, "m2md_handshake_failures_total", "transport=quic", "reason=too_large"); n != 1 {
+			t.Errorf("handshake failures too_large = %v, want 1", n)
+		}
+	})
+}
+
+// TestVanishedQUICProviderNoticed: a QUIC provider disappears without a
+// word (its UDP socket closed, as when the process is killed) while
+// requests are in flight. With the daemon's default QUIC idle timeout the
+// requester gets agent_gone for each within 5 s and a little, and the dead
+// session leaves m2md_sessions (before: 39.9 s).
+func TestVanishedQUICProviderNoticed(t *testing.T) {
+	const inFlight = 5
+	d := startDaemon(t, nil)
+	udp, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	qt := &quic.Transport{Conn: udp}
+	defer qt.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tc := d.clientTLS(t)
+	tc.NextProtos = []string{transport.ALPN}
+	// The provider's own idle timeout is long: the daemon's must decide.
+	qc, err := qt.Dial(ctx, d.QUICAddr(), tc, &quic.Config{MaxIdleTimeout: time.Minute, KeepAlivePeriod: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl, _ := qc.OpenStream()
+	writeFramed(t, ctl, helloBytes(t, negotiate.ClientConfig{AgentID: "doomed"}, time.Now()))
+	ctl.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if cm := readControl(t, ctl); cm.Type != negotiate.TypeAccept {
+		t.Fatalf("handshake: %s", cm.Type)
+	}
+	req := dialClient(t, d.url("quic"), client.Options{AgentID: "waiting", PinSHA256: d.Fingerprint()})
+	errs := make(chan error, inFlight)
+	for range inFlight {
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, err := req.Do(ctx, corpus(t, "req-chat-tiny-07.json"), client.To("doomed"))
+			errs <- err
+		}()
+	}
+	for range inFlight {
+		if _, err := qc.AcceptStream(ctx); err != nil {
+			t.Fatalf("deliveries did not arrive: %v", err)
+		}
+	}
+	killed := time.Now()
+	udp.Close() // no CONNECTION_CLOSE can leave
+	for range inFlight {
+		err := <-errs
+		if remoteCode(err) != negotiate.CodeAgentGone {
+			t.Fatalf("in-flight request ended with %v, want agent_gone", err)
+		}
+	}
+	noticed := time.Since(killed)
+	t.Logf("agent_gone %v after the provider vanished (QUIC idle timeout %v)", noticed.Round(time.Millisecond), daemon.DefaultQUICIdleTimeout)
+	if noticed > daemon.DefaultQUICIdleTimeout+time.Second {
+		t.Errorf("vanished provider noticed after %v, want within %v", noticed, daemon.DefaultQUICIdleTimeout)
+	}
+	waitSessionCount(t, d, 1, 2*time.Second)
+}
+
+// rawWS is a WebSocket client written by hand, to send frame headers no
+// library would.
+type rawWS struct {
+	t  *testing.T
+	nc net.Conn
+	br *bufio.Reader
+}
+
+func dialRawWS(t *testing.T, d *testDaemon) *rawWS {
+	t.Helper()
+	nc, err := net.DialTimeout("tcp", d.WSAddr().String(), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { nc.Close() })
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	req := "GET " + daemon.DefaultWSPath + " HTTP/1.1\r\nHost: x\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n" +
+		"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: m2m.v1\r\n\r\n"
+	if _, err := nc.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	br := bufio.NewReader(nc)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		t.Fatalf("upgrade: %v %v", resp, err)
+	}
+	return &rawWS{t: t, nc: nc, br: br}
+}
+
+// header writes a masked frame header (mask key zero: the payload goes as is).
+func (w *rawWS) header(fin bool, opcode byte, n uint64) {
+	b0 := opcode
+	if fin {
+		b0 |= 0x80
+	}
+	h := []byte{b0, 0x80}
+	switch {
+	case n < 126:
+		h[1] |= byte(n)
+	case n <= 0xFFFF:
+		h[1] |= 126
+		h = binary.BigEndian.AppendUint16(h, uint16(n))
+	default:
+		h[1] |= 127
+		h = binary.BigEndian.AppendUint64(h, n)
+	}
+	if _, err := w.nc.Write(append(h, 0, 0, 0, 0)); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *rawWS) message(b []byte) {
+	w.header(true, 2, uint64(len(b)))
+	if _, err := w.nc.Write(b); err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+// next reads one frame from the daemon: its opcode and payload.
+func (w *rawWS) next() (byte, []byte) {
+	w.t.Helper()
+	var h [2]byte
+	if _, err := io.ReadFull(w.br, h[:]); err != nil {
+		w.t.Fatalf("reading a frame: %v", err)
+	}
+	n := uint64(h[1] & 0x7F)
+	switch n {
+	case 126:
+		var e [2]byte
+		io.ReadFull(w.br, e[:])
+		n = uint64(binary.BigEndian.Uint16(e[:]))
+	case 127:
+		var e [8]byte
+		io.ReadFull(w.br, e[:])
+		n = binary.BigEndian.Uint64(e[:])
+	}
+	p := make([]byte, n)
+	if _, err := io.ReadFull(w.br, p); err != nil {
+		w.t.Fatalf("reading a frame: %v", err)
+	}
+	return h[0] & 0x0F, p
+}
+
+func (w *rawWS) handshake(agent string) {
+	w.t.Helper()
+	w.message(helloBytes(w.t, negotiate.ClientConfig{AgentID: agent}, time.Now()))
+	if _, p := w.next(); !bytes.Contains(p, []byte(`"ACCEPT"`)) {
+		w.t.Fatalf("handshake: %q", p)
+	}
+}
+
+// expectCloseError reads CLOSE ERROR (a session message) and then a
+// WebSocket close with status code.
+func (w *rawWS) expectCloseError(code uint16) {
+	w.t.Helper()
+	sawClose := false
+	for {
+		op, p := w.next()
+		switch op {
+		case 2:
+			cm, err := negotiate.ParseControl(p)
+			if err == nil && cm.Type == negotiate.TypeClose && cm.Close != nil && cm.Close.Reason == negotiate.ReasonError {
+				sawClose = true
+			}
+		case 8:
+			if !sawClose {
+				w.t.Fatal("WebSocket closed without CLOSE ERROR first")
+			}
+			if len(p) < 2 || binary.BigEndian.Uint16(p) != code {
+				w.t.Fatalf("WebSocket close %x, want status %d", p, code)
+			}
+			return
+		}
+	}
+}
+
+// TestWSOversizedRefusedFromFrameHeader: WebSocket messages announced above
+// max_payload + 512, whole (up to the absurd 2^63-1) or as fragments whose
+// running total passes it, are refused from their frame headers with
+// CLOSE ERROR and status 1009, counted as too_large, before the body is
+// buffered: 20 sessions announcing 16 MiB + 1 KiB each and sending 1 MiB of
+// it move the heap by far less than the 20 MiB sent. A bystander's round
+// trips go on.
+func TestWSOversizedRefusedFromFrameHeader(t *testing.T) {
+	const maxPayload = 4 << 20
+	d := startDaemon(t, func(c *daemon.Config) { c.MaxPayload = maxPayload })
+	by := startBystander(t, d, "ws")
+
+	t.Run("2^63-1", func(t *testing.T) {
+		w := dialRawWS(t, d)
+		w.handshake("absurd")
+		w.header(true, 2, 1<<63-1)
+		w.expectCloseError(1009)
+	})
+	t.Run("fragments", func(t *testing.T) {
+		w := dialRawWS(t, d)
+		w.handshake("fragments")
+		chunk := make([]byte, maxPayload/2)
+		for _, op := range []byte{2, 0} {
+			w.header(false, op, uint64(len(chunk)))
+			w.nc.Write(chunk)
+		}
+		w.header(false, 0, 1024) // the running total passes max_payload + 512
+		w.expectCloseError(1009)
+	})
+	t.Run("parallel", func(t *testing.T) {
+		const sessions = 20
+		heap := watchHeap()
+		var wg sync.WaitGroup
+		body := make([]byte, 1<<20)
+		for i := range sessions {
+			w := dialRawWS(t, d)
+			w.handshake(fmt.Sprintf("big-%d", i))
+			wg.Go(func() {
+				w.header(true, 2, 16<<20+1<<10)
+				w.nc.Write(body) // may fail: the daemon may have closed already
+			})
+			defer w.expectCloseError(1009)
+		}
+		wg.Wait()
+		grew := heap.done()
+		t.Logf("%d sessions × 1 MiB of a 16 MiB message: heap grew by %.1f MiB", sessions, float64(grew)/(1<<20))
+		if grew > 8<<20 && !raceEnabled {
+			t.Errorf("heap grew by %d MiB; the bodies should not have been buffered", grew>>20)
+		}
+	})
+	time.Sleep(200 * time.Millisecond)
+	by.check(t, 3)
+	if n := metric(t, d, "m2md_frames_refused_total", "reason=too_large"); n < 22 {
+		t.Errorf("too_large counted %v times, want 22", n)
+	}
+}
