@@ -57,8 +57,8 @@ func TestClusterNodeKilled(t *testing.T) {
 	dialClient(t, b.url("ws")+","+c.url("ws"), opts("kprov-1"))
 	dialClient(t, c.url("quic"), opts("kprov-2"))
 	req := dialClient(t, a.url("quic"), client.Options{AgentID: "kreq", PinSHA256: a.Fingerprint()})
-	waitAgentAt(t, a, "kprov-1", b)
-	waitAgentAt(t, a, "kprov-2", c)
+	waitAgentAt(t, a, "", "kprov-1", b)
+	waitAgentAt(t, a, "", "kprov-2", c)
 
 	var (
 		mu       sync.Mutex
@@ -115,7 +115,7 @@ func TestClusterNodeKilled(t *testing.T) {
 	}
 
 	// kprov-1 re-registers through C and A routes to it again.
-	waitAgentAt(t, a, "kprov-1", c)
+	waitAgentAt(t, a, "", "kprov-1", c)
 	waitCount("kprov-1", before+10, "after moving to C")
 	moved := time.Now()
 	// Wait until every worker is past the requests it had in flight at the
@@ -169,7 +169,7 @@ func TestClusterNodeKilled(t *testing.T) {
 	})
 	waitMesh(t, []*testDaemon{a, b2, c})
 	dialClient(t, b2.url("ws"), opts("kprov-3"))
-	waitAgentAt(t, a, "kprov-3", b2)
+	waitAgentAt(t, a, "", "kprov-3", b2)
 	waitCount("kprov-3", 10, "on the restarted node")
 	if errors.Is(req.Err(), client.ErrClosed) {
 		t.Fatal("requester closed")

@@ -2,13 +2,16 @@ package integration
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
 )
 
 // clusterConfig makes a node of an embedded-mode cluster on loopback whose
@@ -44,10 +47,8 @@ func startCluster(t testing.TB, n int, mutate func(*cluster.Config), dmutate fun
 			}
 		}))
 		if i == 0 {
+			// The cluster package adds the configured user and password.
 			seed = "nats://" + nodes[0].Cluster().RouteAddr.String()
-			if u := nodes[0].routeUser; u != "" {
-				seed = "nats://" + u + "@" + nodes[0].Cluster().RouteAddr.String()
-			}
 		}
 	}
 	waitMesh(t, nodes)
@@ -70,7 +71,7 @@ func waitMesh(t testing.TB, nodes []*testDaemon) {
 
 // waitAgentAt waits until node d routes agentID to node at ("" for d
 // itself).
-func waitAgentAt(t testing.TB, d *testDaemon, agentID string, at *testDaemon) {
+func waitAgentAt(t testing.TB, d *testDaemon, org, agentID string, at *testDaemon) {
 	t.Helper()
 	want := ""
 	if at != d {
@@ -78,11 +79,11 @@ func waitAgentAt(t testing.TB, d *testDaemon, agentID string, at *testDaemon) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		if node, ok := d.AgentNode("", agentID); ok && node == want {
+		if node, ok := d.AgentNode(org, agentID); ok && node == want {
 			return
 		}
 		if time.Now().After(deadline) {
-			node, ok := d.AgentNode("", agentID)
+			node, ok := d.AgentNode(org, agentID)
 			t.Fatalf("node %s routes %s to %q (known %v), want %q", d.Cluster().Node, agentID, node, ok, want)
 		}
 		time.Sleep(2 * time.Millisecond)
@@ -123,7 +124,7 @@ func TestClusterRouting(t *testing.T) {
 				t.Cleanup(func() { waitAgentGone(t, nodes, "cprov-"+suffix) })
 				prov := mustDialRaw(t, pn, tr, negotiate.ClientConfig{AgentID: "cprov-" + suffix, Security: mode, Models: []string{"gpt-4o"}})
 				req := mustDialRaw(t, rn, transports[1-j], negotiate.ClientConfig{AgentID: "creq-" + suffix, Security: mode})
-				waitAgentAt(t, rn, prov.sess.AgentID, pn)
+				waitAgentAt(t, rn, "", prov.sess.AgentID, pn)
 
 				for _, peer := range []string{prov.sess.AgentID, ""} {
 					_, id := req.request(peer, reqBody)
@@ -153,5 +154,136 @@ func TestClusterRouting(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestClusterDuplicateAgentID: the newest connection of an agent id
+// anywhere wins. The older session, on another node, gets CLOSE REPLACED
+// within a second; a request it held ends with agent_gone once it has
+// gone; every node then routes the id, and its model, to the new session.
+//
+// With org secrets (production), as here. A daemon without them lets only
+// the holder's own address replace a session, which a node cannot check for
+// a holder on another node: there the newcomer is refused (TestClusterOpenModeDuplicate).
+func TestClusterDuplicateAgentID(t *testing.T) {
+	nodes := startCluster(t, 3, nil, func(c *daemon.Config) {
+		c.OrgSecrets = map[string]security.Secret{"acme": testMaster}
+	})
+	cc := func(id string, models ...string) negotiate.ClientConfig {
+		return negotiate.ClientConfig{AgentID: id, Models: models, Org: "acme", AgentKey: agentKey(t, testMaster, "acme", id)}
+	}
+	for k, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			id := "cdup-" + tr
+			model := "dup-model-" + tr
+			oldNode, newNode, reqNode := nodes[k], nodes[(k+1)%3], nodes[(k+2)%3]
+			old := mustDialRaw(t, oldNode, tr, cc(id, model))
+			req := mustDialRaw(t, reqNode, tr, cc("cdupreq-"+tr))
+			waitAgentAt(t, reqNode, "acme", id, oldNode)
+			_, held := req.request(id, corpus(t, "req-chat-tiny-01.json"))
+			old.recvData(5 * time.Second)
+
+			start := time.Now()
+			repl := mustDialRaw(t, newNode, tr, cc(id, model))
+			cm := old.expectControl(5*time.Second, negotiate.TypeClose)
+			if cm.Close == nil || cm.Close.Reason != negotiate.ReasonReplaced {
+				t.Fatalf("old session got CLOSE %+v, want REPLACED", cm.Close)
+			}
+			if el := time.Since(start); el > time.Second {
+				t.Fatalf("CLOSE REPLACED came %v after the new session, want within 1 s", el)
+			}
+			for _, d := range nodes {
+				waitAgentAt(t, d, "acme", id, newNode)
+			}
+			old.sendControl(negotiate.AppendClose(nil, old.sess.ID, time.Now(), negotiate.ReasonReplaced, "ack"))
+			expectConnClosed(t, old.conn, 5*time.Second)
+			gone := req.expectError(5*time.Second, held, "agent_gone", false)
+			if gone.peer != id {
+				t.Fatalf("agent_gone names peer %q, want %q", gone.peer, id)
+			}
+			body := []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"hi"}]}`)
+			for _, peer := range []string{id, ""} {
+				_, rid := req.request(peer, body)
+				got := repl.recvData(5 * time.Second)
+				repl.reply(got.ch, got.hdr.RequestID, true, corpus(t, "resp-chat-06.json"))
+				if r := req.recvData(5 * time.Second); r.hdr.RequestID != rid || r.code != "" {
+					t.Fatalf("peer %q: reply id %d code %q", peer, r.hdr.RequestID, r.code)
+				}
+			}
+		})
+	}
+}
+
+// TestClusterOrgAuthentication: every node has the same org secrets;
+// authenticated agents of one org reach each other across nodes, and an
+// agent of another org with the same ids reaches neither.
+func TestClusterOrgAuthentication(t *testing.T) {
+	other := []byte("fedcba9876543210fedcba9876543210")
+	nodes := startCluster(t, 3, nil, func(c *daemon.Config) {
+		c.OrgSecrets = map[string]security.Secret{"acme": testMaster, "evil": other}
+	})
+	cc := func(org string, master []byte, id string, models ...string) negotiate.ClientConfig {
+		return negotiate.ClientConfig{AgentID: id, Security: frame.SecurityAEAD, Models: models, Org: org, AgentKey: agentKey(t, master, org, id)}
+	}
+	prov := mustDialRaw(t, nodes[1], "quic", cc("acme", testMaster, "oprov", "gpt-4o"))
+	req := mustDialRaw(t, nodes[0], "ws", cc("acme", testMaster, "oreq"))
+	evil := mustDialRaw(t, nodes[2], "ws", cc("evil", other, "oreq"))
+	waitAgentAt(t, nodes[0], "acme", "oprov", nodes[1])
+	if !req.sess.Params.Authenticated || !evil.sess.Params.Authenticated {
+		t.Fatal("sessions not authenticated")
+	}
+	roundTrip(t, req, prov)
+	// Same agent id in another org: neither replaced nor replacing.
+	if _, ok := nodes[0].AgentNode("acme", "oreq"); !ok {
+		t.Fatal("evil/oreq on node 2 replaced acme/oreq")
+	}
+	for _, peer := range []string{"oprov", ""} {
+		_, id := evil.request(peer, corpus(t, "req-chat-1k-01.json"))
+		want := "unknown_agent"
+		if peer == "" {
+			want = "no_route"
+		}
+		evil.expectError(5*time.Second, id, want, false)
+	}
+}
+
+// TestClusterRouteAuthentication: with a cluster user and password, nodes
+// that present them form the cluster, and a node with the wrong password
+// is never joined: it hears no other node and nobody hears it.
+func TestClusterRouteAuthentication(t *testing.T) {
+	auth := func(c *cluster.Config) { c.User, c.Password = "m2md", "correct horse battery staple" }
+	nodes := startCluster(t, 2, auth, nil)
+	intruder := startDaemon(t, clusterConfig([]string{"nats://" + nodes[0].Cluster().RouteAddr.String()},
+		func(c *cluster.Config) { c.User, c.Password = "m2md", "wrong" }))
+	time.Sleep(1500 * time.Millisecond) // several heartbeats, and NATS's route retries
+	if n := intruder.Cluster().Nodes; n != 0 {
+		t.Fatalf("node with the wrong password hears %d nodes", n)
+	}
+	for _, d := range nodes {
+		if n := d.Cluster().Nodes; n != 1 {
+			t.Fatalf("member hears %d nodes, want 1 (the intruder must not count)", n)
+		}
+	}
+	// An agent registered at the intruder is unknown to the members.
+	mustDialRaw(t, intruder, "ws", negotiate.ClientConfig{AgentID: "injected", Models: []string{"gpt-4o"}})
+	time.Sleep(300 * time.Millisecond)
+	for _, d := range nodes {
+		if _, ok := d.AgentNode("", "injected"); ok {
+			t.Fatal("an agent of a non-member reached the cluster")
+		}
+	}
+}
+
+// TestClusterOpenModeDuplicate: without org secrets a node refuses a
+// newcomer whose agent id is held on another node (it cannot compare the
+// holder's address), as it refuses one from another address locally.
+func TestClusterOpenModeDuplicate(t *testing.T) {
+	nodes := startCluster(t, 2, nil, nil)
+	mustDialRaw(t, nodes[0], "ws", negotiate.ClientConfig{AgentID: "open-dup"})
+	waitAgentAt(t, nodes[1], "", "open-dup", nodes[0])
+	_, err := dialRaw(t, nodes[1], "ws", negotiate.ClientConfig{AgentID: "open-dup"})
+	var rej *negotiate.RejectError
+	if !errors.As(err, &rej) || rej.Code != negotiate.RejectSecurityPolicy {
+		t.Fatalf("second session of open-dup on another node: %v, want REJECT SECURITY_POLICY", err)
 	}
 }

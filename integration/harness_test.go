@@ -29,9 +29,6 @@ type testDaemon struct {
 	*daemon.Server
 	cancel context.CancelFunc
 	done   chan error
-	// routeUser is "user:password" of a cluster node's routes, for the
-	// nodes that join it.
-	routeUser string
 }
 
 // startDaemon runs a real daemon on ephemeral loopback ports with a fresh
@@ -54,9 +51,6 @@ func startDaemon(t testing.TB, mutate func(*daemon.Config)) *testDaemon {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d := &testDaemon{Server: srv, cancel: cancel, done: make(chan error, 1)}
-	if cfg.Cluster.User != "" {
-		d.routeUser = cfg.Cluster.User + ":" + cfg.Cluster.Password
-	}
 	go func() { d.done <- srv.Run(ctx) }()
 	select {
 	case <-srv.Ready():
