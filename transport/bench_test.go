@@ -7,6 +7,7 @@ import (
 	"io"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -153,4 +154,87 @@ func BenchmarkMessageRead(b *testing.B) {
 			}
 		})
 	}
+}
+
+// BenchmarkWSSendBatch measures what a batch of 32 messages costs the
+// sender over WebSocket, written one system call per message (Send alone,
+// as before Cork existed) or as one batch (Cork … Uncork, as the daemon's
+// writer does). The receiver drains on its own goroutine; the figure is per
+// message. Compare the modes with benchstat -col /mode.
+//
+//	go test -run=^$ -bench=WSSendBatch -count=5 ./transport/ | benchstat -col /mode -
+func BenchmarkWSSendBatch(b *testing.B) {
+	for _, size := range []int{256, 1024, 16384} {
+		for _, mode := range []string{"per-message", "batch"} {
+			b.Run(fmt.Sprintf("size=%d/mode=%s", size, mode), func(b *testing.B) {
+				benchWSBatch(b, size, mode == "batch")
+			})
+		}
+	}
+}
+
+func benchWSBatch(b *testing.B, size int, corked bool) {
+	const batch, ahead = 32, 4
+	p := wsPair(b, Config{}, Config{})
+	p.client.SetReadLimit(1 << 20)
+	bg := context.Background()
+	// The receiver hands back a token per batch received, so that at most
+	// a few batches are in flight: the socket buffers never fill, and the
+	// figure is the cost of sending, not of waiting.
+	tokens := make(chan struct{}, ahead)
+	for range ahead {
+		tokens <- struct{}{}
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for n := 1; ; n++ {
+			m, err := p.client.Receive(bg)
+			if err != nil {
+				return
+			}
+			m.Release()
+			if n%batch == 0 {
+				tokens <- struct{}{}
+			}
+		}
+	})
+	msg := make([]byte, size)
+	b.SetBytes(int64(size * batch))
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	b.ResetTimer()
+	for b.Loop() {
+		<-tokens
+		if corked {
+			p.server.Cork()
+		}
+		for range batch {
+			if err := p.server.Send(bg, ControlChannel, msg); err != nil {
+				b.Fatal(err)
+			}
+		}
+		if corked {
+			if err := p.server.Uncork(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for range ahead {
+		<-tokens
+	}
+	b.StopTimer()
+	// CPU time (both ends: one process) is steadier than wall time on a
+	// machine shared with other work.
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*batch), "cpu-ns/msg")
+	p.close()
+	wg.Wait()
+}
+
+// cpuTime is the process's user and system CPU time in nanoseconds.
+func cpuTime() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
 }
