@@ -217,6 +217,11 @@ func (st *Stream) Recv() ([]byte, error) {
 	return body, err
 }
 
+// Next is Recv that also says whether the reply is the final one (END), so
+// a caller can tell a provider's single answer from a first stream chunk
+// without waiting for the next reply.
+func (st *Stream) Next() (body []byte, final bool, err error) { return st.recv() }
+
 func (st *Stream) recv() (body []byte, end bool, err error) {
 	if st.err != nil {
 		return nil, false, st.err

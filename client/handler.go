@@ -42,6 +42,9 @@ type Request struct {
 	Model string
 	// Stream reports that the request asked for streaming ("stream": true).
 	Stream bool
+	// Embeddings reports an embeddings request: a frame of schema 04
+	// (EmbeddingRequest), as the OpenAI ingress sends for /v1/embeddings.
+	Embeddings bool
 	// Body is the request's JSON, decoded; the handler owns it.
 	Body []byte
 }
@@ -196,10 +199,11 @@ func (s *session) decodeRequest(d *delivery, msg transport.Message, plain []byte
 	}
 	s.c.stats.jsonReceived.Add(uint64(len(body)))
 	return &Request{
-		From:   d.from,
-		ID:     d.id,
-		Model:  string(h.Model),
-		Stream: (h.Schema == frame.SchemaRequest || h.Schema == frame.SchemaEmbeddingRequest) && h.Flags.StreamRequested(),
-		Body:   body,
+		From:       d.from,
+		ID:         d.id,
+		Model:      string(h.Model),
+		Stream:     (h.Schema == frame.SchemaRequest || h.Schema == frame.SchemaEmbeddingRequest) && h.Flags.StreamRequested(),
+		Embeddings: h.Schema == frame.SchemaEmbeddingRequest,
+		Body:       body,
 	}, nil
 }

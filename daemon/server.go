@@ -147,6 +147,10 @@ func (s *Server) setupTLS() error {
 // has not arrived and that were not cancelled (m2md_outstanding_requests).
 func (s *Server) Outstanding() int { return s.router.Stats().Pending }
 
+// Models returns the models the agents of org serve now (org "" without
+// org secrets), sorted: what an OpenAI-compatible GET /v1/models lists.
+func (s *Server) Models(org string) []string { return s.router.Models(org) }
+
 func (s *Server) Fingerprint() string { return s.fingerprint }
 
 // Ready is closed once every listener is bound.

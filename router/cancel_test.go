@@ -2,6 +2,7 @@ package router
 
 import (
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 )
@@ -75,5 +76,19 @@ func TestCancelRacesEnd(t *testing.T) {
 		if p.Outstanding() != 0 || req.Requests() != 0 {
 			t.Fatalf("request %d: outstanding %d requests %d", i, p.Outstanding(), req.Requests())
 		}
+	}
+}
+
+func TestModels(t *testing.T) {
+	r, ss := setup(t, Config{}, agentSpec{id: "a", models: []string{"m2", "m1"}}, agentSpec{id: "b", models: []string{"m1", "m3"}})
+	if got := r.Models(""); !slices.Equal(got, []string{"m1", "m2", "m3"}) {
+		t.Fatalf("Models = %q", got)
+	}
+	r.Remove(ss["a"])
+	if got := r.Models(""); !slices.Equal(got, []string{"m1", "m3"}) {
+		t.Fatalf("after Remove: %q", got)
+	}
+	if got := r.Models("other-org"); len(got) != 0 {
+		t.Fatalf("other org: %q", got)
 	}
 }

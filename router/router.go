@@ -2,6 +2,7 @@ package router
 
 import (
 	"math/bits"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -376,6 +377,22 @@ func (r *Router[S]) Lookup(org, agentID string) (*Session[S], bool) {
 	}
 	r.mu.RUnlock()
 	return s, s != nil
+}
+
+// Models returns the models that sessions of org serve now, sorted. A
+// session's models disappear with its Remove (or its replacement).
+func (r *Router[S]) Models(org string) []string {
+	r.mu.RLock()
+	var out []string
+	if ns := r.orgs[org]; ns != nil {
+		out = make([]string, 0, len(ns.models))
+		for m := range ns.models {
+			out = append(out, m)
+		}
+	}
+	r.mu.RUnlock()
+	slices.Sort(out)
+	return out
 }
 
 // empty reports whether no session is registered or retiring (tests).

@@ -5,6 +5,7 @@
 //	m2md decompress  any wire form on stdin → the original JSON on stdout
 //	m2md inspect     print a frame's readable header as JSON, without a key
 //	m2md bench       load and codec benchmarks
+//	m2md upstream    a provider agent in front of an OpenAI-compatible server
 //	m2md demo        a provider and a requester agent to try the daemon with
 //	m2md version     the version, commit and Go version of this build
 //
@@ -44,6 +45,7 @@ func commands() []command {
 		{"decompress", "read any wire form on stdin, write the original JSON on stdout", runDecompress},
 		{"inspect", "print a frame's readable header as JSON (no key, no decompression)", runInspect},
 		{"bench", "load benchmark against a daemon, or codec comparison", runBench},
+		{"upstream", "a provider agent in front of an OpenAI-compatible server", runUpstream},
 		{"demo", "demo agents: 'demo provider' serves models, 'demo requester' sends the corpus", runDemo},
 		{"version", "print the version, commit and Go version", runVersion},
 	}

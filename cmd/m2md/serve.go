@@ -11,6 +11,7 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/peterbourgon/ff/v3"
 	"github.com/rs/zerolog"
@@ -18,6 +19,7 @@ import (
 	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/openai/ingress"
 	"github.com/m2md/m2md/security"
 )
 
@@ -28,6 +30,8 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 		minSecurity string
 		secretsFile string
 		disableFeat string
+		openAIAddr  string
+		openAIKeys  string
 		logLevel    string
 		logFormat   string
 		clusterPwd  string
@@ -49,6 +53,8 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.StringVar(&cfg.CertDir, "cert-dir", daemon.DefaultCertDir, "`folder` where the development certificate is made and reused")
 	fs.StringVar(&minSecurity, "min-security", "none", "weakest frame security `mode` a client may choose: none, hmac or aead")
 	fs.StringVar(&secretsFile, "org-secrets-file", "", "`file` of 'org hex-secret' lines; when set, agents must authenticate")
+	fs.StringVar(&openAIAddr, "openai-addr", ingress.DefaultAddr, "TCP `address` of the OpenAI-compatible HTTP endpoint (\"-\" disables)")
+	fs.StringVar(&openAIKeys, "openai-keys-file", "", "`file` of 'KEY AGENT_ID [ORG]' lines: bearer keys of the OpenAI endpoint; required with --org-secrets-file")
 	fs.StringVar(&disableFeat, "disable-features", "", "comma-separated protocol `features` not to offer (docs/protocol.md §3.6)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", daemon.DefaultMaxSessions, "concurrent sessions before HELLO gets SERVER_BUSY")
 	byteSizeVar(fs, &cfg.MaxPayload, "max-payload", negotiate.MaxPayloadLimit, negotiate.MaxPayloadLimit, "largest DATA message, e.g. 1MiB or 65536 (at most 16MiB)")
@@ -137,8 +143,38 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return srv.Run(ctx)
+	if !enabledAddr(openAIAddr) {
+		return srv.Run(ctx)
+	}
+	// The daemon runs until the ingress has let its requests finish, so
+	// they are not cut off by the daemon's own shutdown.
+	daemonCtx, stopDaemon := context.WithCancel(context.Background())
+	defer stopDaemon()
+	done := make(chan error, 1)
+	go func() { done <- srv.Run(daemonCtx) }()
+	select {
+	case <-srv.Ready():
+	case err := <-done:
+		return err
+	}
+	edge, err := startOpenAI(ctx, srv, cfg, openAIAddr, openAIKeys, logger)
+	if err != nil {
+		stopDaemon()
+		<-done
+		return err
+	}
+	select {
+	case <-ctx.Done():
+	case err := <-done:
+		edge.stop(time.Second)
+		return err
+	}
+	edge.stop(cfg.ShutdownGrace)
+	stopDaemon()
+	return <-done
 }
+
+func enabledAddr(a string) bool { return a != "" && a != "-" }
 
 // readOrgSecrets reads "org hexsecret" lines. Secrets stay out of flags so
 // they never show in a process listing.

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/openai/ingress"
+)
+
+// openAIEdge is the OpenAI ingress of `m2md serve`: an HTTP server whose
+// handler holds mesh sessions to the daemon it runs beside.
+type openAIEdge struct {
+	in  *ingress.Ingress
+	srv *http.Server
+	ln  net.Listener
+}
+
+// startOpenAI opens the ingress's sessions to the running daemon srv and
+// starts serving HTTP on addr.
+func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, addr, keysFile string, log zerolog.Logger) (*openAIEdge, error) {
+	var keys *ingress.Keys
+	if keysFile != "" {
+		f, err := os.Open(keysFile)
+		if err != nil {
+			return nil, fmt.Errorf("--openai-keys-file: %w", err)
+		}
+		keys, err = ingress.ParseKeys(f, keysFile)
+		f.Close()
+		if err != nil {
+			return nil, fmt.Errorf("--openai-keys-file: %w", err)
+		}
+		for _, id := range keys.Identities() {
+			if _, ok := cfg.OrgSecrets[id.Org]; len(cfg.OrgSecrets) > 0 && !ok {
+				return nil, fmt.Errorf("--openai-keys-file: agent %s names org %q, which --org-secrets-file does not list", id.AgentID, id.Org)
+			}
+			if len(cfg.OrgSecrets) == 0 && id.Org != "" {
+				return nil, fmt.Errorf("--openai-keys-file: agent %s names org %q, but the daemon has no --org-secrets-file", id.AgentID, id.Org)
+			}
+		}
+	} else if len(cfg.OrgSecrets) > 0 {
+		return nil, errors.New("--openai-keys-file is required with --org-secrets-file: each key names the agent and org it acts as (or disable the ingress with --openai-addr -)")
+	}
+	url, err := meshURL(srv, cfg.WSPath)
+	if err != nil {
+		return nil, err
+	}
+	in, err := ingress.New(ctx, ingress.Config{
+		Keys:   keys,
+		Models: srv.Models,
+		Logger: log.With().Str("component", "openai").Logger(),
+		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
+			return client.Dial(ctx, url, client.Options{
+				AgentID:   id.AgentID,
+				Org:       id.Org,
+				OrgSecret: cfg.OrgSecrets[id.Org],
+				Security:  cfg.MinSecurity,
+				PinSHA256: srv.Fingerprint(),
+				Reconnect: true,
+				Logger:    log.With().Str("component", "openai").Str("agent", id.AgentID).Logger(),
+			})
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		in.Close()
+		return nil, fmt.Errorf("--openai-addr: %w", err)
+	}
+	e := &openAIEdge{in: in, ln: ln, srv: &http.Server{Handler: in, ReadHeaderTimeout: 10 * time.Second}}
+	go e.srv.Serve(ln)
+	ev := log.Info().Str("addr", ln.Addr().String()).Str("mesh", url)
+	if keys.Len() == 0 {
+		log.Warn().Str("addr", ln.Addr().String()).Msg("OpenAI ingress is open: no --openai-keys-file, so anyone who can reach this address uses the mesh as agent " + ingress.OpenIdentity)
+	} else {
+		ev = ev.Int("keys", keys.Len())
+	}
+	ev.Msg("OpenAI-compatible ingress listening (POST /v1/chat/completions, POST /v1/embeddings, GET /v1/models)")
+	return e, nil
+}
+
+// Addr is where the ingress listens.
+func (e *openAIEdge) Addr() net.Addr { return e.ln.Addr() }
+
+// stop lets requests in flight finish (at most grace), then ends the
+// ingress's sessions.
+func (e *openAIEdge) stop(grace time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	e.srv.Shutdown(ctx)
+	e.in.Close()
+}
+
+// meshURL is the daemon's own listener as seen from this process: QUIC if
+// it runs, else plain WebSocket, on loopback.
+func meshURL(srv *daemon.Server, wsPath string) (string, error) {
+	loop := func(a net.Addr) string {
+		host, port, _ := net.SplitHostPort(a.String())
+		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
+			host = "127.0.0.1"
+			if ip != nil && ip.To4() == nil {
+				host = "::1"
+			}
+		}
+		return net.JoinHostPort(host, port)
+	}
+	switch {
+	case srv.QUICAddr() != nil:
+		return "quic://" + loop(srv.QUICAddr()), nil
+	case srv.WSAddr() != nil:
+		return "ws://" + loop(srv.WSAddr()) + wsPath, nil
+	}
+	return "", errors.New("--openai-addr needs the daemon's QUIC or plain WebSocket listener (--quic-addr or --ws-addr)")
+}

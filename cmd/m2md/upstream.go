@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+
+	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/openai/upstream"
+)
+
+func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
+	fs := newFlagSet("upstream", "upstream --base-url URL [flags]\n\nA provider agent in front of an OpenAI-compatible server (vLLM, llama.cpp, Ollama,\nLM Studio, OpenRouter, OpenAI): requests routed to its models are POSTed to the\nserver's /chat/completions or /embeddings and its answers relayed byte for byte.", stderr)
+	var df demoFlags
+	df.register(fs)
+	var (
+		cfg       upstream.Config
+		agent     = fs.String("agent", "upstream", "agent `id` on the mesh")
+		models    = fs.String("models", "", "comma-separated `models` to serve (default: the server's GET /models)")
+		keyEnv    = fs.String("api-key-env", "", "environment `variable` holding the server's API key (sent as Bearer; never logged)")
+		org       = fs.String("org", "", "`org` to authenticate as, when the daemon requires it (with --agent-key-env)")
+		agentKey  = fs.String("agent-key-env", "", "environment `variable` holding the agent key (64 hex digits) for --org")
+		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
+		logFormat = fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
+	)
+	fs.StringVar(&cfg.BaseURL, "base-url", "http://127.0.0.1:11434/v1", "the server's OpenAI API root `URL`")
+	fs.IntVar(&cfg.Concurrency, "concurrency", upstream.DefaultConcurrency, "requests in flight at the server at most")
+	fs.DurationVar(&cfg.FirstByteTimeout, "first-byte-timeout", upstream.DefaultFirstByteTimeout, "wait this long at most for the server's response headers")
+	fs.DurationVar(&cfg.ChunkTimeout, "chunk-timeout", upstream.DefaultChunkTimeout, "wait this long at most for each next piece of an answer")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if cfg.Concurrency <= 0 {
+		return usagef("--concurrency must be at least 1, not %d", cfg.Concurrency)
+	}
+	if *keyEnv != "" {
+		cfg.APIKey = os.Getenv(*keyEnv)
+		if cfg.APIKey == "" {
+			return usagef("--api-key-env %s: the variable is empty or not set", *keyEnv)
+		}
+	}
+	logger, err := newLogger(*logLevel, *logFormat, stderr)
+	if err != nil {
+		return err
+	}
+	cfg.Logger = logger
+	up, err := upstream.New(cfg)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	defer up.Close()
+	opt, err := df.options()
+	if err != nil {
+		return err
+	}
+	opt.AgentID, opt.Reconnect, opt.Handler, opt.Logger = *agent, true, up, logger
+	opt.MaxConcurrentHandlers = max(client.DefaultMaxConcurrentHandlers, cfg.Concurrency)
+	if *org != "" {
+		if *agentKey == "" {
+			return usagef("--org needs --agent-key-env")
+		}
+		k, err := hex.DecodeString(os.Getenv(*agentKey))
+		if err != nil || len(k) != 32 {
+			return usagef("--agent-key-env %s must hold 64 hex digits", *agentKey)
+		}
+		opt.Org, opt.AgentKey = *org, k
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if *models != "" {
+		for _, m := range strings.Split(*models, ",") {
+			if m = strings.TrimSpace(m); m != "" {
+				opt.Models = append(opt.Models, m)
+			}
+		}
+	} else if opt.Models, err = up.Models(ctx); err != nil {
+		return err
+	}
+	c, err := client.Dial(ctx, df.url, opt)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	s := c.Session()
+	logger.Info().Str("agent", s.AgentID).Str("transport", s.Transport).Str("security", s.Params.SecurityMode.String()).
+		Str("upstream", cfg.BaseURL).Strs("models", opt.Models).Msg("upstream agent connected")
+	fmt.Fprintf(stdout, "upstream agent %s serving %d models from %s; Ctrl-C to stop\n", s.AgentID, len(opt.Models), cfg.BaseURL)
+	select {
+	case <-ctx.Done():
+	case <-c.Done():
+		return c.Err()
+	}
+	return nil
+}

@@ -1,0 +1,568 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+
+	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/frame"
+	m2mopenai "github.com/m2md/m2md/openai"
+	"github.com/m2md/m2md/openai/ingress"
+	"github.com/m2md/m2md/openai/upstream"
+)
+
+// streamChunks are the corpus's stream chunks in a realistic order: role,
+// content deltas, a tool call's start and argument fragments, finish, and
+// a usage-only chunk.
+var streamChunks = []string{
+	"stream-chunk-01.json", "stream-chunk-02.json", "stream-chunk-03.json", "stream-chunk-04.json",
+	"stream-chunk-05.json", "stream-chunk-06.json", "stream-chunk-07.json", "stream-chunk-08.json",
+	"stream-chunk-09.json", "stream-chunk-10.json", "stream-chunk-11.json", "stream-chunk-12.json",
+	"stream-chunk-13.json", "stream-chunk-14.json",
+}
+
+// testUpstream is an OpenAI-compatible server replaying the corpus. The
+// model of a request chooses its behaviour.
+type testUpstream struct {
+	t   testing.TB
+	srv *httptest.Server
+
+	mu        sync.Mutex
+	bodies    [][]byte // request bodies as received, in order
+	auth      []string // their Authorization headers
+	cancelled chan time.Time
+}
+
+const upstreamKey = "sk-upstream-secret-0123456789"
+
+func newTestUpstream(t testing.TB) *testUpstream {
+	u := &testUpstream{t: t, cancelled: make(chan time.Time, 16)}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", u.chat)
+	mux.HandleFunc("POST /v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
+		u.record(r)
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(corpus(t, "resp-embeddings-01.json"))
+	})
+	mux.HandleFunc("GET /v1/models", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"object":"list","data":[{"id":"gpt-4o","object":"model","created":1,"owned_by":"test"}]}`)
+	})
+	u.srv = httptest.NewServer(mux)
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+func (u *testUpstream) record(r *http.Request) []byte {
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		u.t.Errorf("upstream read: %v", err)
+	}
+	u.mu.Lock()
+	u.bodies = append(u.bodies, b)
+	u.auth = append(u.auth, r.Header.Get("Authorization"))
+	u.mu.Unlock()
+	return b
+}
+
+func (u *testUpstream) last() ([]byte, string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if len(u.bodies) == 0 {
+		return nil, ""
+	}
+	return u.bodies[len(u.bodies)-1], u.auth[len(u.auth)-1]
+}
+
+func (u *testUpstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.bodies)
+}
+
+func (u *testUpstream) chat(w http.ResponseWriter, r *http.Request) {
+	body := u.record(r)
+	model := modelOf(body)
+	stream := bytes.Contains(body, []byte(`"stream":true`))
+	switch {
+	case model == "rate-limited":
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusTooManyRequests)
+		w.Write(corpus(u.t, "resp-error-02.json"))
+	case model == "context-too-long":
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		w.Write(corpus(u.t, "resp-error-01.json"))
+	case model == "hang":
+		<-r.Context().Done()
+	case model == "broken":
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close()
+		}
+	case model == "slow-stream":
+		w.Header().Set("Content-Type", "text/event-stream")
+		for i := 0; i < 500; i++ {
+			fmt.Fprintf(w, "data: %s\n\n", corpus(u.t, streamChunks[1+i%10]))
+			http.NewResponseController(w).Flush()
+			select {
+			case <-r.Context().Done():
+				u.cancelled <- time.Now()
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	case stream:
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, name := range streamChunks {
+			fmt.Fprintf(w, "data: %s\n\n", corpus(u.t, name))
+			http.NewResponseController(w).Flush()
+		}
+		io.WriteString(w, "data: [DONE]\n\n")
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(corpus(u.t, "resp-toolcalls-01.json"))
+	}
+}
+
+func modelOf(body []byte) string {
+	_, rest, ok := bytes.Cut(body, []byte(`"model":"`))
+	if !ok {
+		return ""
+	}
+	m, _, _ := bytes.Cut(rest, []byte(`"`))
+	return string(m)
+}
+
+// edges runs a real daemon, the OpenAI ingress beside it (wired as m2md
+// serve wires it), and an upstream agent in front of the test upstream.
+type edges struct {
+	d        *testDaemon
+	in       *ingress.Ingress
+	base     string // the ingress's URL
+	upstream *testUpstream
+	agent    *client.Client
+}
+
+var edgeModels = []string{"gpt-4o", "gpt-4o-mini", "text-embedding-3-small", "rate-limited", "context-too-long", "hang", "broken", "slow-stream"}
+
+func startEdges(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys, mutate func(*daemon.Config)) *edges {
+	t.Helper()
+	e := &edges{d: startDaemon(t, mutate), upstream: newTestUpstream(t)}
+	up, err := upstream.New(upstream.Config{
+		BaseURL: e.upstream.srv.URL + "/v1", APIKey: upstreamKey,
+		FirstByteTimeout: 300 * time.Millisecond, ChunkTimeout: 2 * time.Second,
+		Logger: testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(up.Close)
+	e.agent = dialClient(t, e.d.url(tr), client.Options{
+		AgentID: "upstream-" + tr, Models: edgeModels, Handler: up, Security: mode, TLSConfig: e.d.clientTLS(t),
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	e.in, err = ingress.New(ctx, ingress.Config{
+		Keys: keys, Models: e.d.Models, Logger: testLogger(t),
+		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
+			return client.Dial(ctx, e.d.url(tr), client.Options{AgentID: id.AgentID, Security: mode, TLSConfig: e.d.clientTLS(t), Reconnect: true})
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(e.in)
+	t.Cleanup(func() {
+		srv.Close()
+		e.in.Close()
+		// The SDK and http.Post use the default transport's pool.
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	})
+	e.base = srv.URL
+	return e
+}
+
+func (e *edges) sdk(key string, opts ...option.RequestOption) openai.Client {
+	return openai.NewClient(append([]option.RequestOption{
+		option.WithBaseURL(e.base + "/v1/"), option.WithAPIKey(key), option.WithMaxRetries(0),
+	}, opts...)...)
+}
+
+// sentBodies records the bodies the SDK sends.
+type sentBodies struct {
+	mu     sync.Mutex
+	bodies [][]byte
+}
+
+func (s *sentBodies) middleware(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
+	if req.Body != nil {
+		b, _ := io.ReadAll(req.Body)
+		req.Body = io.NopCloser(bytes.NewReader(b))
+		s.mu.Lock()
+		s.bodies = append(s.bodies, b)
+		s.mu.Unlock()
+	}
+	return next(req)
+}
+
+func (s *sentBodies) last() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bodies[len(s.bodies)-1]
+}
+
+func chatParams(model string) openai.ChatCompletionNewParams {
+	return openai.ChatCompletionNewParams{
+		Model:    model,
+		Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("What is the weather in Paris? Use the tool.")},
+	}
+}
+
+// The OpenAI Go SDK against the ingress, through m2md upstream, to the test
+// upstream: every answer byte for byte, in every security mode.
+func TestOpenAIEdges(t *testing.T) {
+	for _, tr := range transports {
+		for _, mode := range []frame.Security{frame.SecurityNone, frame.SecurityHMAC, frame.SecurityAEAD} {
+			t.Run(tr+"/"+mode.String(), func(t *testing.T) {
+				e := startEdges(t, tr, mode, nil, nil)
+				var sent sentBodies
+				c := e.sdk("any", option.WithMiddleware(sent.middleware))
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+
+				// Chat with tools, not streamed: the upstream's body byte for byte.
+				params := chatParams("gpt-4o")
+				params.Tools = []openai.ChatCompletionToolUnionParam{openai.ChatCompletionFunctionTool(openai.FunctionDefinitionParam{
+					Name: "get_weather", Parameters: openai.FunctionParameters{"type": "object", "properties": map[string]any{"city": map[string]any{"type": "string"}}},
+				})}
+				resp, err := c.Chat.Completions.New(ctx, params)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if resp.RawJSON() != string(corpus(t, "resp-toolcalls-01.json")) {
+					t.Fatalf("response differs from the upstream's:\n%s", resp.RawJSON())
+				}
+				if len(resp.Choices) == 0 || len(resp.Choices[0].Message.ToolCalls) == 0 {
+					t.Fatalf("SDK did not parse the tool calls: %+v", resp.Choices)
+				}
+				got, auth := e.upstream.last()
+				if !bytes.Equal(got, sent.last()) {
+					t.Fatalf("upstream got\n%s\nSDK sent\n%s", got, sent.last())
+				}
+				if auth != "Bearer "+upstreamKey {
+					t.Fatalf("upstream got Authorization %q, want the agent's own key", auth)
+				}
+
+				// Streamed: every chunk byte for byte, in order, then [DONE].
+				params = chatParams("gpt-4o-mini")
+				params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+				st := c.Chat.Completions.NewStreaming(ctx, params)
+				i := 0
+				var acc openai.ChatCompletionAccumulator
+				for st.Next() {
+					ch := st.Current()
+					if i >= len(streamChunks) || ch.RawJSON() != string(corpus(t, streamChunks[i])) {
+						t.Fatalf("chunk %d differs:\n%s", i, ch.RawJSON())
+					}
+					acc.AddChunk(ch)
+					i++
+				}
+				if err := st.Err(); err != nil || i != len(streamChunks) {
+					t.Fatalf("stream: %d chunks, err %v", i, err)
+				}
+				if acc.Usage.TotalTokens == 0 {
+					t.Fatal("usage chunk lost")
+				}
+				if got, _ := e.upstream.last(); !bytes.Equal(got, sent.last()) {
+					t.Fatal("streamed request not byte for byte")
+				}
+
+				// Embeddings.
+				emb, err := c.Embeddings.New(ctx, openai.EmbeddingNewParams{
+					Model: "text-embedding-3-small", Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("hello mesh")},
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if emb.RawJSON() != string(corpus(t, "resp-embeddings-01.json")) || len(emb.Data) == 0 {
+					t.Fatal("embeddings differ")
+				}
+				if got, _ := e.upstream.last(); !bytes.Equal(got, sent.last()) {
+					t.Fatal("embeddings request not byte for byte")
+				}
+
+				// Corpus requests as raw bytes: tools, vision, a long
+				// conversation, 100 KB, below the 100-byte threshold, and a
+				// streamed one whose whole SSE body is checked.
+				var sse bytes.Buffer
+				for _, name := range streamChunks {
+					sse.WriteString("data: " + string(corpus(t, name)) + "\n\n")
+				}
+				sse.WriteString("data: [DONE]\n\n")
+				for _, name := range []string{"req-tools-1k-01.json", "req-tools-4k-01.json", "req-vision-02.json",
+					"req-multiturn-16k-01.json", "req-long-100k-01.json", "req-chat-tiny-08.json", "req-stream-01.json"} {
+					body := corpus(t, name)
+					r, err := http.Post(e.base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+					if err != nil {
+						t.Fatal(err)
+					}
+					out, _ := io.ReadAll(r.Body)
+					r.Body.Close()
+					if got, _ := e.upstream.last(); !bytes.Equal(got, body) {
+						t.Fatalf("%s: upstream got other bytes", name)
+					}
+					want, ctype := corpus(t, "resp-toolcalls-01.json"), "application/json"
+					if bytes.Contains(body, []byte(`"stream":true`)) {
+						want, ctype = sse.Bytes(), "text/event-stream"
+					}
+					if r.StatusCode != 200 || r.Header.Get("Content-Type") != ctype || !bytes.Equal(out, want) {
+						t.Fatalf("%s: HTTP %d %s:\n%s", name, r.StatusCode, r.Header.Get("Content-Type"), out)
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestOpenAIModels(t *testing.T) {
+	e := startEdges(t, "quic", frame.SecurityNone, nil, nil)
+	c := e.sdk("any")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	page, err := c.Models.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for _, m := range page.Data {
+		ids = append(ids, m.ID)
+	}
+	want := append([]string(nil), edgeModels...)
+	sortStrings(want)
+	if strings.Join(ids, ",") != strings.Join(want, ",") {
+		t.Fatalf("models %q, want %q", ids, want)
+	}
+	// The agent leaves: its models go within seconds.
+	e.agent.Close()
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		page, err := c.Models.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(page.Data) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("models still listed 3 s after the agent left: %d", len(page.Data))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func sortStrings(s []string) {
+	for i := range s {
+		for j := i + 1; j < len(s); j++ {
+			if s[j] < s[i] {
+				s[i], s[j] = s[j], s[i]
+			}
+		}
+	}
+}
+
+// Every error mapping, as the SDK sees it.
+func TestOpenAIErrors(t *testing.T) {
+	e := startEdges(t, "quic", frame.SecurityAEAD, nil, func(c *daemon.Config) {})
+	c := e.sdk("any")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for _, tc := range []struct {
+		model      string
+		stream     bool
+		status     int
+		code       string
+		body       string // exact body, when the upstream's passes through
+		retryAfter bool
+	}{
+		{model: "no-such-model", status: 404, code: "model_not_found"},
+		{model: "no-such-model", stream: true, status: 404, code: "model_not_found"},
+		{model: "rate-limited", status: 429, code: "rate_limit_exceeded", body: "resp-error-02.json"},
+		{model: "context-too-long", stream: true, status: 400, code: "context_length_exceeded", body: "resp-error-01.json"},
+		{model: "hang", status: 504, code: string(m2mopenai.CodeUpstreamTimeout)},
+		{model: "hang", stream: true, status: 504, code: string(m2mopenai.CodeUpstreamTimeout)},
+		{model: "broken", status: 502, code: string(m2mopenai.CodeUpstreamUnavailable)},
+	} {
+		t.Run(fmt.Sprintf("%s/stream=%t", tc.model, tc.stream), func(t *testing.T) {
+			before := e.upstream.count()
+			var hresp *http.Response
+			var err error
+			if tc.stream {
+				st := c.Chat.Completions.NewStreaming(ctx, chatParams(tc.model), option.WithResponseInto(&hresp))
+				for st.Next() {
+					t.Fatal("a chunk from a failed request")
+				}
+				err = st.Err()
+			} else {
+				_, err = c.Chat.Completions.New(ctx, chatParams(tc.model), option.WithResponseInto(&hresp))
+			}
+			var apiErr *openai.Error
+			if !errors.As(err, &apiErr) {
+				t.Fatalf("err %v, want an *openai.Error", err)
+			}
+			if apiErr.StatusCode != tc.status || apiErr.Code != tc.code {
+				t.Fatalf("HTTP %d code %q, want %d %q (%s)", apiErr.StatusCode, apiErr.Code, tc.status, tc.code, apiErr.RawJSON())
+			}
+			if tc.body != "" && apiErr.RawJSON() != string(corpus(t, tc.body)) {
+				// The SDK keeps the "error" member; compare the whole body.
+				if !strings.Contains(string(corpus(t, tc.body)), apiErr.RawJSON()) {
+					t.Fatalf("body %s is not the upstream's", apiErr.RawJSON())
+				}
+			}
+			if tc.model == "no-such-model" && e.upstream.count() != before {
+				t.Fatal("an unknown model reached the upstream")
+			}
+		})
+	}
+
+	// Bad JSON and over the limit: 400, from the ingress itself.
+	for _, body := range [][]byte{[]byte(`{"model":`), []byte(`{"messages":[]}`), bytes.Repeat([]byte("x"), 17<<20)} {
+		r, err := http.Post(e.base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode != 400 || !bytes.Contains(out, []byte(`"type":"invalid_request_error"`)) {
+			t.Fatalf("HTTP %d %s", r.StatusCode, out)
+		}
+	}
+
+	// The provider goes away mid-request: 502.
+	gone := make(chan struct{})
+	prov := dialClient(t, e.d.url("quic"), client.Options{
+		AgentID: "leaver", Models: []string{"leaving-model"}, Security: frame.SecurityAEAD, TLSConfig: e.d.clientTLS(t),
+		Handler: client.HandlerFunc(func(ctx context.Context, r *client.Request, w client.ResponseWriter) {
+			close(gone)
+			<-ctx.Done()
+		}),
+	})
+	go func() { <-gone; prov.Close() }()
+	_, err := c.Chat.Completions.New(ctx, chatParams("leaving-model"))
+	var apiErr *openai.Error
+	if !errors.As(err, &apiErr) || apiErr.StatusCode != 502 {
+		t.Fatalf("provider gone: %v", err)
+	}
+
+	// Provider busy (a full queue or no free slot): 503 with Retry-After.
+	busy := startEdges(t, "ws", frame.SecurityNone, nil, func(c *daemon.Config) { c.MaxOutstanding = 1 })
+	hold := make(chan struct{})
+	dialClient(t, busy.d.url("ws"), client.Options{
+		AgentID: "slowpoke", Models: []string{"slow-model"}, TLSConfig: busy.d.clientTLS(t),
+		Handler: client.HandlerFunc(func(ctx context.Context, r *client.Request, w client.ResponseWriter) {
+			select {
+			case <-hold:
+			case <-ctx.Done():
+			}
+			w.Respond([]byte(`{"ok":true}`))
+		}),
+	})
+	defer close(hold)
+	go func() {
+		if r, err := http.Post(busy.base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"slow-model","messages":[]}`)); err == nil {
+			io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+		}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	r, err := http.Post(busy.base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"slow-model","messages":[]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if (r.StatusCode != 503 && r.StatusCode != 429) || r.Header.Get("Retry-After") == "" {
+		t.Fatalf("busy: HTTP %d Retry-After %q %s", r.StatusCode, r.Header.Get("Retry-After"), out)
+	}
+}
+
+func TestOpenAIKeys(t *testing.T) {
+	keys, err := ingress.ParseKeys(strings.NewReader("# test keys\nsk-alice-12345678 alice\nsk-bob-123456789 bob\n"), "keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := startEdges(t, "quic", frame.SecurityHMAC, keys, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, key := range []string{"", "sk-wrong-12345678"} {
+		c := e.sdk(key)
+		_, err := c.Chat.Completions.New(ctx, chatParams("gpt-4o"))
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 401 || apiErr.Code != "invalid_api_key" {
+			t.Fatalf("key %q: %v", key, err)
+		}
+	}
+	alice, bob := e.sdk("sk-alice-12345678"), e.sdk("sk-bob-123456789")
+	if _, err := alice.Chat.Completions.New(ctx, chatParams("gpt-4o")); err != nil {
+		t.Fatal(err)
+	}
+	if _, auth := e.upstream.last(); auth != "Bearer "+upstreamKey {
+		t.Fatalf("the client's key reached the upstream: %q", auth)
+	}
+	if _, err := bob.Models.List(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The SDK client aborts in the middle of a stream: the upstream sees its
+// request cancelled within 1 s, the daemon's outstanding count returns to
+// zero, and nothing leaks.
+func TestOpenAICancelMidStream(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			// Registered first, so it runs after every other cleanup: the
+			// daemon, the edges and the upstream are gone by then.
+			base := len(ourGoroutines())
+			t.Cleanup(func() { expectGoroutinesBack(t, base) })
+			{
+				e := startEdges(t, tr, frame.SecurityAEAD, nil, nil)
+				c := e.sdk("any")
+				ctx, cancel := context.WithCancel(context.Background())
+				st := c.Chat.Completions.NewStreaming(ctx, chatParams("slow-stream"))
+				for range 5 {
+					if !st.Next() {
+						t.Fatalf("stream ended early: %v", st.Err())
+					}
+				}
+				aborted := time.Now()
+				cancel()
+				st.Close()
+				select {
+				case at := <-e.upstream.cancelled:
+					if dt := at.Sub(aborted); dt > time.Second {
+						t.Fatalf("upstream saw the cancel after %v", dt)
+					}
+				case <-time.After(2 * time.Second):
+					t.Fatal("upstream request not cancelled within 2 s")
+				}
+				waitOutstanding(t, e.d, 0)
+				if n := metric(t, e.d, "m2md_cancels_total", "result=forwarded"); n != 1 {
+					t.Fatalf("m2md_cancels_total{result=forwarded} = %v", n)
+				}
+			}
+		})
+	}
+}

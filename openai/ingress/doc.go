@@ -1,0 +1,22 @@
+// Package ingress is the OpenAI-compatible HTTP endpoint of the daemon
+// (m2md serve --openai-addr): POST /v1/chat/completions, POST
+// /v1/embeddings and GET /v1/models, for any OpenAI client library.
+//
+// The ingress is an agent of the mesh: it holds a session (package client)
+// per API-key identity, so its requests take the daemon's one routing path
+// like any agent's. A request body becomes an M2M v1 frame without being
+// re-encoded (schema 01 for chat, 04 for embeddings; the payload
+// Brotli-compressed from 100 bytes on, as frame.AppendEncode does), is
+// routed by its "model" to a provider, and the provider's replies are
+// written back as they arrive: the final reply's bytes as the response
+// body, or one "data: <chunk>" event per stream chunk, flushed, then
+// "data: [DONE]" (package openai describes the conventions). Mesh errors
+// become OpenAI's error JSON with the status a client library expects
+// (openai.StatusFor); an error before the first chunk is a plain HTTP error,
+// never a 200 event stream. An HTTP client that disconnects cancels its
+// request at the provider.
+//
+// Keys: with Config.Keys, every request needs "Authorization: Bearer KEY"
+// and acts as the key's identity; without, the ingress is open (the daemon
+// warns at start).
+package ingress

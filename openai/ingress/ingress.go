@@ -1,0 +1,280 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/openai"
+)
+
+// Defaults of Config.
+const (
+	// DefaultAddr is where m2md serve listens for OpenAI clients.
+	DefaultAddr = "127.0.0.1:8000"
+	// DefaultMaxBody is the protocol's largest frame.
+	DefaultMaxBody = negotiate.MaxPayloadLimit
+	// DefaultTimeout bounds one request, first byte to last: long enough
+	// for a long non-streamed completion.
+	DefaultTimeout = 10 * time.Minute
+	// OpenIdentity is the agent id of an ingress without keys.
+	OpenIdentity = "openai-ingress"
+)
+
+// Config configures an Ingress. Dial and Models are required.
+type Config struct {
+	// Dial opens the mesh session of an identity (the daemon's cmd wires
+	// it to client.Dial on the daemon's own listener).
+	Dial func(ctx context.Context, id Identity) (*client.Client, error)
+	// Models lists the models served in an org now (daemon.Server.Models).
+	Models func(org string) []string
+	// Keys, when set, are required on every request. Without them every
+	// request acts as Identity{AgentID: OpenIdentity}.
+	Keys *Keys
+	// MaxBody bounds a request body. Default 16 MiB.
+	MaxBody int
+	// Timeout bounds one request. Default 10 min.
+	Timeout time.Duration
+	// Logger gets one line per failed request: never bodies or keys.
+	Logger zerolog.Logger
+}
+
+// Ingress is the HTTP handler. Close ends its sessions.
+type Ingress struct {
+	cfg     Config
+	mux     *http.ServeMux
+	agents  map[Identity]*client.Client
+	closeMu sync.Once
+}
+
+// New dials the session of every identity and returns the handler.
+func New(ctx context.Context, cfg Config) (*Ingress, error) {
+	if cfg.Dial == nil || cfg.Models == nil {
+		return nil, errors.New("ingress: Dial and Models are required")
+	}
+	if cfg.MaxBody <= 0 {
+		cfg.MaxBody = DefaultMaxBody
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	in := &Ingress{cfg: cfg, agents: map[Identity]*client.Client{}}
+	ids := []Identity{{AgentID: OpenIdentity}}
+	if cfg.Keys.Len() > 0 {
+		ids = cfg.Keys.Identities()
+	}
+	for _, id := range ids {
+		c, err := cfg.Dial(ctx, id)
+		if err != nil {
+			in.Close()
+			return nil, fmt.Errorf("ingress: session of %s: %w", id.AgentID, err)
+		}
+		in.agents[id] = c
+	}
+	in.mux = http.NewServeMux()
+	in.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+		in.serveRequest(w, r, frame.SchemaRequest)
+	})
+	in.mux.HandleFunc("POST /v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
+		in.serveRequest(w, r, frame.SchemaEmbeddingRequest)
+	})
+	in.mux.HandleFunc("GET /v1/models", in.serveModels)
+	in.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		openai.WriteError(w, http.StatusNotFound, "unknown endpoint "+r.Method+" "+r.URL.Path, "invalid_request_error", "unknown_url", false)
+	})
+	return in, nil
+}
+
+// Close ends the ingress's sessions.
+func (in *Ingress) Close() {
+	in.closeMu.Do(func() {
+		for _, c := range in.agents {
+			c.Close()
+		}
+	})
+}
+
+// ServeHTTP implements http.Handler.
+func (in *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) { in.mux.ServeHTTP(w, r) }
+
+// identity finds the caller's session, or answers 401.
+func (in *Ingress) identity(w http.ResponseWriter, r *http.Request) (Identity, *client.Client, bool) {
+	if in.cfg.Keys.Len() == 0 {
+		id := Identity{AgentID: OpenIdentity}
+		return id, in.agents[id], true
+	}
+	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	if ok {
+		if id, found := in.cfg.Keys.lookup(strings.TrimSpace(key)); found {
+			return id, in.agents[id], true
+		}
+	}
+	w.Header().Set("WWW-Authenticate", `Bearer realm="m2md"`)
+	openai.WriteError(w, http.StatusUnauthorized, "missing or unknown API key: send Authorization: Bearer KEY with a key of --openai-keys-file", "invalid_request_error", "invalid_api_key", false)
+	return Identity{}, nil, false
+}
+
+func (in *Ingress) serveModels(w http.ResponseWriter, r *http.Request) {
+	id, _, ok := in.identity(w, r)
+	if !ok {
+		return
+	}
+	type model struct {
+		ID      string `json:"id"`
+		Object  string `json:"object"`
+		Created int64  `json:"created"`
+		OwnedBy string `json:"owned_by"`
+	}
+	list := struct {
+		Object string  `json:"object"`
+		Data   []model `json:"data"`
+	}{Object: "list", Data: []model{}}
+	for _, m := range in.cfg.Models(id.Org) {
+		list.Data = append(list.Data, model{ID: m, Object: "model", OwnedBy: "m2md"})
+	}
+	b, _ := json.Marshal(list)
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
+}
+
+func (in *Ingress) serveRequest(w http.ResponseWriter, r *http.Request, schema frame.Schema) {
+	id, c, ok := in.identity(w, r)
+	if !ok {
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(in.cfg.MaxBody)))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			openai.WriteError(w, http.StatusBadRequest, fmt.Sprintf("request body exceeds %d bytes", in.cfg.MaxBody), "invalid_request_error", "request_too_large", false)
+		}
+		return // the client is gone otherwise
+	}
+	var head struct {
+		Model  *string `json:"model"`
+		Stream bool    `json:"stream"`
+	}
+	if err := json.Unmarshal(body, &head); err != nil {
+		openai.WriteError(w, http.StatusBadRequest, "request body is not valid JSON: "+err.Error(), "invalid_request_error", "invalid_json", false)
+		return
+	}
+	if head.Model == nil || *head.Model == "" || len(*head.Model) > negotiate.MaxModelLen {
+		openai.WriteError(w, http.StatusBadRequest, fmt.Sprintf("\"model\" must be a string of 1-%d bytes", negotiate.MaxModelLen), "invalid_request_error", "invalid_model", false)
+		return
+	}
+	fr, err := frame.AppendEncodeSchema(nil, body, schema, frame.Limits{})
+	if err != nil {
+		openai.WriteError(w, http.StatusBadRequest, "request cannot be framed: "+err.Error(), "invalid_request_error", "invalid_request", false)
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), in.cfg.Timeout)
+	defer cancel()
+	st, err := c.SendFrame(ctx, fr)
+	if err != nil {
+		in.writeError(w, r, id, err)
+		return
+	}
+	defer st.Close()
+	first, final, err := st.Next()
+	if err != nil {
+		in.writeError(w, r, id, err)
+		return
+	}
+	if !head.Stream || (final && string(first) != openai.Done) {
+		// One answer (a stream request the upstream answered in one body
+		// is passed on as it came).
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(first)
+		return
+	}
+	in.relayStream(w, r, id, st, first, final)
+}
+
+// relayStream writes the replies as server-sent events, flushing each.
+func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identity, st *client.Stream, chunk []byte, final bool) {
+	h := w.Header()
+	h.Set("Content-Type", "text/event-stream")
+	h.Set("Cache-Control", "no-cache")
+	h.Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
+	rc := http.NewResponseController(w)
+	buf := make([]byte, 0, 4096)
+	for {
+		buf = buf[:0]
+		if final && string(chunk) == openai.Done {
+			buf = append(buf, "data: [DONE]\n\n"...)
+		} else {
+			buf = append(buf, "data: "...)
+			buf = append(buf, chunk...)
+			buf = append(buf, "\n\n"...)
+		}
+		if _, err := w.Write(buf); err != nil {
+			return // the client is gone: closing the stream cancels it
+		}
+		if err := rc.Flush(); err != nil {
+			return
+		}
+		if final {
+			return
+		}
+		var err error
+		chunk, final, err = st.Next()
+		if err != nil {
+			// Too late for a status: say it in the stream, as OpenAI does,
+			// and end without [DONE] so the client sees the failure.
+			if r.Context().Err() == nil {
+				code, msg := in.describe(err)
+				s := openai.StatusFor(code)
+				in.cfg.Logger.Warn().Str("agent", id.AgentID).Str("code", string(code)).Msg("stream failed")
+				w.Write(append(append([]byte("data: "), openai.ErrorJSON(msg, s.Type, s.Code)...), "\n\n"...))
+				rc.Flush()
+			}
+			return
+		}
+	}
+}
+
+// describe turns a mesh or client error into a code and message.
+func (in *Ingress) describe(err error) (negotiate.ErrorCode, string) {
+	var rerr *client.RemoteError
+	switch {
+	case errors.As(err, &rerr):
+		return rerr.Code, rerr.Message
+	case errors.Is(err, client.ErrTooLarge):
+		return negotiate.CodeTooLarge, err.Error()
+	case errors.Is(err, context.DeadlineExceeded):
+		return openai.CodeUpstreamTimeout, fmt.Sprintf("no answer within %v", in.cfg.Timeout)
+	case errors.Is(err, client.ErrConnectionLost), errors.Is(err, client.ErrClosed):
+		return negotiate.CodeShutdown, "the ingress's mesh session is down; retry"
+	}
+	return openai.CodeBadUpstreamReply, err.Error()
+}
+
+// writeError answers a request that failed before its first reply.
+func (in *Ingress) writeError(w http.ResponseWriter, r *http.Request, id Identity, err error) {
+	if r.Context().Err() != nil {
+		return // the client left; nobody reads the answer
+	}
+	code, msg := in.describe(err)
+	if status, ok := openai.UpstreamHTTPStatus(code); ok {
+		// The upstream's own error, status and body as it sent them.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		io.WriteString(w, msg)
+		return
+	}
+	s := openai.StatusFor(code)
+	in.cfg.Logger.Debug().Str("agent", id.AgentID).Str("code", string(code)).Int("status", s.HTTP).Msg("request failed")
+	openai.WriteError(w, s.HTTP, msg, s.Type, s.Code, s.RetryAfter)
+}

@@ -1,0 +1,372 @@
+package upstream
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/openai"
+)
+
+// Defaults of Config.
+const (
+	DefaultConcurrency = 64
+	// DefaultFirstByteTimeout is long: a non-streamed completion sends its
+	// first byte only when the whole answer is written.
+	DefaultFirstByteTimeout = 10 * time.Minute
+	DefaultChunkTimeout     = 2 * time.Minute
+	// DefaultMaxResponse is the protocol's largest frame.
+	DefaultMaxResponse = negotiate.MaxPayloadLimit
+	// maxErrorBody bounds an upstream error body passed on.
+	maxErrorBody = 64 << 10
+)
+
+// Config configures an Upstream. Only BaseURL is required.
+type Config struct {
+	// BaseURL is the server's OpenAI API root, e.g.
+	// http://127.0.0.1:11434/v1; requests go to BaseURL + "/chat/completions".
+	BaseURL string
+	// APIKey, when set, is sent to the server as "Authorization: Bearer".
+	APIKey string
+	// Concurrency bounds the requests in flight at the server. A request
+	// beyond it waits (at most FirstByteTimeout) for one to finish.
+	// Default 64.
+	Concurrency int
+	// FirstByteTimeout bounds the wait for the server's response headers.
+	// Default 10 min.
+	FirstByteTimeout time.Duration
+	// ChunkTimeout bounds the wait for each next piece of the body (a
+	// stream's next event). Default 2 min.
+	ChunkTimeout time.Duration
+	// MaxResponse bounds a non-streamed body and one stream event, in
+	// bytes. Default 16 MiB.
+	MaxResponse int
+	// Logger gets one line per failed request; never bodies or the key.
+	Logger zerolog.Logger
+}
+
+// Upstream forwards delivered requests to an OpenAI-compatible server.
+type Upstream struct {
+	cfg  Config
+	base string
+	http *http.Client
+	tr   *http.Transport
+	sem  chan struct{}
+}
+
+// New checks cfg and prepares the connection pool.
+func New(cfg Config) (*Upstream, error) {
+	u, err := url.Parse(cfg.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("upstream: --base-url %q: want http(s)://host[:port]/path", cfg.BaseURL)
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = DefaultConcurrency
+	}
+	if cfg.FirstByteTimeout <= 0 {
+		cfg.FirstByteTimeout = DefaultFirstByteTimeout
+	}
+	if cfg.ChunkTimeout <= 0 {
+		cfg.ChunkTimeout = DefaultChunkTimeout
+	}
+	if cfg.MaxResponse <= 0 {
+		cfg.MaxResponse = DefaultMaxResponse
+	}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	// Keep one idle connection per request that may be in flight, so a
+	// steady load never opens new connections.
+	tr.MaxIdleConns = cfg.Concurrency
+	tr.MaxIdleConnsPerHost = cfg.Concurrency
+	tr.MaxConnsPerHost = cfg.Concurrency
+	tr.ResponseHeaderTimeout = cfg.FirstByteTimeout
+	return &Upstream{
+		cfg:  cfg,
+		base: strings.TrimRight(cfg.BaseURL, "/"),
+		http: &http.Client{Transport: tr},
+		tr:   tr,
+		sem:  make(chan struct{}, cfg.Concurrency),
+	}, nil
+}
+
+// Close closes the idle connections to the server.
+func (u *Upstream) Close() { u.tr.CloseIdleConnections() }
+
+// Models asks the server's GET /models for the ids of its models.
+func (u *Upstream) Models(ctx context.Context) ([]string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.base+"/models", nil)
+	if err != nil {
+		return nil, err
+	}
+	u.authorize(req)
+	resp, err := u.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: GET %s/models: %w", u.base, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("upstream: GET %s/models: HTTP %d", u.base, resp.StatusCode)
+	}
+	var list struct {
+		Data []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(io.LimitReader(resp.Body, int64(u.cfg.MaxResponse))).Decode(&list); err != nil {
+		return nil, fmt.Errorf("upstream: GET %s/models: %w", u.base, err)
+	}
+	var ids []string
+	for _, m := range list.Data {
+		if m.ID != "" {
+			ids = append(ids, m.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return nil, fmt.Errorf("upstream: GET %s/models lists no model; give --models", u.base)
+	}
+	return ids, nil
+}
+
+func (u *Upstream) authorize(req *http.Request) {
+	if u.cfg.APIKey != "" {
+		req.Header.Set("Authorization", "Bearer "+u.cfg.APIKey)
+	}
+}
+
+var errChunkTimeout = errors.New("no data from the upstream within the chunk timeout")
+
+// ServeM2M forwards one delivered request (client.Handler).
+func (u *Upstream) ServeM2M(ctx context.Context, req *client.Request, w client.ResponseWriter) {
+	path := "/chat/completions"
+	if req.Embeddings {
+		path = "/embeddings"
+	}
+	if err := u.acquire(ctx); err != nil {
+		u.fail(w, req, openai.CodeUpstreamBusy, "the upstream has its maximum of requests in flight", err)
+		return
+	}
+	defer func() { <-u.sem }()
+
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	hreq, err := http.NewRequestWithContext(rctx, http.MethodPost, u.base+path, bytes.NewReader(req.Body))
+	if err != nil {
+		u.fail(w, req, openai.CodeUpstreamUnavailable, "bad upstream URL", err)
+		return
+	}
+	hreq.Header.Set("Content-Type", "application/json")
+	if req.Stream {
+		hreq.Header.Set("Accept", "text/event-stream")
+	} else {
+		hreq.Header.Set("Accept", "application/json")
+	}
+	u.authorize(hreq)
+	resp, err := u.http.Do(hreq)
+	if err != nil {
+		u.failTransport(ctx, w, req, err, rctx)
+		return
+	}
+	defer resp.Body.Close()
+	// Every read of the body must make progress within ChunkTimeout.
+	timer := time.AfterFunc(u.cfg.ChunkTimeout, func() { cancel(errChunkTimeout) })
+	defer timer.Stop()
+	body := &progressReader{r: resp.Body, timer: timer, d: u.cfg.ChunkTimeout}
+
+	if resp.StatusCode >= 400 {
+		b, _ := io.ReadAll(io.LimitReader(body, maxErrorBody))
+		u.cfg.Logger.Warn().Int("status", resp.StatusCode).Str("path", path).Str("from", req.From).Msg("upstream answered with an HTTP error")
+		w.Error(openai.UpstreamHTTPCode(resp.StatusCode), string(b))
+		return
+	}
+	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
+		u.relayStream(ctx, rctx, w, req, body)
+		return
+	}
+	b, err := io.ReadAll(io.LimitReader(body, int64(u.cfg.MaxResponse)+1))
+	switch {
+	case err != nil:
+		u.failTransport(ctx, w, req, err, rctx)
+	case len(b) > u.cfg.MaxResponse:
+		u.fail(w, req, openai.CodeBadUpstreamReply, fmt.Sprintf("the upstream's answer exceeds %d bytes", u.cfg.MaxResponse), nil)
+	default:
+		if err := w.Respond(b); err != nil && ctx.Err() == nil {
+			u.fail(w, req, openai.CodeBadUpstreamReply, "the upstream's answer is not JSON", err)
+		}
+	}
+}
+
+// relayStream turns the SSE events of body into stream chunks, one per
+// event, and "[DONE]" into the final reply Done.
+func (u *Upstream) relayStream(ctx, rctx context.Context, w client.ResponseWriter, req *client.Request, body io.Reader) {
+	events := newEventReader(body, u.cfg.MaxResponse)
+	for {
+		data, err := events.next()
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				u.fail(w, req, openai.CodeBadUpstreamReply, "the upstream's stream ended without [DONE]", nil)
+				return
+			}
+			if errors.Is(err, errEventTooLarge) {
+				u.fail(w, req, openai.CodeBadUpstreamReply, err.Error(), nil)
+				return
+			}
+			u.failTransport(ctx, w, req, err, rctx)
+			return
+		}
+		if string(data) == "[DONE]" {
+			w.Respond([]byte(openai.Done))
+			return
+		}
+		if err := w.Chunk(data); err != nil {
+			if ctx.Err() == nil {
+				u.fail(w, req, openai.CodeBadUpstreamReply, "an upstream stream event is not JSON", err)
+			}
+			return
+		}
+	}
+}
+
+func (u *Upstream) acquire(ctx context.Context) error {
+	select {
+	case u.sem <- struct{}{}:
+		return nil
+	default:
+	}
+	t := time.NewTimer(u.cfg.FirstByteTimeout)
+	defer t.Stop()
+	select {
+	case u.sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return errors.New("timed out waiting for a free upstream slot")
+	}
+}
+
+// failTransport reports a failed exchange with the upstream: a timeout, or
+// an unreachable upstream. When the delivery itself ended (CANCEL, the
+// session closed) there is nobody to tell.
+func (u *Upstream) failTransport(ctx context.Context, w client.ResponseWriter, req *client.Request, err error, rctx context.Context) {
+	if ctx.Err() != nil {
+		return
+	}
+	var ne net.Error
+	if errors.Is(context.Cause(rctx), errChunkTimeout) || (errors.As(err, &ne) && ne.Timeout()) {
+		u.fail(w, req, openai.CodeUpstreamTimeout, "the upstream did not answer in time", err)
+		return
+	}
+	u.fail(w, req, openai.CodeUpstreamUnavailable, "the upstream could not be reached", err)
+}
+
+func (u *Upstream) fail(w client.ResponseWriter, req *client.Request, code negotiate.ErrorCode, message string, err error) {
+	u.cfg.Logger.Warn().Str("code", string(code)).Err(err).Str("from", req.From).Uint64("delivery", req.ID).Msg("request to the upstream failed")
+	w.Error(code, message)
+}
+
+// progressReader pushes the chunk deadline back on every read that
+// returns data.
+type progressReader struct {
+	r     io.Reader
+	timer *time.Timer
+	d     time.Duration
+}
+
+func (p *progressReader) Read(b []byte) (int, error) {
+	n, err := p.r.Read(b)
+	if n > 0 {
+		p.timer.Reset(p.d)
+	}
+	return n, err
+}
+
+var errEventTooLarge = errors.New("an upstream stream event exceeds the size limit")
+
+// eventReader reads server-sent events (the WHATWG rules OpenAI servers
+// follow): lines end in \n, \r\n or \r; "data:" lines (one optional space
+// after the colon) accumulate, joined by \n, until a blank line dispatches
+// the event; comments (":…") and other fields are skipped.
+type eventReader struct {
+	r    *bufio.Reader
+	max  int
+	data []byte
+	has  bool
+}
+
+func newEventReader(r io.Reader, max int) *eventReader {
+	return &eventReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
+}
+
+// next returns the next event's data; io.EOF at the end of the body.
+func (e *eventReader) next() ([]byte, error) {
+	for {
+		line, err := e.line()
+		if err != nil {
+			if errors.Is(err, io.EOF) && e.has {
+				// A last event without its blank line still counts.
+				e.has = false
+				return e.data, nil
+			}
+			return nil, err
+		}
+		if len(line) == 0 {
+			if e.has {
+				e.has = false
+				out := e.data
+				e.data = nil
+				return out, nil
+			}
+			continue
+		}
+		field, value, _ := bytes.Cut(line, []byte(":"))
+		if string(field) != "data" {
+			continue
+		}
+		value = bytes.TrimPrefix(value, []byte(" "))
+		if e.has {
+			e.data = append(e.data, '\n')
+		}
+		if len(e.data)+len(value) > e.max {
+			return nil, errEventTooLarge
+		}
+		e.data = append(e.data, value...)
+		e.has = true
+	}
+}
+
+// line reads one line without its terminator.
+func (e *eventReader) line() ([]byte, error) {
+	var out []byte
+	for {
+		frag, err := e.r.ReadSlice('\n')
+		out = append(out, frag...)
+		if len(out) > e.max+16 {
+			return nil, errEventTooLarge
+		}
+		if err == nil {
+			break
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			continue
+		}
+		if len(out) > 0 && errors.Is(err, io.EOF) {
+			break
+		}
+		return nil, err
+	}
+	out = bytes.TrimSuffix(out, []byte("\n"))
+	out = bytes.TrimSuffix(out, []byte("\r"))
+	return out, nil
+}
