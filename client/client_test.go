@@ -69,11 +69,7 @@ func TestAuthentication(t *testing.T) {
 	leakCheck(t)
 	master := bytes.Repeat([]byte{7}, 32)
 	d := newFakeDaemon(t, fakeConfig{server: negotiate.ServerConfig{OrgSecrets: map[string]security.Secret{"acme": master}}})
-	h, err := security.NewHierarchy(master, "acme")
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := h.AgentKey("alice")
+	key, err := security.AgentKey(master, "acme", "alice")
 	if err != nil {
 		t.Fatal(err)
 	}

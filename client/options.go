@@ -289,14 +289,9 @@ func (c *config) setupAuth() error {
 		}
 		c.agentKey = slices.Clone(c.AgentKey)
 	case len(c.OrgSecret) > 0:
-		h, err := security.NewHierarchy(c.OrgSecret, c.Org)
+		k, err := security.AgentKey(c.OrgSecret, c.Org, c.AgentID)
 		if err != nil {
-			return fmt.Errorf("client: org secret: %w", err)
-		}
-		defer h.Wipe()
-		k, err := h.AgentKey(c.AgentID)
-		if err != nil {
-			return fmt.Errorf("client: agent key: %w", err)
+			return fmt.Errorf("client: agent key from the org secret: %w", err)
 		}
 		c.agentKey = slices.Clone(k[:])
 		k.Wipe()

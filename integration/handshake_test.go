@@ -21,11 +21,7 @@ var testMaster = []byte("0123456789abcdef0123456789abcdef") // org "acme"
 // agentKey is what the org hands agent: HKDF(master, "m2m/v1/acme/agent").
 func agentKey(t testing.TB, master []byte, org, agent string) []byte {
 	t.Helper()
-	h, err := security.NewHierarchy(master, org)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := h.AgentKey(agent)
+	k, err := security.AgentKey(master, org, agent)
 	if err != nil {
 		t.Fatal(err)
 	}

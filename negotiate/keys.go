@@ -37,15 +37,9 @@ func randomBytes(r io.Reader, n int) ([]byte, error) {
 	return b, nil
 }
 
-// deriveAgentKey is the agent key of wire reference §4.4
-// (HKDF-SHA256(master, "m2m/v1/{org}/{agent}")).
+// deriveAgentKey is security.AgentKey as a slice the caller clears.
 func deriveAgentKey(master []byte, org, agent string) ([]byte, error) {
-	h, err := security.NewHierarchy(master, org)
-	if err != nil {
-		return nil, err
-	}
-	defer h.Wipe()
-	k, err := h.AgentKey(agent)
+	k, err := security.AgentKey(master, org, agent)
 	if err != nil {
 		return nil, err
 	}

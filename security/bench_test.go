@@ -138,10 +138,10 @@ func BenchmarkHelloProof(b *testing.B) {
 }
 
 func BenchmarkAgentKey(b *testing.B) {
-	h, _ := NewHierarchy(repeat(0x42, 32), "test-org")
+	master := repeat(0x42, 32)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := h.AgentKey("agent-001"); err != nil {
+		if _, err := AgentKey(master, "test-org", "agent-001"); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -10,9 +10,10 @@
 //     payload_len ‖ crc32 ‖ payload encrypted under a fresh random 12-byte
 //     nonce placed right after the headers), and back. Open returns the
 //     plain frame, ready for the frame decoder.
-//   - The HKDF-SHA256 key hierarchy of the Rust reference (hierarchy.go,
-//     keyring.go; §4.4–4.5): org, agent, purpose, shared and session keys
-//     from an org master secret, and a named-key Keyring.
+//   - The agent key of the Rust reference's HKDF-SHA256 hierarchy (hkdf.go;
+//     §4.4), derived from an org master secret: the key an agent proves in
+//     HELLO. The hierarchy's other keys and the keyring are not used by the
+//     protocol and are not carried.
 //   - X25519 key agreement on crypto/ecdh (x25519.go; §4.6).
 //   - The m2md session key schedule (session.go; docs/protocol.md §5): the
 //     handshake transcript hash, the two per-direction frame keys, the
@@ -55,13 +56,12 @@
 //
 // Key (32 bytes) and Secret (any length) print as "[redacted]" through
 // fmt, encoding/json, encoding.TextMarshaler and log/slog, and so do the
-// types that hold keys (FrameKey, KeyPair, Hierarchy, AgentContext,
-// Keyring). Key material this package owns is cleared with clear() when
+// types that hold keys (FrameKey, KeyPair). Key material this package owns is cleared with clear() when
 // it is no longer needed, and the types that keep keys have Wipe methods.
 // Go cannot promise more than that: the runtime moves a goroutine's stack
 // when it grows without zeroing the old one, append leaves a grown slice's
 // old array behind, values passed by value (Key is an array) are copies,
-// strings (ids, a hex key before ParseHexKey) cannot be cleared, and the standard library's and
+// strings (ids) cannot be cleared, and the standard library's and
 // x/crypto's internal key schedules (the HMAC pads, the ChaCha20 key, the
 // X25519 scalar inside crypto/ecdh) offer no way to wipe them: they are
 // released to the garbage collector with their owner.

@@ -33,13 +33,9 @@ var (
 
 	// ErrDerivation: an HKDF request outside 1..8160 bytes of output.
 	ErrDerivation = errors.New("security: key derivation failed")
-	// ErrInvalidPurpose: a Purpose value outside the four defined ones.
-	ErrInvalidPurpose = errors.New("security: invalid key purpose")
 	// ErrInvalidPublicKey: an X25519 public key of the wrong length, or
 	// one that yields the all-zero (low-order) shared secret.
 	ErrInvalidPublicKey = errors.New("security: invalid public key")
-	// ErrKeyNotFound: the keyring has no key under that id, or no default.
-	ErrKeyNotFound = errors.New("security: key not found")
 	// ErrNonceExhausted: an AEAD FrameKey has sealed 2^64-1 frames; its
 	// counter nonces would repeat. Open a new session (new keys).
 	ErrNonceExhausted = errors.New("security: AEAD nonce counter exhausted; start a new session")

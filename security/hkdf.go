@@ -6,25 +6,42 @@ import (
 	"fmt"
 )
 
-// MaxDeriveLen is the most output HKDF-SHA256 can give (255 × 32 bytes).
-const MaxDeriveLen = 255 * sha256.Size
+// kdfVersion starts every key path (Rust M2M_KDF_VERSION).
+const kdfVersion = "m2m/v1"
 
-// Derive is the primitive under every key of the hierarchy: HKDF-SHA256
-// (RFC 5869) with no salt (RFC 5869 then uses 32 zero bytes; an empty salt
-// is the same), IKM ikm, info as given, length bytes of output (1 to
-// MaxDeriveLen). The caller owns the result and should Wipe it.
-func Derive(ikm []byte, info string, length int) (Secret, error) {
-	if len(ikm) == 0 {
-		return nil, fmt.Errorf("%w: empty input key material", ErrInvalidKey)
+// MinMasterLen is the shortest org master secret AgentKey accepts. The
+// Rust KeyHierarchy accepts any non-empty secret; m2md refuses secrets too
+// short to be keys.
+const MinMasterLen = 16
+
+// maxDeriveLen is the most output HKDF-SHA256 can give (255 × 32 bytes).
+const maxDeriveLen = 255 * sha256.Size
+
+// AgentKey derives an agent's key from its org's master secret (wire
+// reference §4.4, the Rust KeyHierarchy's agent key): HKDF-SHA256 with the
+// master secret as IKM, no salt, info "m2m/v1/{org}/{agent}", 32 bytes. It
+// is the agent_key of the HELLO proof (docs/protocol.md §5.2). master needs
+// at least MinMasterLen bytes; org and agent must be valid IDs. The caller
+// should Wipe the result.
+//
+// The Rust reference derives more keys from the same secret (org, purpose,
+// shared and session keys, a keyring); the m2md protocol uses none of them,
+// so this package does not carry them.
+func AgentKey(master []byte, org, agent string) (Key, error) {
+	if len(master) < MinMasterLen {
+		return Key{}, fmt.Errorf("%w: master secret of %d bytes, need at least %d",
+			ErrInvalidKey, len(master), MinMasterLen)
 	}
-	out, err := hkdfSHA256(ikm, nil, info, length)
-	return Secret(out), err
+	if err := validateIDs("org", org, "agent", agent); err != nil {
+		return Key{}, err
+	}
+	return derive32(master, kdfVersion+"/"+org+"/"+agent)
 }
 
-// hkdfSHA256 is Derive with a salt, for the RFC 5869 test vectors.
+// hkdfSHA256 is RFC 5869 HKDF-SHA256, length 1 to maxDeriveLen bytes.
 func hkdfSHA256(ikm, salt []byte, info string, length int) ([]byte, error) {
-	if length < 1 || length > MaxDeriveLen {
-		return nil, fmt.Errorf("%w: hkdf output of %d bytes, must be 1 to %d", ErrDerivation, length, MaxDeriveLen)
+	if length < 1 || length > maxDeriveLen {
+		return nil, fmt.Errorf("%w: hkdf output of %d bytes, must be 1 to %d", ErrDerivation, length, maxDeriveLen)
 	}
 	out, err := hkdf.Key(sha256.New, ikm, salt, info, length)
 	if err != nil {
@@ -33,7 +50,7 @@ func hkdfSHA256(ikm, salt []byte, info string, length int) ([]byte, error) {
 	return out, nil
 }
 
-// derive32 derives one Key and wipes the intermediate slice.
+// derive32 derives one Key without salt and wipes the intermediate slice.
 func derive32(ikm []byte, info string) (Key, error) {
 	var k Key
 	if len(ikm) == 0 {
@@ -46,17 +63,4 @@ func derive32(ikm []byte, info string) (Key, error) {
 	copy(k[:], out)
 	clear(out)
 	return k, nil
-}
-
-// ExchangeSessionKey derives a session key from a raw X25519 shared secret
-// with info = context (the Rust KeyExchange::derive_session_key; contexts
-// used there: "m2m-session-v1", "cross-org-session-v1").
-func ExchangeSessionKey(shared []byte, context string) (Key, error) {
-	if len(shared) != 32 {
-		return Key{}, fmt.Errorf("%w: shared secret of %d bytes, want 32", ErrInvalidKey, len(shared))
-	}
-	if context == "" {
-		return Key{}, fmt.Errorf("%w: empty derivation context", ErrMalformed)
-	}
-	return derive32(shared, context)
 }

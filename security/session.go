@@ -53,7 +53,7 @@ func writeLenPrefixed(h hash.Hash, b []byte) {
 //	confirm = HKDF-Expand(prk, "m2m/1 accept confirm", 32)
 //
 // shared is the 32-byte X25519 result; agentKey is the 32-byte agent key
-// (Hierarchy.AgentKey) or empty when the daemon runs without an org
+// (AgentKey) or empty when the daemon runs without an org
 // secret. Both sides call it with the same arguments and use c2s for
 // client-to-daemon frames and s2c for the other direction; confirm only
 // keys AcceptConfirmation.
@@ -101,7 +101,7 @@ func expand32(prk []byte, info string) (Key, error) {
 //
 //	HMAC-SHA256(agentKey, "m2m/1 hello" ‖ hello0)
 //
-// agentKey is Hierarchy.AgentKey of the org and agent (32 bytes). hello0 is
+// agentKey is AgentKey of the org and agent (32 bytes). hello0 is
 // the HELLO envelope exactly as sent (the JSON after the kind byte) with the
 // proof's value blanked: the Base64 string, quotes included, replaced by
 // BlankProof. The proof thus covers every byte of the HELLO (mode, org,
