@@ -214,6 +214,10 @@ func TestByteSizeFlag(t *testing.T) {
 			t.Errorf("Set(%q) = %d, %v; want %d, ok %v", tc.in, n, err, tc.want, tc.ok)
 		}
 	}
+	var n int
+	if err := (&byteSize{p: &n}).Set("-1"); err != nil || n != -1 {
+		t.Errorf("-1 without a maximum: %d, %v", n, err)
+	}
 	if s := formatBytes(16 << 20); s != "16MiB" {
 		t.Errorf("formatBytes(16MiB) = %q", s)
 	}

@@ -142,10 +142,12 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 // 65536, 64KiB, 16MiB, 1MB (SI units are powers of 1000, IEC ones of 1024).
 type byteSize struct {
 	p   *int
-	max int
+	max int // 0: no maximum; then -1 is accepted too, for "unlimited"
 }
 
-// byteSizeVar defines a byte-size flag that refuses values above max.
+// byteSizeVar defines a byte-size flag that refuses values above max; with
+// max 0 there is none, and -1 (unlimited, where the setting has that) is
+// taken as it is.
 func byteSizeVar(fs *flag.FlagSet, p *int, name string, value, max int, usage string) {
 	*p = value
 	fs.Var(&byteSize{p: p, max: max}, name, usage)
@@ -159,6 +161,10 @@ func (b *byteSize) String() string {
 }
 
 func (b *byteSize) Set(s string) error {
+	if s == "-1" && b.max == 0 {
+		*b.p = -1
+		return nil
+	}
 	n, err := humanize.ParseBytes(s)
 	if err != nil || n > math.MaxInt32 {
 		return fmt.Errorf("want a size like 65536, 64KiB or 16MiB, not %q", s)
