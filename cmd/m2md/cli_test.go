@@ -215,8 +215,11 @@ func TestByteSizeFlag(t *testing.T) {
 		}
 	}
 	var n int
-	if err := (&byteSize{p: &n}).Set("-1"); err != nil || n != -1 {
-		t.Errorf("-1 without a maximum: %d, %v", n, err)
+	if err := (&byteSize{p: &n, unlimited: true}).Set("-1"); err != nil || n != -1 {
+		t.Errorf("-1 for unlimited: %d, %v", n, err)
+	}
+	if err := (&byteSize{p: &n}).Set("-1"); err == nil {
+		t.Error("-1 taken by a size that has no unlimited")
 	}
 	if s := formatBytes(16 << 20); s != "16MiB" {
 		t.Errorf("formatBytes(16MiB) = %q", s)

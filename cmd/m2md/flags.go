@@ -25,7 +25,8 @@ import (
 //   - Help lists flags as --name; a flag's placeholder is the word in
 //     `backquotes` in its usage text and must read as its value: `file`,
 //     `address`, `URL`, `n`, `size`. Durations take Go syntax (10s, 1m30s).
-//   - Byte sizes are byteSize flags: 65536, 64KiB, 16MiB or 1MB.
+//   - Byte sizes are byteSizeVar flags (limitSizeVar for a limit -1 turns
+//     off): 65536, 64KiB, 16MiB or 1MB.
 //   - A renamed flag stays accepted under its old name through alias, hidden
 //     from help, so scripts and documented commands keep working.
 
@@ -141,16 +142,22 @@ func printFlags(w io.Writer, fs *flag.FlagSet) {
 // byteSize is a flag value in bytes written as a plain number or with a unit:
 // 65536, 64KiB, 16MiB, 1MB (SI units are powers of 1000, IEC ones of 1024).
 type byteSize struct {
-	p   *int
-	max int // 0: no maximum; then -1 is accepted too, for "unlimited"
+	p         *int
+	max       int  // 0: no maximum
+	unlimited bool // -1 is taken as it is: the setting's "unlimited"
 }
 
-// byteSizeVar defines a byte-size flag that refuses values above max; with
-// max 0 there is none, and -1 (unlimited, where the setting has that) is
-// taken as it is.
+// byteSizeVar defines a byte-size flag that refuses values above max (0:
+// no maximum).
 func byteSizeVar(fs *flag.FlagSet, p *int, name string, value, max int, usage string) {
 	*p = value
 	fs.Var(&byteSize{p: p, max: max}, name, usage)
+}
+
+// limitSizeVar defines a byte-size flag of a limit that -1 turns off.
+func limitSizeVar(fs *flag.FlagSet, p *int, name string, value int, usage string) {
+	*p = value
+	fs.Var(&byteSize{p: p, unlimited: true}, name, usage)
 }
 
 func (b *byteSize) String() string {
@@ -161,7 +168,7 @@ func (b *byteSize) String() string {
 }
 
 func (b *byteSize) Set(s string) error {
-	if s == "-1" && b.max == 0 {
+	if s == "-1" && b.unlimited {
 		*b.p = -1
 		return nil
 	}

@@ -65,7 +65,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.IntVar(&cfg.MaxSessionsPerIP, "max-sessions-per-ip", 0, "connections (handshaking or established) one source address may hold (0: no bound of its own, --max-sessions applies)")
 	fs.IntVar(&cfg.NewSessionsPerMinute, "new-sessions-per-minute", daemon.DefaultNewSessionsPerMinute, "connections one source address may open per minute, after a burst of --max-sessions-per-ip, or --max-sessions (-1: unlimited)")
 	fs.IntVar(&cfg.MessagesPerMinute, "messages-per-minute", 0, "messages one session may send per minute; more are refused with rate_limited (0: unlimited)")
-	byteSizeVar(fs, &cfg.BytesPerSecond, "bytes-per-second", 0, 0, "bytes one session may send per second, e.g. 10MB; more are refused with rate_limited (0: unlimited)")
+	limitSizeVar(fs, &cfg.BytesPerSecond, "bytes-per-second", 0, "bytes one session may send per second, e.g. 10MB; more are refused with rate_limited (0: unlimited)")
 	fs.IntVar(&cfg.SendQueueLen, "send-queue", daemon.DefaultSendQueueLen, "messages queued per session before the slow-consumer policy applies")
 	fs.DurationVar(&cfg.SlowConsumerGrace, "slow-consumer-grace", daemon.DefaultSlowGrace, "how long a full send queue is tolerated before the session is closed")
 	fs.DurationVar(&cfg.HelloTimeout, "hello-timeout", negotiate.HelloTimeout, "HELLO must arrive within this")
