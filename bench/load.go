@@ -49,6 +49,11 @@ type LoadConfig struct {
 	// --bytes-per-second) refuses what exceeds them, and the run counts
 	// those errors. The daemon must not require authentication.
 	Target string
+	// ProviderTarget, when set, is another daemon of the same cluster
+	// (docs/operations.md, "Cluster"): the provider agents connect there
+	// while the requesters connect to Target, so every request and reply
+	// crosses the cluster. Same URL forms and TLS as Target.
+	ProviderTarget string
 	// TLS verifies the target for quic:// and wss:// (see package certs);
 	// nil means the system roots. Ignored for the in-process daemon.
 	TLS *tls.Config
@@ -190,6 +195,8 @@ func (c *LoadConfig) withDefaults() (LoadConfig, error) {
 		return cfg, errors.New("bench: TokenNative frames cannot be protected; use security none")
 	case cfg.Transport != TransportQUIC && cfg.Transport != TransportWS && cfg.Transport != TransportWSS:
 		return cfg, fmt.Errorf("bench: transport must be quic, ws or wss, not %q", cfg.Transport)
+	case cfg.ProviderTarget != "" && cfg.Target == "":
+		return cfg, errors.New("bench: --provider-target needs --target: the requesters' daemon, another node of the provider daemon's cluster")
 	case cfg.DaemonMetrics != "" && cfg.Target == "":
 		return cfg, errors.New("bench: daemon metrics are read from a target daemon; the in-process daemon is measured directly")
 	}
@@ -199,6 +206,11 @@ func (c *LoadConfig) withDefaults() (LoadConfig, error) {
 			return cfg, err
 		}
 		cfg.Transport = ep.transport
+	}
+	if cfg.ProviderTarget != "" {
+		if _, err := parseTarget(cfg.ProviderTarget, cfg.TLS); err != nil {
+			return cfg, fmt.Errorf("bench: --provider-target: %w", err)
+		}
 	}
 	if len(cfg.Payloads) == 0 {
 		p, err := BuiltinPayload(Size1KB)
@@ -300,6 +312,7 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 func runInfo(cfg *LoadConfig, ps []prepared) RunInfo {
 	info := RunInfo{
 		Target:          cfg.Target,
+		ProviderTarget:  cfg.ProviderTarget,
 		Repeat:          cfg.Repeat,
 		Transport:       cfg.Transport,
 		Security:        cfg.Security.String(),
@@ -437,13 +450,20 @@ func connect(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, r
 	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	var providerIDs []string
+	pep := ep // where the providers connect
+	if kind == RunM2M && cfg.ProviderTarget != "" {
+		if pep, err = parseTarget(cfg.ProviderTarget, cfg.TLS); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
 	if kind != RunEcho {
 		mods := models(ps)
 		for i := range cfg.Providers {
 			switch kind {
 			case RunM2M:
 				id := agentID("p", i, suffix)
-				sess, err := dialM2M(dctx, ep, negotiate.ClientConfig{AgentID: id, AgentType: "m2md-bench", Models: mods, Security: cfg.Security})
+				sess, err := dialM2M(dctx, pep, negotiate.ClientConfig{AgentID: id, AgentType: "m2md-bench", Models: mods, Security: cfg.Security})
 				if err != nil {
 					s.close()
 					return nil, fmt.Errorf("provider %d: %w", i+1, err)
@@ -463,6 +483,12 @@ func connect(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, r
 				s.stoppers = append(s.stoppers, p.stop)
 			}
 		}
+	}
+	if kind == RunM2M && cfg.ProviderTarget != "" {
+		// The providers' daemon announces them to the cluster; give that
+		// one NATS delivery (well under this on any LAN) before requests
+		// are routed to them from the other node.
+		time.Sleep(500 * time.Millisecond)
 	}
 	perConn := cfg.MaxInFlight
 	if cfg.Rate == 0 {

@@ -80,27 +80,29 @@ type Ratios struct {
 
 // RunInfo records what was run.
 type RunInfo struct {
-	Target        string  `json:"target"`
-	Repeat        int     `json:"repeat"`
-	Transport     string  `json:"transport"`
-	Security      string  `json:"security"`
-	Algorithm     string  `json:"algorithm"`
-	Encoding      string  `json:"encoding,omitempty"`
-	Payloads      int     `json:"payloads"`
-	PayloadName   string  `json:"payload"`
-	JSONBytes     float64 `json:"json_bytes_mean"`
-	FrameBytes    float64 `json:"frame_bytes_mean"`
-	Mode          string  `json:"mode"` // closed or open
-	Concurrency   int     `json:"concurrency,omitempty"`
-	Rate          float64 `json:"rate,omitempty"`
-	MaxInFlight   int     `json:"max_in_flight,omitempty"`
-	Connections   int     `json:"connections"`
-	Providers     int     `json:"providers"`
-	DurationS     float64 `json:"duration_s"`
-	WarmupS       float64 `json:"warmup_s"`
-	ServiceTimeUS float64 `json:"service_time_us"`
-	TimeoutS      float64 `json:"timeout_s"`
-	StartedAt     string  `json:"started_at"`
+	Target string `json:"target"`
+	// ProviderTarget is the cluster node the providers used, if not Target.
+	ProviderTarget string  `json:"provider_target,omitempty"`
+	Repeat         int     `json:"repeat"`
+	Transport      string  `json:"transport"`
+	Security       string  `json:"security"`
+	Algorithm      string  `json:"algorithm"`
+	Encoding       string  `json:"encoding,omitempty"`
+	Payloads       int     `json:"payloads"`
+	PayloadName    string  `json:"payload"`
+	JSONBytes      float64 `json:"json_bytes_mean"`
+	FrameBytes     float64 `json:"frame_bytes_mean"`
+	Mode           string  `json:"mode"` // closed or open
+	Concurrency    int     `json:"concurrency,omitempty"`
+	Rate           float64 `json:"rate,omitempty"`
+	MaxInFlight    int     `json:"max_in_flight,omitempty"`
+	Connections    int     `json:"connections"`
+	Providers      int     `json:"providers"`
+	DurationS      float64 `json:"duration_s"`
+	WarmupS        float64 `json:"warmup_s"`
+	ServiceTimeUS  float64 `json:"service_time_us"`
+	TimeoutS       float64 `json:"timeout_s"`
+	StartedAt      string  `json:"started_at"`
 	// Model replaces the payloads' model for a running target.
 	Model           string `json:"model,omitempty"`
 	CommandLine     string `json:"command_line,omitempty"`

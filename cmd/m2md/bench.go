@@ -62,6 +62,7 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 		insecure                           bool
 	)
 	fs.StringVar(&cfg.Target, "url", "", "daemon `URL` (quic://host:port, ws://host:port/m2m, wss://…); empty: start one in-process")
+	fs.StringVar(&cfg.ProviderTarget, "provider-target", "", "daemon `URL` of another node of the --url daemon's cluster: the providers connect there, so every request crosses the cluster")
 	fs.StringVar(&cfg.Transport, "transport", bench.TransportQUIC, "`transport` of the in-process daemon and the baseline: quic, ws or wss")
 	fs.StringVar(&pin, "pin", "", "SHA-256 `fingerprint` of the daemon's certificate (quic://, wss://); default: the development\ncertificate in ./certs when there is one, as the demo does")
 	fs.StringVar(&caFile, "ca-file", "", "PEM `file` of CAs to verify the daemon at --url against")

@@ -1,0 +1,112 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/m2md/m2md/bench"
+	"github.com/m2md/m2md/certs"
+	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/frame"
+)
+
+// TestClusterBenchProviderTarget: m2md bench load with --provider-target
+// puts the providers on another node, so every round trip crosses the
+// cluster; every request comes back.
+func TestClusterBenchProviderTarget(t *testing.T) {
+	certDir := t.TempDir()
+	nodes := startCluster(t, 2, nil, func(c *daemon.Config) { c.CertDir = certDir })
+	pin, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: nodes[0].Fingerprint()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		tr   string
+		mode frame.Security
+	}{{"quic", frame.SecurityNone}, {"ws", frame.SecurityAEAD}} {
+		t.Run(tc.tr+"-"+tc.mode.String(), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			rep, err := bench.RunLoad(ctx, bench.LoadConfig{
+				Target: nodes[0].url(tc.tr), ProviderTarget: nodes[1].url(tc.tr), TLS: pin.Clone(),
+				Security: tc.mode, Duration: 700 * time.Millisecond, Warmup: 200 * time.Millisecond,
+				Connections: 2, Providers: 2, Concurrency: 8,
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.RoundTrips == 0 || rep.Errors != 0 {
+				t.Fatalf("%d round trips, %d errors %v", rep.RoundTrips, rep.Errors, rep.ErrorsByReason)
+			}
+			if rep.Config.ProviderTarget != nodes[1].url(tc.tr) {
+				t.Fatalf("report's provider target %q", rep.Config.ProviderTarget)
+			}
+		})
+	}
+}
+
+// TestClusterLoadSpread: four providers of one model spread unevenly over
+// three nodes (two on B, one on C, one on A itself), requesters on A and C
+// routing by model. Each node picks the least outstanding among the
+// providers it sees, so per-provider counts stay within 20% of even.
+func TestClusterLoadSpread(t *testing.T) {
+	certDir := t.TempDir()
+	nodes := startCluster(t, 3, nil, func(c *daemon.Config) { c.CertDir = certDir })
+	a, b, c := nodes[0], nodes[1], nodes[2]
+	const model = "spread-model"
+	body := []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"spread"}]}`)
+	resp := corpus(t, "resp-chat-01.json")
+	place := []*testDaemon{b, b, c, a}
+	counts := make([]atomic.Int64, len(place))
+	for i, d := range place {
+		id := fmt.Sprintf("spread-%d", i)
+		dialClient(t, d.url("ws"), client.Options{AgentID: id, Models: []string{model},
+			Handler: client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
+				counts[i].Add(1)
+				time.Sleep(5 * time.Millisecond) // a provider with real service time
+				_ = w.Respond(resp)
+			})})
+		for _, n := range nodes {
+			waitAgentAt(t, n, "", id, d)
+		}
+	}
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	const perWorker = 30
+	for k, d := range []*testDaemon{a, c} {
+		req := dialClient(t, d.url("quic"), client.Options{AgentID: fmt.Sprintf("spread-req-%d", k), PinSHA256: d.Fingerprint()})
+		for range 8 {
+			wg.Go(func() {
+				for range perWorker {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					if _, err := req.Do(ctx, body); err != nil {
+						failed.Add(1)
+					}
+					cancel()
+				}
+			})
+		}
+	}
+	wg.Wait()
+	if n := failed.Load(); n != 0 {
+		t.Fatalf("%d requests failed", n)
+	}
+	total := int64(2 * 8 * perWorker)
+	even := float64(total) / float64(len(place))
+	var got []int64
+	for i := range counts {
+		got = append(got, counts[i].Load())
+	}
+	t.Logf("per-provider requests %v (even: %.0f)", got, even)
+	for i, n := range got {
+		if dev := math.Abs(float64(n)-even) / even; dev > 0.2 {
+			t.Errorf("provider %d on its node took %d requests, %.0f%% from even", i, n, 100*dev)
+		}
+	}
+}
