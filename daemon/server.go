@@ -391,6 +391,16 @@ func (s *Server) transportConfig() transport.Config {
 	}
 }
 
+// sealerChannels bounds a session's channel tables (one Sealer per
+// direction) by every channel the session can ever use: the control
+// channel, the streams the agent may open (MaxIncomingChannels above:
+// MaxOutstanding), and the streams the daemon opens to it, one per delivery
+// in flight at most (MaxOutstanding; a stream is reused once its delivery
+// ended). Channels are never closed before the connection, so nothing
+// needs pruning; a table sized so cannot fill, and no frame is refused or
+// dropped for it.
+func (s *Server) sealerChannels() int { return 1 + 2*s.cfg.MaxOutstanding }
+
 func (s *Server) acceptQUIC(ctx context.Context, ln *transport.QUICListener) {
 	for {
 		c, err := ln.Accept(ctx)

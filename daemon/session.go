@@ -219,7 +219,7 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	se.timer = time.AfterFunc(time.Hour, se.timerFired)
 	se.timer.Stop() // armed once the session is registered
 	var err error
-	if se.send, se.recv, err = neg.Sealers(0); err != nil {
+	if se.send, se.recv, err = neg.Sealers(s.sealerChannels()); err != nil {
 		return nil, err
 	}
 	conn.SetReadLimit(int64(p.MaxPayload) + 512)

@@ -180,7 +180,7 @@ func newRawAgent(t testing.TB, conn transport.Conn, sess *negotiate.Session) *ra
 	t.Helper()
 	a := &rawAgent{t: t, conn: conn, sess: sess}
 	var err error
-	if a.sealer, a.opener, err = sess.Sealers(0); err != nil {
+	if a.sealer, a.opener, err = sess.Sealers(4096); err != nil {
 		t.Fatal(err)
 	}
 	if mode := sess.Params.SecurityMode; mode != frame.SecurityNone {
