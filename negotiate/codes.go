@@ -12,9 +12,6 @@ const (
 	RejectUnknown           RejectCode = "UNKNOWN"
 )
 
-// Known reports whether c is one of the codes of protocol version 1.
-func (c RejectCode) Known() bool { return c.sentinel() != nil }
-
 func (c RejectCode) sentinel() error {
 	switch c {
 	case RejectVersionMismatch:
@@ -46,15 +43,6 @@ const (
 	// reconnect automatically after it.
 	ReasonReplaced CloseReason = "REPLACED"
 )
-
-// Known reports whether r is one of the reasons of protocol version 1.
-func (r CloseReason) Known() bool {
-	switch r {
-	case ReasonNormal, ReasonTimeout, ReasonError, ReasonClientShutdown, ReasonServerShutdown, ReasonReplaced:
-		return true
-	}
-	return false
-}
 
 // ErrorCode is the code of an error reply or a notice (docs/protocol.md §4):
 // the "code" member of its {"error":{…}} body, written on the wire as the

@@ -42,7 +42,7 @@ func (a Action) String() string {
 	return "unknown"
 }
 
-// Keepalive is the PING/PONG and idle logic of an established session
+// keepalive is the PING/PONG and idle logic of an established session
 // (docs/protocol.md §3.4) as pure logic: the caller feeds it the time of
 // every received message and calls Tick at Deadline. It starts no
 // goroutines and reads no clock. It is not safe for concurrent use.
@@ -51,7 +51,7 @@ func (a Action) String() string {
 // arrives within PongTimeout, the PING is missed and repeated; the
 // MaxMissedPongs-th miss in a row closes with TIMEOUT. Independently,
 // SessionTimeout without any received message closes with TIMEOUT.
-type Keepalive struct {
+type keepalive struct {
 	pingInterval, pongTimeout, sessionTimeout time.Duration
 
 	lastReceive time.Time
@@ -60,16 +60,16 @@ type Keepalive struct {
 	missed      int
 }
 
-// NewKeepalive starts the timers at now with the negotiated durations.
+// newKeepalive starts the timers at now with the negotiated durations.
 // Zero durations take the protocol defaults.
-func NewKeepalive(p Negotiated, now time.Time) *Keepalive {
-	k := &Keepalive{}
+func newKeepalive(p Negotiated, now time.Time) *keepalive {
+	k := &keepalive{}
 	k.reset(p, now)
 	return k
 }
 
-func (k *Keepalive) reset(p Negotiated, now time.Time) {
-	*k = Keepalive{
+func (k *keepalive) reset(p Negotiated, now time.Time) {
+	*k = keepalive{
 		pingInterval:   orDefault(p.PingInterval, DefaultPingInterval),
 		pongTimeout:    orDefault(p.PongTimeout, DefaultPongTimeout),
 		sessionTimeout: orDefault(p.SessionTimeout, DefaultSessionTimeout),
@@ -86,7 +86,7 @@ func orDefault(d, def time.Duration) time.Duration {
 
 // OnReceive records that a message (of any kind) arrived at now: it answers
 // any outstanding PING and restarts the idle timers.
-func (k *Keepalive) OnReceive(now time.Time) {
+func (k *keepalive) OnReceive(now time.Time) {
 	if now.After(k.lastReceive) {
 		k.lastReceive = now
 	}
@@ -96,7 +96,7 @@ func (k *Keepalive) OnReceive(now time.Time) {
 
 // Tick returns ActionNone, ActionPing or ActionClose (reason TIMEOUT) for
 // time now. After ActionClose it keeps returning ActionClose.
-func (k *Keepalive) Tick(now time.Time) Action {
+func (k *keepalive) Tick(now time.Time) Action {
 	if !now.Before(k.lastReceive.Add(k.sessionTimeout)) {
 		return ActionClose
 	}
@@ -120,7 +120,7 @@ func (k *Keepalive) Tick(now time.Time) Action {
 }
 
 // Deadline is the next time Tick has something to do.
-func (k *Keepalive) Deadline() time.Time {
+func (k *keepalive) Deadline() time.Time {
 	d := k.lastReceive.Add(k.sessionTimeout)
 	next := k.lastReceive.Add(k.pingInterval)
 	if k.outstanding {
@@ -133,4 +133,4 @@ func (k *Keepalive) Deadline() time.Time {
 }
 
 // Missed is the number of PINGs missed in a row.
-func (k *Keepalive) Missed() int { return k.missed }
+func (k *keepalive) missedPongs() int { return k.missed }

@@ -54,7 +54,7 @@ type Machine struct {
 	state    State
 	deadline time.Time // of Initial (daemon), HelloSent and Closing
 	reason   CloseReason
-	ka       Keepalive
+	ka       keepalive
 }
 
 // NewMachine starts a machine for a connection opened at now. The daemon's
@@ -237,4 +237,4 @@ func (m *Machine) Deadline() time.Time {
 }
 
 // MissedPongs is the number of PINGs missed in a row.
-func (m *Machine) MissedPongs() int { return m.ka.Missed() }
+func (m *Machine) MissedPongs() int { return m.ka.missedPongs() }

@@ -439,7 +439,7 @@ func TestFrameKeysFollowSpec(t *testing.T) {
 		t.Fatalf("shared secret %s (daemon key not the scripted one?)", got)
 	}
 	c2s, s2c, _, _ := sessionKeys(shared[:], testAgentKey(t, "acme", "alice"), client.Transcript)
-	if !bytes.Equal(c2s[:], server.ClientToDaemonKey()) || !bytes.Equal(s2c[:], client.DaemonToClientKey()) {
+	if !bytes.Equal(c2s[:], server.ReceiveKey()) || !bytes.Equal(s2c[:], client.ReceiveKey()) {
 		t.Fatal("keys are not HKDF(transcript, shared ‖ agent key)")
 	}
 	bare, _, _, _ := sessionKeys(shared[:], nil, client.Transcript)

@@ -50,14 +50,6 @@ type Session struct {
 	c2s, s2c security.Key
 }
 
-// ClientToDaemonKey returns the key that protects frames from the client to
-// the daemon. The slice aliases the session: do not keep it past Wipe.
-func (s *Session) ClientToDaemonKey() []byte { return s.c2s[:] }
-
-// DaemonToClientKey returns the key that protects frames from the daemon to
-// the client. The slice aliases the session: do not keep it past Wipe.
-func (s *Session) DaemonToClientKey() []byte { return s.s2c[:] }
-
 // SendKey is the key of the frames this side sends.
 func (s *Session) SendKey() []byte {
 	if s.Role == RoleServer {
