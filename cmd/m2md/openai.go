@@ -13,6 +13,7 @@ import (
 
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/openai/ingress"
 )
 
@@ -62,7 +63,7 @@ func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, add
 				AgentID:   id.AgentID,
 				Org:       id.Org,
 				OrgSecret: cfg.OrgSecrets[id.Org],
-				Security:  cfg.MinSecurity,
+				Security:  frame.SecurityAEAD, // the strongest mode: never below --min-security
 				PinSHA256: srv.Fingerprint(),
 				Reconnect: true,
 				Logger:    log.With().Str("component", "openai").Str("agent", id.AgentID).Logger(),

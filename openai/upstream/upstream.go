@@ -295,7 +295,7 @@ func (p *progressReader) Read(b []byte) (int, error) {
 var errEventTooLarge = errors.New("an upstream stream event exceeds the size limit")
 
 // eventReader reads server-sent events (the WHATWG rules OpenAI servers
-// follow): lines end in \n, \r\n or \r; "data:" lines (one optional space
+// follow): lines end in \n or \r\n; "data:" lines (one optional space
 // after the colon) accumulate, joined by \n, until a blank line dispatches
 // the event; comments (":…") and other fields are skipped.
 type eventReader struct {

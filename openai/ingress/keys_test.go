@@ -1,0 +1,57 @@
+package ingress
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseKeys(t *testing.T) {
+	k, err := ParseKeys(strings.NewReader("# keys\n\nsk-alice-0001 alice\n  sk-bob-00002   bob   acme  \nsk-carol-003 alice\n"), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Len() != 3 || len(k.Identities()) != 2 {
+		t.Fatalf("%d keys, %d identities", k.Len(), len(k.Identities()))
+	}
+	for key, want := range map[string]Identity{
+		"sk-alice-0001": {AgentID: "alice"}, "sk-bob-00002": {AgentID: "bob", Org: "acme"}, "sk-carol-003": {AgentID: "alice"},
+	} {
+		if got, ok := k.lookup(key); !ok || got != want {
+			t.Errorf("%s: %+v %v", key, got, ok)
+		}
+	}
+	for _, bad := range []string{"sk-alice-0002", "", "sk-alice-000"} {
+		if _, ok := k.lookup(bad); ok {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	for _, in := range []string{
+		"", "# only comments\n", "short alice\n", "sk-12345678\n", "sk-12345678 a b c\n",
+		"sk-12345678 bad/agent\n", "sk-12345678 a bad.org\n", "sk-12345678 a\nsk-12345678 b\n",
+	} {
+		if _, err := ParseKeys(strings.NewReader(in), "f"); err == nil {
+			t.Errorf("%q accepted", in)
+		} else if strings.Contains(err.Error(), "sk-12345678") {
+			t.Errorf("error quotes the key: %v", err)
+		}
+	}
+}
+
+// FuzzParseKeys: any file parses or fails with an error that never quotes
+// a key, and every key found maps to a valid identity.
+func FuzzParseKeys(f *testing.F) {
+	f.Add("sk-alice-0001 alice\n# c\nsk-bob-00002 bob acme\n")
+	f.Add("sk-x\tagent\r\n")
+	f.Add("\x00\xff 12345678 a")
+	f.Fuzz(func(t *testing.T, in string) {
+		k, err := ParseKeys(strings.NewReader(in), "f")
+		if err != nil {
+			return
+		}
+		for _, id := range k.Identities() {
+			if id.AgentID == "" {
+				t.Fatalf("empty identity from %q", in)
+			}
+		}
+	})
+}

@@ -1,0 +1,89 @@
+package upstream
+
+import (
+	"errors"
+	"io"
+	"strings"
+	"testing"
+)
+
+func readEvents(t testing.TB, in string, max int) ([]string, error) {
+	e := newEventReader(strings.NewReader(in), max)
+	var out []string
+	for range 1000 {
+		d, err := e.next()
+		if err != nil {
+			return out, err
+		}
+		out = append(out, string(d))
+	}
+	t.Fatal("more than 1000 events")
+	return nil, nil
+}
+
+func TestEventReader(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     []string
+	}{
+		{"openai", "data: {\"a\":1}\n\ndata: {\"b\":2}\n\ndata: [DONE]\n\n", []string{`{"a":1}`, `{"b":2}`, "[DONE]"}},
+		{"no space, CRLF", "data:{\"a\":1}\r\n\r\ndata:[DONE]\r\n\r\n", []string{`{"a":1}`, "[DONE]"}},
+		{"comments and other fields", ": keep-alive\n\nevent: message\nid: 7\ndata: x\nretry: 10\n\n", []string{"x"}},
+		{"multi-line data", "data: {\"a\":\ndata: 1}\n\n", []string{"{\"a\":\n1}"}},
+		{"two spaces keep one", "data:  x\n\n", []string{" x"}},
+		{"last event without blank line", "data: a\n\ndata: b", []string{"a", "b"}},
+		{"blank lines alone", "\n\n\n", nil},
+		{"empty data", "data:\n\n", []string{""}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := readEvents(t, tc.in, 1<<20)
+			if !errors.Is(err, io.EOF) {
+				t.Fatalf("err %v", err)
+			}
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
+				t.Fatalf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestEventReaderBounded(t *testing.T) {
+	for _, in := range []string{
+		"data: " + strings.Repeat("x", 200) + "\n\n",
+		strings.Repeat("data: xxxxxxxxxx\n", 30) + "\n",
+		strings.Repeat("y", 200000),
+	} {
+		if _, err := readEvents(t, in, 100); !errors.Is(err, errEventTooLarge) {
+			t.Errorf("%.20q…: %v, want errEventTooLarge", in, err)
+		}
+	}
+}
+
+// FuzzEventReader: any body yields events no larger than the bound and
+// ends in io.EOF or errEventTooLarge, without panicking.
+func FuzzEventReader(f *testing.F) {
+	for _, s := range []string{
+		"data: {\"a\":1}\n\ndata: [DONE]\n\n", "data:x\r\n\r\n", ": c\n\ndata: a\ndata: b\n\n", "data", "\r\r\n\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		const max = 256
+		e := newEventReader(strings.NewReader(string(in)), max)
+		for i := 0; ; i++ {
+			if i > len(in)+1 {
+				t.Fatal("more events than bytes")
+			}
+			d, err := e.next()
+			if err != nil {
+				if !errors.Is(err, io.EOF) && !errors.Is(err, errEventTooLarge) {
+					t.Fatalf("error %v", err)
+				}
+				return
+			}
+			if len(d) > max {
+				t.Fatalf("event of %d bytes", len(d))
+			}
+		}
+	})
+}
