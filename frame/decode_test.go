@@ -203,13 +203,25 @@ func TestTextErrors(t *testing.T) {
 
 func TestReadTextHeaderOnlyDecodesHeader(t *testing.T) {
 	good := mustEncodeText(t, frameAJSON)
-	// Corrupt the Base64 of the payload only: the header is still readable,
-	// the frame is not decodable.
+	// Change the payload only (valid Base64, other bytes): the header is
+	// still readable, the frame is not decodable (its CRC fails).
 	bad := bytes.Clone(good)
-	bad[len(bad)-10] = '!'
+	if bad[len(bad)-10] == 'A' {
+		bad[len(bad)-10] = 'B'
+	} else {
+		bad[len(bad)-10] = 'A'
+	}
 	var h Header
 	if err := ReadTextHeader(bad, &h); err != nil || string(h.Model) != "gpt-4o" || h.PayloadLen != 62 {
 		t.Fatalf("ReadTextHeader: %v, %+v", err, h)
+	}
+	if _, err := AppendDecodeText(nil, bad, Limits{}); err == nil {
+		t.Fatal("AppendDecodeText decoded a frame with a changed payload")
+	}
+	// Invalid Base64 in the payload is refused by both readers alike.
+	bad[len(bad)-10] = '!'
+	if err := ReadTextHeader(bad, &h); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("ReadTextHeader with '!' in the payload's Base64: %v", err)
 	}
 	if _, err := AppendDecodeText(nil, bad, Limits{}); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("AppendDecodeText: %v", err)

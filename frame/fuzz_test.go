@@ -237,3 +237,20 @@ func FuzzEncodeRoundTrip(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReadTextHeader: the header-only reader of the text shape is as strict
+// about Base64 as the full decoder: whatever it accepts, the strict
+// decoder decodes (an independent decoder found `m2md inspect` accepting
+// non-canonical padding that `m2md decompress` refused).
+func FuzzReadTextHeader(f *testing.F) {
+	seedFrames(f, true)
+	f.Fuzz(func(t *testing.T, text []byte) {
+		var h Header
+		if ReadTextHeader(text, &h) != nil {
+			return
+		}
+		if _, err := b64.DecodeString(string(text[PrefixLen:])); err != nil {
+			t.Fatalf("ReadTextHeader accepted Base64 the decoder refuses: %v", err)
+		}
+	})
+}

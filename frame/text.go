@@ -60,17 +60,19 @@ func AppendDecodeText(dst, text []byte, lim Limits) ([]byte, error) {
 
 // ReadTextHeader is ReadHeader for the text shape. It Base64-decodes only
 // the start of the text that holds the headers (header_len + 8 bytes) into
-// a buffer kept in h, so its cost does not depend on the payload size and,
-// once h has been used, it does not allocate. Model and ID alias that
-// buffer. The Base64 of the payload is not looked at, so a frame that
-// passes ReadTextHeader can still fail to decode.
+// a buffer kept in h and, once h has been used, does not allocate. Model
+// and ID alias that buffer. The rest of the Base64 is checked, not
+// decoded, with the same strictness as AppendDecodeText (alphabet, padding
+// only at the end, canonical trailing bits, no line breaks): a text that
+// the full decoder refuses for its Base64 is refused here too. A frame that
+// passes can still fail to decode (its payload is not looked at).
 func ReadTextHeader(text []byte, h *Header) error {
 	if len(text) < PrefixLen || string(text[:PrefixLen]) != Prefix {
 		return errorf(ErrBadPrefix, "text frame does not start with %q", Prefix)
 	}
 	enc := text[PrefixLen:]
-	if len(enc)%4 != 0 {
-		return errorf(ErrMalformed, "Base64 of %d characters is not padded to a multiple of 4", len(enc))
+	if err := checkBase64(enc); err != nil {
+		return err
 	}
 	// The decoded length, from the length and the padding of the last quad.
 	total := PrefixLen + len(enc)/4*3
@@ -100,6 +102,40 @@ func ReadTextHeader(text []byte, h *Header) error {
 		return err
 	}
 	return parseHeader(buf, total, h)
+}
+
+// checkBase64 refuses what the strict decoder (b64) refuses, without
+// decoding: a length that is not a multiple of 4, a character outside the
+// alphabet (line breaks included), padding anywhere but the last one or two
+// characters, and padding whose preceding character carries bits the
+// decoded bytes would drop (non-canonical). One table lookup per character.
+func checkBase64(enc []byte) error {
+	if len(enc)%4 != 0 {
+		return errorf(ErrMalformed, "Base64 of %d characters is not padded to a multiple of 4", len(enc))
+	}
+	n := len(enc)
+	pad := 0
+	if n > 0 && enc[n-1] == '=' {
+		pad = 1
+		if enc[n-2] == '=' {
+			pad = 2
+		}
+	}
+	for i, c := range enc[:n-pad] {
+		if b64Value[c] == 0xff {
+			return errorf(ErrMalformed, "Base64: invalid character %q at %d", c, i)
+		}
+	}
+	// "xy==" carries one byte: y's low 4 bits are left over and must be 0;
+	// "xyz=" carries two: z's low 2 bits.
+	mask := byte(0x03)
+	if pad == 2 {
+		mask = 0x0f
+	}
+	if pad > 0 && b64Value[enc[n-pad-1]]&mask != 0 {
+		return errorf(ErrMalformed, "Base64: non-canonical padding (bits set after the last byte)")
+	}
+	return nil
 }
 
 // decodeQuads appends the Base64 decoding of enc[from:to], clamped to
