@@ -40,9 +40,18 @@ func (se *session) handleData(msg transport.Message, start time.Time) {
 	wireLen := len(fr)
 	var h frame.Header
 	if format == formatM2M {
+		if frame.IsTextShape(fr) {
+			// What the Rust reference emits; its Base64 would otherwise
+			// be read as the security byte and refused as bad_tag.
+			se.refuse(msg.Channel, &dh, negotiate.CodeBadFrame, "text-shape M2M frame (#M2M|1| + Base64): DATA carries the binary shape; decode the Base64 first")
+			return
+		}
 		plain, err := se.recv.Open(uint32(msg.Channel), fr)
 		if err != nil {
-			se.refuse(msg.Channel, &dh, negotiate.RefusalCode(err), "frame refused in security mode "+se.mode()+": "+err.Error())
+			// The refused frame took no number: name the one expected, so
+			// that a sender can renumber what it sent after it.
+			se.refuse(msg.Channel, &dh, negotiate.RefusalCode(err), fmt.Sprintf("frame refused in security mode %s: %v; next sequence expected on channel %d: %d",
+				se.mode(), err, uint32(msg.Channel), se.recv.Expected(uint32(msg.Channel))))
 			return
 		}
 		fr = plain
@@ -91,7 +100,13 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 			code = reason.Code()
 		}
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
-		se.sendError(ch, dh.RequestID, 0, code, routeMessage(code, dh, h), "")
+		var flags negotiate.DataFlags
+		if code == negotiate.CodeDuplicateRequest {
+			// Its request_id is that of a request still outstanding: as
+			// a NOTICE it cannot be taken for that request's answer.
+			flags = negotiate.FlagNotice
+		}
+		se.sendError(ch, dh.RequestID, flags, code, routeMessage(code, dh, h), "")
 		return
 	}
 	if d.Provider.Value().remote != nil {

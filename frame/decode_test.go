@@ -567,3 +567,25 @@ func TestAllocations(t *testing.T) {
 		t.Errorf("AppendEncode: %v allocations", n)
 	}
 }
+
+func TestIsTextShape(t *testing.T) {
+	text := mustEncodeText(t, frameAJSON)
+	bin, err := AppendEncode(nil, []byte(frameAJSON), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		fr   []byte
+		want bool
+	}{
+		{"text", text, true},
+		{"binary", bin, false},
+		{"prefix only", []byte(Prefix), false},
+		{"other prefix", append([]byte("#M2M|2|"), text[PrefixLen:]...), false},
+	} {
+		if got := IsTextShape(tc.fr); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

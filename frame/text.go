@@ -181,3 +181,21 @@ var b64Value = func() (t [256]byte) {
 	}
 	return t
 }()
+
+// IsTextShape reports whether fr looks like a text-shape M2M v1 frame
+// ("#M2M|1|" + Base64) rather than the binary shape: the four characters
+// after the prefix are Base64, where a binary frame has its header length,
+// schema and security byte (the last never a Base64 character). A receiver
+// that expects the binary shape can then say what it got instead of
+// misreading Base64 as a security mode.
+func IsTextShape(fr []byte) bool {
+	if len(fr) < PrefixLen+4 || string(fr[:PrefixLen]) != Prefix {
+		return false
+	}
+	for _, c := range fr[PrefixLen : PrefixLen+4] {
+		if b64Value[c] == 0xff {
+			return false
+		}
+	}
+	return true
+}

@@ -72,7 +72,9 @@ func TestHandshakeModesAndAuth(t *testing.T) {
 }
 
 // TestHandshakeAuthRefusals covers every way authentication fails: each is
-// REJECT SECURITY_POLICY with the one shared message, and each is counted.
+// REJECT SECURITY_POLICY with the message docs/protocol.md §3.3 gives (the
+// one shared message for every failure that could tell a prober whether an
+// org exists), and each is counted.
 func TestHandshakeAuthRefusals(t *testing.T) {
 	d := startDaemon(t, func(c *daemon.Config) {
 		c.OrgSecrets = map[string]security.Secret{"acme": testMaster}
@@ -124,6 +126,9 @@ func TestHandshakeAuthRefusals(t *testing.T) {
 				if tc.shared && cm.Reject != nil && cm.Reject.Message != "authentication failed" {
 					t.Errorf("message %q, want the shared %q", cm.Reject.Message, "authentication failed")
 				}
+				if own := ownAuthMessage[tc.name]; !tc.shared && cm.Reject != nil && cm.Reject.Message != own {
+					t.Errorf("message %q, want %q (protocol.md §3.3)", cm.Reject.Message, own)
+				}
 				expectReject(t, conn, cm, negotiate.RejectSecurityPolicy)
 				waitMetric(t, d, before+1, "m2md_handshake_failures_total", "transport="+tr, "reason=security_policy")
 			})
@@ -136,9 +141,21 @@ func TestHandshakeAuthRefusals(t *testing.T) {
 				t.Fatalf("first use of the HELLO: %s %+v", cm.Type, cm.Reject)
 			}
 			second := dialConn(t, d, tr)
-			expectReject(t, second, exchange(t, second, hello), negotiate.RejectSecurityPolicy)
+			cm := exchange(t, second, hello)
+			if cm.Reject != nil && cm.Reject.Message != "HELLO replayed" {
+				t.Errorf("message %q, want %q (protocol.md §3.3)", cm.Reject.Message, "HELLO replayed")
+			}
+			expectReject(t, second, cm, negotiate.RejectSecurityPolicy)
 		})
 	}
+}
+
+// ownAuthMessage: the authentication failures that tell nothing about an
+// org's existence (they are decided before the org is looked up) have
+// messages of their own, as docs/protocol.md §3.3 lists them.
+var ownAuthMessage = map[string]string{
+	"missing proof":   "agent authentication required",
+	"stale timestamp": "HELLO timestamp is more than 5m0s from the daemon's clock",
 }
 
 // TestHandshakeAuthDowngradeRefusedByClient: an agent holding a key refuses

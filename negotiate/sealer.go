@@ -159,6 +159,18 @@ func (s *Sealer) Open(ch uint32, fr []byte) ([]byte, error) {
 	return plain, nil
 }
 
+// Expected is the sequence number Open accepts next on channel ch (1 on a
+// channel not seen yet).
+func (s *Sealer) Expected(ch uint32) uint64 {
+	s.mu.Lock()
+	c := s.chans[ch]
+	s.mu.Unlock()
+	if c == nil {
+		return 1
+	}
+	return c.Load() + 1
+}
+
 // RefusalCode is the error code that answers a frame Open refused: replay
 // for a sequence number out of step or a frame numbered for another
 // channel; bad_frame for a mode-none frame without a security byte or a
