@@ -39,6 +39,13 @@ const (
 	DefaultMaxOutstanding  = 1024
 	DefaultQUICIdleTimeout = 5 * time.Second
 	DefaultMessageTimeout  = 30 * time.Second
+	// DefaultMaxHandshakes and DefaultMaxHandshakesPerIP bound the TCP
+	// connections not yet through HELLO. Handshakes take milliseconds, so
+	// even every session of a full daemon reconnecting at once stays far
+	// below them, while 4,096 descriptors leave room beside 10,000 sessions
+	// under the common 20,000-65,536 descriptor limits.
+	DefaultMaxHandshakes      = 4096
+	DefaultMaxHandshakesPerIP = 256
 
 	// DefaultNewSessionsPerMinute is one address's sustained rate of new
 	// connections: 100 a second. The soak (docs/benchmarks.md) measured
@@ -127,6 +134,16 @@ type Config struct {
 	// unplugged) is noticed; keep-alive packets every fifth of it keep a
 	// live but quiet agent's connection up. Default 5 s.
 	QUICIdleTimeout time.Duration
+
+	// MaxHandshakes bounds the TCP (WebSocket) connections that have not
+	// completed HELLO, MaxHandshakesPerIP those from one source address.
+	// They are counted from accept, before anything is read; a connection
+	// beyond either is closed at once and counted in m2md_limited_total.
+	// The admin endpoint and established sessions are not counted, so they
+	// keep working when the caps are hit. Defaults 4,096 and 256; -1 means
+	// unlimited.
+	MaxHandshakes      int
+	MaxHandshakesPerIP int
 
 	// MaxSessionsPerIP bounds the connections (handshaking or established)
 	// one source address may hold; the default (zero) is no bound of its
@@ -254,6 +271,12 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	// Limits that can be off: zero is the default, negative is unlimited.
+	if c.MaxHandshakes == 0 {
+		c.MaxHandshakes = DefaultMaxHandshakes
+	}
+	if c.MaxHandshakesPerIP == 0 {
+		c.MaxHandshakesPerIP = DefaultMaxHandshakesPerIP
+	}
 	if c.NewSessionsPerMinute == 0 {
 		c.NewSessionsPerMinute = DefaultNewSessionsPerMinute
 	}

@@ -36,6 +36,7 @@ type Server struct {
 	fingerprint string
 
 	adm      *admission
+	pending  *handshakes // TCP connections not yet through HELLO
 	limitLog *logOnce
 
 	draining atomic.Bool
@@ -105,6 +106,7 @@ func New(cfg Config) (*Server, error) {
 		ready:    make(chan struct{}),
 		crash:    make(chan struct{}),
 		sessions: make(map[*session]struct{}),
+		pending:  newHandshakes(cfg.MaxHandshakes, cfg.MaxHandshakesPerIP),
 		adm:      newAdmission(cfg.MaxSessionsPerIP, cfg.NewSessionsPerMinute, cfg.openBurst()),
 		limitLog: newLogOnce(time.Minute),
 	}
@@ -258,10 +260,19 @@ func (s *Server) Run(ctx context.Context) error {
 		if err != nil {
 			return nil, fmt.Errorf("daemon: %s: %w", name, err)
 		}
+		readHeader := 10 * time.Second
+		if name != "admin" {
+			// Agents' connections count as handshakes until HELLO, and the
+			// HTTP upgrade may take no longer than HELLO itself.
+			ln = &limitedListener{Listener: ln, h: s.pending, refused: func(limit string, remote net.Addr) {
+				s.limitHit(limit, remote, "")
+			}}
+			readHeader = min(readHeader, s.cfg.HelloTimeout)
+		}
 		if tlsConf != nil {
 			ln = tls.NewListener(ln, tlsConf)
 		}
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, ErrorLog: nil}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: readHeader, ErrorLog: nil}
 		*closers = append(*closers, func() {
 			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 			defer cancel()

@@ -167,6 +167,7 @@ func (s *Server) serveConn(conn transport.Conn) {
 	// the count, so that a reconnection the count shows room for is not
 	// refused for its address.
 	se.releaseAddr = release
+	s.pending.established(conn.RemoteAddr())
 	if err := s.sendHandshakeReply(conn, reply); err != nil {
 		s.metrics.handshakeFailures.WithLabelValues(tname, "send_failed").Inc()
 	}

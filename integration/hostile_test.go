@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -13,6 +14,7 @@ import (
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -555,4 +557,88 @@ func TestWSOversizedRefusedFromFrameHeader(t *testing.T) {
 	if n := metric(t, d, "m2md_frames_refused_total", "reason=too_large"); n < 22 {
 		t.Errorf("too_large counted %v times, want 22", n)
 	}
+}
+
+// TestHandshakeCapsAtAccept: raw TCP connections that never upgrade are
+// capped per source address and in total at accept, before net/http reads
+// them; the excess is closed at once and counted; those held are closed
+// at the upgrade deadline (the HELLO timeout). Meanwhile /metrics answers
+// and an established session keeps its round trips.
+func TestHandshakeCapsAtAccept(t *testing.T) {
+	const (
+		total, perIP = 30, 20
+		hello        = 2 * time.Second
+	)
+	d := startDaemon(t, func(c *daemon.Config) {
+		c.MaxHandshakes, c.MaxHandshakesPerIP = total, perIP
+		c.HelloTimeout = hello
+	})
+	by := startBystander(t, d, "ws")
+	// openFrom opens n raw connections from a loopback source address and
+	// reports how many the daemon closed at once.
+	var held []net.Conn
+	openFrom := func(src string, n int) (closed int) {
+		dialer := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+		var opened []net.Conn
+		for range n {
+			c, err := dialer.Dial("tcp", d.WSAddr().String())
+			if errors.Is(err, syscall.ECONNRESET) {
+				closed++ // the daemon's reset overtook the dial
+				continue
+			}
+			if err != nil {
+				t.Fatalf("dial from %s: %v", src, err)
+			}
+			t.Cleanup(func() { c.Close() })
+			opened = append(opened, c)
+		}
+		// Those refused have been closed by now; those held are still
+		// open (the upgrade deadline is seconds away).
+		time.Sleep(300 * time.Millisecond)
+		for _, c := range opened {
+			c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+			var b [1]byte
+			if _, err := c.Read(b[:]); err != nil && !isTimeout(err) {
+				closed++
+				continue
+			}
+			held = append(held, c)
+		}
+		return closed
+	}
+	if closed := openFrom("127.0.0.2", 25); closed != 25-perIP {
+		t.Errorf("from one address: %d of 25 closed at accept, want %d", closed, 25-perIP)
+	}
+	if closed := openFrom("127.0.0.3", 25); closed != 25-(total-perIP) {
+		t.Errorf("from a second address: %d of 25 closed at accept, want %d", closed, 25-(total-perIP))
+	}
+	if n := metric(t, d, "m2md_limited_total", "limit=handshakes_per_ip"); n != 5 {
+		t.Errorf("limited handshakes_per_ip = %v, want 5", n)
+	}
+	if n := metric(t, d, "m2md_limited_total", "limit=handshakes"); n != 15 {
+		t.Errorf("limited handshakes = %v, want 15", n)
+	}
+	// The held connections end at the upgrade deadline, and a new agent
+	// can connect.
+	start := time.Now()
+	for _, c := range held {
+		c.SetReadDeadline(time.Now().Add(hello + 3*time.Second))
+		var b [512]byte
+		for {
+			if _, err := c.Read(b[:]); err != nil {
+				break
+			}
+		}
+	}
+	if d := time.Since(start); d > hello+3*time.Second {
+		t.Errorf("held connections lasted %v past the attack, upgrade deadline %v", d, hello)
+	}
+	late := dialClient(t, d.url("ws"), client.Options{AgentID: "late", PinSHA256: d.Fingerprint()})
+	late.Close()
+	by.check(t, 20)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }

@@ -62,6 +62,8 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	byteSizeVar(fs, &cfg.ReceiveBudget, "receive-budget", 0, 0, "bytes one connection's received messages may hold while read and routed (0: max payload + 512 + 1 MiB)")
 	fs.DurationVar(&cfg.MessageTimeout, "message-timeout", daemon.DefaultMessageTimeout, "a message must arrive whole within this of its first byte")
 	fs.DurationVar(&cfg.QUICIdleTimeout, "quic-idle-timeout", daemon.DefaultQUICIdleTimeout, "close a QUIC connection silent this long (keep-alives every fifth of it)")
+	fs.IntVar(&cfg.MaxHandshakes, "max-handshakes", daemon.DefaultMaxHandshakes, "WebSocket connections not yet through HELLO; more are closed at accept (-1: unlimited)")
+	fs.IntVar(&cfg.MaxHandshakesPerIP, "max-handshakes-per-ip", daemon.DefaultMaxHandshakesPerIP, "WebSocket connections not yet through HELLO from one source address (-1: unlimited)")
 	fs.IntVar(&cfg.MaxSessionsPerIP, "max-sessions-per-ip", 0, "connections (handshaking or established) one source address may hold (0: no bound of its own, --max-sessions applies)")
 	fs.IntVar(&cfg.NewSessionsPerMinute, "new-sessions-per-minute", daemon.DefaultNewSessionsPerMinute, "connections one source address may open per minute, after a burst of --max-sessions-per-ip, or --max-sessions (-1: unlimited)")
 	fs.IntVar(&cfg.MessagesPerMinute, "messages-per-minute", 0, "messages one session may send per minute; more are refused with rate_limited (0: unlimited)")
