@@ -93,7 +93,7 @@ func TestCLIHelpAndVersion(t *testing.T) {
 func TestCLIHelpReadable(t *testing.T) {
 	for _, args := range [][]string{
 		{"compress"}, {"decompress"}, {"inspect"}, {"serve"}, {"bench", "load"}, {"bench", "codec"}, {"bench", "table"},
-		{"demo", "provider"}, {"demo", "requester"}, {"version"},
+		{"demo", "provider"}, {"demo", "requester"}, {"version"}, {"upstream"},
 	} {
 		code, out, _ := runCLI(t, nil, append(args, "--help")...)
 		if code != exitOK {

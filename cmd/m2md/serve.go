@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -32,8 +33,6 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 		disableFeat string
 		openAIAddr  string
 		openAIKeys  string
-		logLevel    string
-		logFormat   string
 		clusterPwd  string
 		routes      string
 		natsURLs    string
@@ -87,8 +86,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.StringVar(&natsURLs, "nats-url", "", "comma-separated nats:// `URLs` of an existing NATS deployment to cluster over (instead of --cluster-listen)")
 	fs.StringVar(&cfg.Cluster.CredsFile, "nats-creds", "", "NATS credentials `file` for --nats-url")
 	fs.StringVar(&cfg.Cluster.CAFile, "nats-ca", "", "CA `file` (PEM) trusted for --nats-url's TLS certificates")
-	fs.StringVar(&logLevel, "log-level", "info", "log `level`: debug, info, warn or error")
-	fs.StringVar(&logFormat, "log-format", "auto", "log `format`: json, console, or auto (console on a terminal)")
+	logFlags := registerLogFlags(fs)
 
 	err := ff.Parse(fs, args,
 		ff.WithEnvVarPrefix("M2MD"),
@@ -130,7 +128,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 			return err
 		}
 	}
-	logger, err := newLogger(logLevel, logFormat, stderr)
+	logger, err := logFlags.logger(stderr)
 	if err != nil {
 		return err
 	}
@@ -210,6 +208,22 @@ func readOrgSecrets(path string) (map[string]security.Secret, error) {
 		return nil, fmt.Errorf("org secrets %s: no secrets", path)
 	}
 	return secrets, nil
+}
+
+// logFlags are --log-level and --log-format, which every long-running
+// command takes.
+type logFlags struct{ level, format string }
+
+func registerLogFlags(fs *flag.FlagSet) *logFlags {
+	l := &logFlags{}
+	fs.StringVar(&l.level, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.StringVar(&l.format, "log-format", "auto", "log `format`: json, console, or auto (console on a terminal)")
+	return l
+}
+
+// logger returns the logger the flags describe, writing to w.
+func (l *logFlags) logger(w io.Writer) (zerolog.Logger, error) {
+	return newLogger(l.level, l.format, w)
 }
 
 func newLogger(level, format string, w io.Writer) (zerolog.Logger, error) {

@@ -19,14 +19,13 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	var df demoFlags
 	df.register(fs)
 	var (
-		cfg       upstream.Config
-		agent     = fs.String("agent", "upstream", "agent `id` on the mesh")
-		models    = fs.String("models", "", "comma-separated `models` to serve (default: the server's GET /models)")
-		keyEnv    = fs.String("api-key-env", "", "environment `variable` holding the server's API key (sent as Bearer; never logged)")
-		org       = fs.String("org", "", "`org` to authenticate as, when the daemon requires it (with --agent-key-env)")
-		agentKey  = fs.String("agent-key-env", "", "environment `variable` holding the agent key (64 hex digits) for --org")
-		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
-		logFormat = fs.String("log-format", "auto", "json, console, or auto (console on a terminal)")
+		cfg      upstream.Config
+		agent    = fs.String("agent", "upstream", "agent `id` on the mesh")
+		models   = fs.String("models", "", "comma-separated `models` to serve (default: the server's GET /models)")
+		keyEnv   = fs.String("api-key-env", "", "environment `variable` holding the server's API key (sent as Bearer; never logged)")
+		org      = fs.String("org", "", "`org` to authenticate as, when the daemon requires it (with --agent-key-env)")
+		agentKey = fs.String("agent-key-env", "", "environment `variable` holding the agent key (64 hex digits) for --org")
+		logFlags = registerLogFlags(fs)
 	)
 	fs.StringVar(&cfg.BaseURL, "base-url", "http://127.0.0.1:11434/v1", "the server's OpenAI API root `URL`")
 	fs.IntVar(&cfg.Concurrency, "concurrency", upstream.DefaultConcurrency, "requests in flight at the server at most")
@@ -44,7 +43,7 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			return usagef("--api-key-env %s: the variable is empty or not set", *keyEnv)
 		}
 	}
-	logger, err := newLogger(*logLevel, *logFormat, stderr)
+	logger, err := logFlags.logger(stderr)
 	if err != nil {
 		return err
 	}
