@@ -134,3 +134,63 @@ func TestDefaultsDoNotRateLimit(t *testing.T) {
 		t.Fatalf("m2md_limited_total = %v, want 0", n)
 	}
 }
+
+// TestZeroConfigStreamingLoad: what the old per-session defaults refused
+// in the first second (a streaming provider sends hundreds of messages a
+// second): one provider streams 200-chunk replies to 32 concurrent
+// requesters (6,400 messages from one session at once) through a
+// zero-config daemon, with no error.
+func TestZeroConfigStreamingLoad(t *testing.T) {
+	const requesters, chunks = 32, 200
+	d := startDaemon(t, nil)
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "sprov-" + tr, Models: []string{"gpt-4o"}})
+			reqs := make([]*rawAgent, requesters)
+			ids := make([]uint64, requesters)
+			for i := range reqs {
+				reqs[i] = mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: fmt.Sprintf("sreq-%s-%d", tr, i)})
+				_, ids[i] = reqs[i].request("", corpus(t, "req-stream-01.json"))
+			}
+			var dls []*received
+			for range requesters {
+				dls = append(dls, prov.recvData(10*time.Second))
+			}
+			// The requesters read while the provider streams.
+			errs := make(chan error, requesters)
+			for i, r := range reqs {
+				go func() {
+					for k := range chunks {
+						got, _, err := r.recv(20 * time.Second)
+						if err == nil && (got.code != "" || got.hdr.RequestID != ids[i] || got.hdr.IsEnd() != (k == chunks-1)) {
+							err = fmt.Errorf("requester %d, reply %d: code %q id %d flags %v", i, k, got.code, got.hdr.RequestID, got.hdr.Flags)
+						}
+						if err != nil {
+							errs <- err
+							return
+						}
+					}
+					errs <- nil
+				}()
+			}
+			fr := encode(t, chunk("load", 0))
+			for k := range chunks {
+				flags := negotiate.FlagReply
+				if k == chunks-1 {
+					flags |= negotiate.FlagEnd
+				}
+				for _, dl := range dls {
+					prov.mustSend(dl.ch, flags, dl.hdr.RequestID, "", prov.protect(dl.ch, fr))
+				}
+			}
+			for range requesters {
+				if err := <-errs; err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+	if n := metric(t, d, "m2md_limited_total"); n != 0 {
+		t.Fatalf("m2md_limited_total = %v, want 0", n)
+	}
+}
