@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -198,4 +199,51 @@ func metricValue(m *dto.Metric) float64 {
 		return float64(m.GetHistogram().GetSampleCount())
 	}
 	return 0
+}
+
+// TestMetricLabelLiterals reads the daemon's sources: every label value
+// written as a string literal at a WithLabelValues call is one of the values
+// created at start (and so documented, by TestMetricsDocumented), and no
+// wire code goes into a label without reasonLabel. A new reason added at a
+// call site alone fails here.
+func TestMetricLabelLiterals(t *testing.T) {
+	known := map[string][]string{
+		"handshakeFailures": handshakeFailureReasons, "routingFailures": routingFailureReasons,
+		"framesRefused": refusalReasons, "queueDrops": queueDropReasons, "sessionsClosed": closeReasons,
+		"limited": limitLabels, "cancels": cancelResults,
+	}
+	call := regexp.MustCompile(`metrics\.(\w+)\.WithLabelValues\(([^\n]*)\)\.`)
+	literal := regexp.MustCompile(`"([^"]*)"`)
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range call.FindAllStringSubmatch(string(b), -1) {
+			vals, ok := known[m[1]]
+			if !ok {
+				continue
+			}
+			if strings.Contains(m[2], "string(negotiate.Reject") || strings.Contains(m[2], "string(negotiate.Reason") {
+				t.Errorf("%s: %s takes an upper-case wire code; use reasonLabel", f, m[0])
+			}
+			for _, lit := range literal.FindAllStringSubmatch(m[2], -1) {
+				n++
+				if !slices.Contains(vals, lit[1]) {
+					t.Errorf("%s: %s: %q is not among the values created at start (metrics.go) and documented", f, m[1], lit[1])
+				}
+			}
+		}
+	}
+	if n < 10 {
+		t.Fatalf("found only %d label literals: the pattern no longer matches the call sites", n)
+	}
 }

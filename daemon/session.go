@@ -150,7 +150,7 @@ func (s *Server) serveConn(conn transport.Conn) {
 	// its queue; the writer starts only after ACCEPT is written.
 	se, err := s.newSession(conn, neg, log)
 	if errors.Is(err, router.ErrAgentIDTaken) {
-		s.metrics.handshakeFailures.WithLabelValues(tname, string(negotiate.RejectSecurityPolicy)).Inc()
+		s.metrics.handshakeFailures.WithLabelValues(tname, reasonLabel(negotiate.RejectSecurityPolicy)).Inc()
 		log.Info().Str("agent", neg.AgentID).Msg("handshake rejected: open mode, agent id held by a session from another address")
 		neg.Wipe()
 		s.sendHandshakeReply(conn, negotiate.AppendReject(nil, time.Now(), negotiate.RejectSecurityPolicy,
