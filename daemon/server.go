@@ -200,157 +200,192 @@ func (s *Server) Run(ctx context.Context) error {
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
 	s.baseCtx = runCtx
-	if s.cfg.Cluster.Enabled() {
-		// Before the listeners: every session is registered cluster-wide.
-		cs := newClusterState(s)
-		ccfg := s.cfg.Cluster
-		ccfg.Logger = s.log.With().Str("component", "cluster").Logger()
-		c, err := cluster.Start(ccfg, cs)
-		if err != nil {
-			return fmt.Errorf("daemon: %w", err)
-		}
-		cs.c = c
-		s.cluster = cs
-		s.registerClusterMetrics()
-		defer c.Close()
+	// Before the listeners: every session is registered cluster-wide.
+	stopCluster, err := s.startCluster()
+	if err != nil {
+		return err
 	}
+	defer stopCluster()
 	s.handshakes, s.stopHandshakes = context.WithCancel(runCtx)
 	defer s.stopHandshakes()
 
-	var (
-		// closers stop the listeners when shutdown begins; adminClosers
-		// stop the admin endpoint only after the sessions are gone, so
-		// /healthz can report "draining" while requests finish.
-		closers, adminClosers []func()
-		// unbind frees the QUIC port last: until then it refuses new
-		// connections at once and carries the sessions being drained.
-		unbind  func()
-		serveWG sync.WaitGroup
-		errc    = make(chan error, 4)
-	)
-	defer func() {
-		for _, c := range append(closers, adminClosers...) {
-			c()
-		}
-		serveWG.Wait()
-		if unbind != nil {
-			unbind()
-		}
+	ls := &listeners{errc: make(chan error, 4)}
+	defer ls.stop()
+	if err := s.listen(runCtx, ls); err != nil {
+		return err
+	}
+	s.logStart()
+	close(s.ready)
+	ls.wg.Add(1)
+	go func() {
+		defer ls.wg.Done()
+		s.sweepAdmissions(runCtx)
 	}()
 
+	select {
+	case <-ctx.Done():
+	case <-s.crash:
+		s.crashStop(ls)
+		cancelRun()
+		return nil
+	case err := <-ls.errc:
+		s.log.Error().Err(err).Msg("listener failed; shutting down")
+		s.shutdown(ls.closers)
+		return err
+	}
+	s.shutdown(ls.closers)
+	ls.closers = nil
+	cancelRun()
+	return nil
+}
+
+// startCluster joins the cluster when one is configured, and returns what
+// leaves it.
+func (s *Server) startCluster() (stop func(), err error) {
+	if !s.cfg.Cluster.Enabled() {
+		return func() {}, nil
+	}
+	cs := newClusterState(s)
+	ccfg := s.cfg.Cluster
+	ccfg.Logger = s.log.With().Str("component", "cluster").Logger()
+	c, err := cluster.Start(ccfg, cs)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
+	cs.c = c
+	s.cluster = cs
+	s.registerClusterMetrics()
+	return func() { c.Close() }, nil
+}
+
+// listeners is what Run started and must stop.
+type listeners struct {
+	// closers stop the listeners when shutdown begins; adminClosers stop
+	// the admin endpoint only after the sessions are gone, so /healthz can
+	// report "draining" while requests finish.
+	closers, adminClosers []func()
+	// unbind frees the QUIC port last: until then it refuses new
+	// connections at once and carries the sessions being drained.
+	unbind func()
+	wg     sync.WaitGroup
+	errc   chan error // a listener that failed
+}
+
+func (ls *listeners) stop() {
+	for _, c := range append(ls.closers, ls.adminClosers...) {
+		c()
+	}
+	ls.wg.Wait()
+	if ls.unbind != nil {
+		ls.unbind()
+	}
+}
+
+// listen starts every configured listener: QUIC, ws://, wss:// and the
+// admin endpoint.
+func (s *Server) listen(runCtx context.Context, ls *listeners) error {
 	if enabled(s.cfg.QUICAddr) {
 		ln, err := transport.ListenQUIC(s.cfg.QUICAddr, s.tlsConf.Clone(), s.transportConfig())
 		if err != nil {
 			return fmt.Errorf("daemon: quic: %w", err)
 		}
 		s.quicAddr = ln.Addr()
-		closers = append(closers, func() { ln.Close() })
-		unbind = func() { ln.Unbind() }
-		serveWG.Add(1)
+		ls.closers = append(ls.closers, func() { ln.Close() })
+		ls.unbind = func() { ln.Unbind() }
+		ls.wg.Add(1)
 		go func() {
-			defer serveWG.Done()
+			defer ls.wg.Done()
 			s.acceptQUIC(runCtx, ln)
 		}()
 	}
-	wsHandler := transport.NewWSHandler(s.transportConfig(), func(c transport.Conn) { s.serveConn(c) })
 	mux := http.NewServeMux()
-	mux.Handle(s.cfg.WSPath, wsHandler)
-	startHTTP := func(name, addr string, tlsConf *tls.Config, h http.Handler, closers *[]func()) (net.Addr, error) {
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return nil, fmt.Errorf("daemon: %s: %w", name, err)
-		}
-		readHeader := 10 * time.Second
-		if name != "admin" {
-			// Agents' connections count as handshakes until HELLO, and the
-			// HTTP upgrade may take no longer than HELLO itself.
-			ln = &limitedListener{Listener: ln, h: s.pending, refused: func(limit string, remote net.Addr) {
-				s.limitHit(limit, remote, "")
-			}}
-			readHeader = min(readHeader, s.cfg.HelloTimeout)
-		}
-		if tlsConf != nil {
-			ln = tls.NewListener(ln, tlsConf)
-		}
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: readHeader, ErrorLog: nil}
-		*closers = append(*closers, func() {
-			sctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			defer cancel()
-			_ = hs.Shutdown(sctx)
-		})
-		serveWG.Add(1)
-		go func() {
-			defer serveWG.Done()
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				errc <- fmt.Errorf("daemon: %s: %w", name, err)
-			}
-		}()
-		return ln.Addr(), nil
-	}
+	mux.Handle(s.cfg.WSPath, transport.NewWSHandler(s.transportConfig(), func(c transport.Conn) { s.serveConn(c) }))
 	var err error
 	if enabled(s.cfg.WSAddr) {
-		if s.wsAddr, err = startHTTP("ws", s.cfg.WSAddr, nil, mux, &closers); err != nil {
+		if s.wsAddr, err = s.serveHTTP(ls, "ws", s.cfg.WSAddr, nil, mux, &ls.closers); err != nil {
 			return err
 		}
 	}
 	if enabled(s.cfg.WSSAddr) {
 		wssTLS := s.tlsConf.Clone()
 		wssTLS.NextProtos = []string{"http/1.1"}
-		if s.wssAddr, err = startHTTP("wss", s.cfg.WSSAddr, wssTLS, mux, &closers); err != nil {
+		if s.wssAddr, err = s.serveHTTP(ls, "wss", s.cfg.WSSAddr, wssTLS, mux, &ls.closers); err != nil {
 			return err
 		}
 	}
 	if enabled(s.cfg.AdminAddr) {
-		if s.adminAddr, err = startHTTP("admin", s.cfg.AdminAddr, nil, s.adminHandler(), &adminClosers); err != nil {
+		if s.adminAddr, err = s.serveHTTP(ls, "admin", s.cfg.AdminAddr, nil, s.adminHandler(), &ls.adminClosers); err != nil {
 			return err
 		}
 	}
-	s.logStart()
-	close(s.ready)
-	serveWG.Add(1)
+	return nil
+}
+
+// serveHTTP serves h on addr (over TLS when tlsConf is set) and adds its
+// graceful stop to closers.
+func (s *Server) serveHTTP(ls *listeners, name, addr string, tlsConf *tls.Config, h http.Handler, closers *[]func()) (net.Addr, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("daemon: %s: %w", name, err)
+	}
+	readHeader := 10 * time.Second
+	if name != "admin" {
+		// Agents' connections count as handshakes until HELLO, and the
+		// HTTP upgrade may take no longer than HELLO itself.
+		ln = &limitedListener{Listener: ln, h: s.pending, refused: func(limit string, remote net.Addr) {
+			s.limitHit(limit, remote, "")
+		}}
+		readHeader = min(readHeader, s.cfg.HelloTimeout)
+	}
+	if tlsConf != nil {
+		ln = tls.NewListener(ln, tlsConf)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: readHeader, ErrorLog: nil}
+	*closers = append(*closers, func() {
+		sctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	})
+	ls.wg.Add(1)
 	go func() {
-		defer serveWG.Done()
-		t := time.NewTicker(30 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case now := <-t.C:
-				s.adm.sweep(now)
-			case <-runCtx.Done():
-				return
-			}
+		defer ls.wg.Done()
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			ls.errc <- fmt.Errorf("daemon: %s: %w", name, err)
 		}
 	}()
+	return ln.Addr(), nil
+}
 
-	select {
-	case <-ctx.Done():
-	case <-s.crash:
-		// Nothing is said to anyone: listeners, cluster and connections
-		// stop as if the process had died.
-		for _, c := range closers {
-			c()
+// sweepAdmissions forgets idle per-address admission state until ctx ends.
+func (s *Server) sweepAdmissions(ctx context.Context) {
+	t := time.NewTicker(30 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case now := <-t.C:
+			s.adm.sweep(now)
+		case <-ctx.Done():
+			return
 		}
-		closers = nil
-		if s.cluster != nil {
-			s.cluster.c.Abort()
-		}
-		s.mu.Lock()
-		for se := range s.sessions {
-			se.conn.Close()
-		}
-		s.mu.Unlock()
-		s.shutdown(nil)
-		cancelRun()
-		return nil
-	case err := <-errc:
-		s.log.Error().Err(err).Msg("listener failed; shutting down")
-		s.shutdown(closers)
-		return err
 	}
-	s.shutdown(closers)
-	closers = nil
-	cancelRun()
-	return nil
+}
+
+// crashStop ends everything as if the process had died: nothing is said
+// to anyone; listeners, cluster and connections just stop.
+func (s *Server) crashStop(ls *listeners) {
+	for _, c := range ls.closers {
+		c()
+	}
+	ls.closers = nil
+	if s.cluster != nil {
+		s.cluster.c.Abort()
+	}
+	s.mu.Lock()
+	for se := range s.sessions {
+		se.conn.Close()
+	}
+	s.mu.Unlock()
+	s.shutdown(nil)
 }
 
 // limitHit counts a limit and logs it, once per peer and limit a minute.
