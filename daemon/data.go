@@ -283,6 +283,13 @@ func (se *session) outLen(fr []byte, format frameFormat) int {
 // refuse answers a frame the daemon will not route: an error reply for a
 // request, a NOTICE for a reply.
 func (se *session) refuse(ch transport.ChannelID, dh *negotiate.DataHeader, code negotiate.ErrorCode, message string) {
+	se.refuseTelling(ch, dh, code, message, true)
+}
+
+// refuseTelling is refuse, with the error to the sender itself left out
+// unless tell; everything else (counting, ending a refused reply's request
+// for its requester) is the same.
+func (se *session) refuseTelling(ch transport.ChannelID, dh *negotiate.DataHeader, code negotiate.ErrorCode, message string, tell bool) {
 	se.srv.metrics.framesRefused.WithLabelValues(string(code)).Inc()
 	se.log.Debug().Str("code", string(code)).Uint64("request_id", dh.RequestID).Msg("frame refused")
 	var flags negotiate.DataFlags
@@ -299,6 +306,10 @@ func (se *session) refuse(ch transport.ChannelID, dh *negotiate.DataHeader, code
 		if rep, err := se.srv.router.Abort(se.rs, dh.RequestID); err == nil {
 			rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, "provider's reply was refused: "+message, se.agent)
 		}
+	}
+	if !tell {
+		se.srv.metrics.queueDrops.WithLabelValues(dropErrorRateLimited).Inc()
+		return
 	}
 	se.sendError(ch, dh.RequestID, flags, code, message, "")
 }

@@ -139,6 +139,7 @@ func remoteIP(addr net.Addr) netip.Addr {
 type sessionRates struct {
 	msgs  *rate.Limiter // nil: unlimited
 	bytes *rate.Limiter
+	errs  *rate.Limiter // rate_limited error replies
 }
 
 func newSessionRates(msgsPerMinute, bytesPerSecond, maxMessage int) sessionRates {
@@ -150,8 +151,14 @@ func newSessionRates(msgsPerMinute, bytesPerSecond, maxMessage int) sessionRates
 		// The burst must hold the largest message, or it could never pass.
 		r.bytes = rate.NewLimiter(rate.Limit(bytesPerSecond), max(bytesPerSecond, maxMessage))
 	}
+	if r.msgs != nil || r.bytes != nil {
+		r.errs = rate.NewLimiter(errorRepliesPerSecond, errorRepliesPerSecond)
+	}
 	return r
 }
+
+// errorRepliesPerSecond bounds the rate_limited errors one session is sent.
+const errorRepliesPerSecond = 10
 
 // allow spends the allowance for one message of n bytes, or reports which
 // limit it exceeds.
@@ -163,6 +170,14 @@ func (r *sessionRates) allow(now time.Time, n int) string {
 		return limitByteRate
 	}
 	return ""
+}
+
+// tell reports whether a message refused for its rate may be answered with
+// an error: at most errorRepliesPerSecond a second (the same as a burst),
+// so that a sender far over its rate does not get one error per message.
+// The others are counted (m2md_queue_drops_total{reason="error_rate_limited"}).
+func (r *sessionRates) tell(now time.Time) bool {
+	return r.errs == nil || r.errs.AllowN(now, 1)
 }
 
 // logOnce reports whether an event for key should be logged now: at most

@@ -42,7 +42,7 @@ var (
 		"protocol", reasonMessageTimeout, "after_close")
 	queueDropReasons = []string{
 		string(negotiate.CodeQueueFull), "receiver_closing", "receiver_gone", "send_failed", "slow_consumer_closed",
-		"error_dropped", "control_full", "after_close", "too_many_channels", "protect_failed",
+		"error_dropped", dropErrorRateLimited, "control_full", "after_close", "too_many_channels", "protect_failed",
 	}
 	limitLabels   = []string{limitSessionsPerIP, limitNewSessionsPerIP, limitMessageRate, limitByteRate, limitHandshakes, limitHandshakesPerIP}
 	cancelResults = []string{"forwarded", "provider_without_cancel", "remote_provider", "provider_queue_full", "not_outstanding"}
@@ -54,6 +54,10 @@ var (
 	reasonTooLarge       = string(negotiate.CodeTooLarge)
 	reasonMessageTimeout = "message_timeout"
 )
+
+// dropErrorRateLimited counts the rate_limited error replies not sent
+// because the sender's error replies are over their own rate.
+const dropErrorRateLimited = "error_rate_limited"
 
 // closeDisconnected is the sessions_closed reason of a connection that went
 // away without a CLOSE.

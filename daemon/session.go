@@ -332,7 +332,9 @@ func (se *session) readLoop() {
 			se.srv.limitHit(limit, se.conn.RemoteAddr(), se.neg.ID)
 			if kind == negotiate.KindData {
 				if dh, _, err := negotiate.ParseData(msg.Data); err == nil {
-					se.refuse(msg.Channel, &dh, negotiate.CodeRateLimited, "session exceeds its "+limit)
+					// The error replies are rate limited too: a sender far
+					// over its rate would otherwise get one per message.
+					se.refuseTelling(msg.Channel, &dh, negotiate.CodeRateLimited, "session exceeds its "+limit, se.rates.tell(time.Now()))
 				}
 			}
 			msg.Release()

@@ -642,3 +642,46 @@ func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
+
+// TestRateLimitedErrorsRateLimited: a session far over its message rate is
+// not sent one error per message; it gets at most 10 rate_limited errors a
+// second, the rest are counted.
+func TestRateLimitedErrorsRateLimited(t *testing.T) {
+	const (
+		perMinute = 60
+		sent      = 300
+	)
+	d := startDaemon(t, func(c *daemon.Config) { c.MessagesPerMinute = perMinute })
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			before := metric(t, d, "m2md_queue_drops_total", "reason=error_rate_limited")
+			a := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "flooder-" + tr})
+			body := corpus(t, "req-chat-tiny-07.json")
+			start := time.Now()
+			for range sent {
+				a.request("nobody", body)
+			}
+			codes := map[negotiate.ErrorCode]int{}
+			for {
+				r, _, err := a.recv(500 * time.Millisecond)
+				if err != nil {
+					break
+				}
+				codes[negotiate.ErrorCode(r.code)]++
+			}
+			elapsed := time.Since(start)
+			t.Logf("%d requests in %v: replies %v", sent, elapsed.Round(time.Millisecond), codes)
+			// The message allowance is a minute's worth (60) at once.
+			if codes[negotiate.CodeUnknownAgent] != perMinute {
+				t.Errorf("%d requests within the rate answered, want %d", codes[negotiate.CodeUnknownAgent], perMinute)
+			}
+			if max := 10 + int(elapsed.Seconds()*10) + 1; codes[negotiate.CodeRateLimited] > max || codes[negotiate.CodeRateLimited] == 0 {
+				t.Errorf("%d rate_limited errors in %v, want 1..%d", codes[negotiate.CodeRateLimited], elapsed, max)
+			}
+			silent := metric(t, d, "m2md_queue_drops_total", "reason=error_rate_limited") - before
+			if int(silent)+codes[negotiate.CodeRateLimited] != sent-perMinute {
+				t.Errorf("%v errors not sent + %d sent, want %d refused", silent, codes[negotiate.CodeRateLimited], sent-perMinute)
+			}
+		})
+	}
+}
