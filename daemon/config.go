@@ -199,8 +199,11 @@ type Config struct {
 	// The zero value discards them.
 	Logger zerolog.Logger
 
-	// pingCheck overrides how often keepalive timers are checked (tests).
-	pingCheck time.Duration
+	// timeScale, when above 1, makes every session's timers (session
+	// timeout, ping interval, pong timeout) run that many times faster
+	// than negotiated, so tests can watch the 60 s minimum session timeout
+	// act in seconds. Clients still see the negotiated values.
+	timeScale int
 }
 
 // openBurst is how many connections one address may open at once: as many

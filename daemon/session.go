@@ -212,6 +212,9 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 		rates:     newSessionRates(s.cfg.MessagesPerMinute, s.cfg.BytesPerSecond, p.MaxPayload),
 	}
 	se.log = log.With().Str("session", neg.ID).Str("agent", neg.AgentID).Logger()
+	if k := time.Duration(s.cfg.timeScale); k > 1 {
+		p.SessionTimeout, p.PingInterval, p.PongTimeout = p.SessionTimeout/k, p.PingInterval/k, p.PongTimeout/k
+	}
 	if err := se.machine.Established(p, time.Now()); err != nil {
 		return nil, err
 	}
