@@ -124,56 +124,89 @@ func (c *Client) connect(ctx context.Context) (*session, error) {
 // handshake sends HELLO and waits (at most negotiate.HelloTimeout) for
 // ACCEPT or REJECT.
 func (c *Client) handshake(ctx context.Context, conn transport.Conn) (*session, error) {
+	ctx, cancel := context.WithTimeout(ctx, negotiate.HelloTimeout)
+	defer cancel()
+	m, hs, err := c.sendHello(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	defer hs.Close()
+	msg, early, err := awaitAccept(ctx, conn)
+	if err != nil {
+		return nil, err
+	}
+	defer msg.Release()
+	s, err := c.accept(conn, m, hs, msg)
+	if err != nil {
+		for i := range early {
+			early[i].Release()
+		}
+		return nil, err
+	}
+	s.early = early
+	return s, nil
+}
+
+// sendHello sends this agent's HELLO and returns the state machine and
+// the handshake waiting for ACCEPT.
+func (c *Client) sendHello(ctx context.Context, conn transport.Conn) (*negotiate.Machine, *negotiate.ClientHandshake, error) {
 	now := time.Now()
 	m := negotiate.NewMachine(negotiate.RoleClient, now)
 	hs, err := negotiate.NewHello(c.cfg.helloConfig(), now)
 	if err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+		return nil, nil, fmt.Errorf("client: %w", err)
 	}
-	defer hs.Close()
-	ctx, cancel := context.WithTimeout(ctx, negotiate.HelloTimeout)
-	defer cancel()
-	// DATA that overtakes ACCEPT (see below) may be as large as this agent
-	// offered to accept; the negotiated limit replaces this after ACCEPT.
+	// DATA that overtakes ACCEPT (see awaitAccept) may be as large as this
+	// agent offered to accept; the negotiated limit replaces this after
+	// ACCEPT.
 	if c.cfg.MaxPayload > 0 {
 		conn.SetReadLimit(int64(c.cfg.MaxPayload) + 512)
 	} else {
 		conn.SetReadLimit(transport.MaxReadLimit)
 	}
 	if err := conn.Send(ctx, transport.ControlChannel, hs.Message()); err != nil {
-		return nil, fmt.Errorf("client: send HELLO: %w", err)
+		hs.Close()
+		return nil, nil, fmt.Errorf("client: send HELLO: %w", err)
 	}
 	if err := m.HelloSent(now); err != nil {
-		return nil, fmt.Errorf("client: %w", err)
+		hs.Close()
+		return nil, nil, fmt.Errorf("client: %w", err)
 	}
-	// Over QUIC, DATA the daemon sends right after ACCEPT (a request routed
-	// to this agent the moment it registered) travels on another stream and
-	// may overtake it. Such messages wait here and are handled once the
-	// session exists.
+	return m, hs, nil
+}
+
+// awaitAccept returns the daemon's answer to HELLO. Over QUIC, DATA the
+// daemon sends right after ACCEPT (a request routed to this agent the
+// moment it registered) travels on another stream and may overtake it:
+// such messages (at most maxEarly) are returned too, to be handled once
+// the session exists.
+func awaitAccept(ctx context.Context, conn transport.Conn) (transport.Message, []transport.Message, error) {
 	var early []transport.Message
-	keep := false
-	defer func() {
-		if !keep {
-			for i := range early {
-				early[i].Release()
-			}
+	fail := func(err error) (transport.Message, []transport.Message, error) {
+		for i := range early {
+			early[i].Release()
 		}
-	}()
-	var msg transport.Message
+		return transport.Message{}, nil, err
+	}
 	for {
-		if msg, err = conn.Receive(ctx); err != nil {
-			return nil, fmt.Errorf("client: waiting for ACCEPT: %w", err)
+		msg, err := conn.Receive(ctx)
+		if err != nil {
+			return fail(fmt.Errorf("client: waiting for ACCEPT: %w", err))
 		}
 		if msg.Channel == transport.ControlChannel {
-			break
+			return msg, early, nil
 		}
 		if k, _ := negotiate.MessageKind(msg.Data); k != negotiate.KindData || len(early) == maxEarly {
 			msg.Release()
-			return nil, fmt.Errorf("client: %w: message on channel %d before ACCEPT", negotiate.ErrUnexpectedMessage, msg.Channel)
+			return fail(fmt.Errorf("client: %w: message on channel %d before ACCEPT", negotiate.ErrUnexpectedMessage, msg.Channel))
 		}
 		early = append(early, msg)
 	}
-	defer msg.Release()
+}
+
+// accept completes the handshake with the daemon's answer and builds the
+// session.
+func (c *Client) accept(conn transport.Conn, m *negotiate.Machine, hs *negotiate.ClientHandshake, msg transport.Message) (*session, error) {
 	cm, err := negotiate.ParseControl(msg.Data)
 	if err != nil {
 		return nil, fmt.Errorf("client: %w: %w", negotiate.ErrBadAccept, err)
@@ -223,7 +256,6 @@ func (c *Client) handshake(ctx context.Context, conn transport.Conn) (*session, 
 	conn.SetReadLimit(int64(s.maxPayload) + 512)
 	s.log = c.log.With().Str("session", ns.ID).Str("transport", s.info.Transport).Logger()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.early, keep = early, true
 	return s, nil
 }
 
