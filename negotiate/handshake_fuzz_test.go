@@ -63,6 +63,50 @@ func FuzzHello(f *testing.F) {
 	})
 }
 
+// FuzzAccept feeds arbitrary replies to a client's HELLO (with and
+// without an agent key): it must never panic, and a session comes only from
+// an ACCEPT whose key confirmation matches, which the seeds (the daemon's
+// real answers to these very HELLOs) have and their mutations lose.
+func FuzzAccept(f *testing.F) {
+	plain := newTestServer(f, func(c *ServerConfig) { c.Features = []Feature{FeatureCancel} })
+	auth := authServer(f, nil)
+	configs := []ClientConfig{
+		{AgentID: "alice", Security: frame.SecurityHMAC, Features: []Feature{FeatureCancel}},
+		authClient(f),
+	}
+	hello := func(i int) *ClientHandshake {
+		cc := configs[i]
+		cc.entropy = newScript("fuzz accept", seq(0x01, 32), seq(0xa0, 32))
+		h, err := NewHello(cc, t0)
+		if err != nil {
+			f.Fatal(err)
+		}
+		return h
+	}
+	for i, s := range []*Server{plain, auth} {
+		_, reply, err := s.Accept(t0, hello(i).Message(), false)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(uint8(i), reply)
+	}
+	f.Add(uint8(0), AppendReject(nil, t0, RejectServerBusy, "busy"))
+	f.Fuzz(func(t *testing.T, which uint8, reply []byte) {
+		h := hello(int(which) % len(configs))
+		sess, err := h.Accept(reply)
+		if err != nil {
+			if sess != nil {
+				t.Fatal("session with an error")
+			}
+			return
+		}
+		m, perr := ParseControl(reply)
+		if perr != nil || m.Type != TypeAccept || sess.ID != m.SessionID || len(sess.Params.Confirm) != ConfirmSize {
+			t.Fatalf("accepted %q: %v", reply, perr)
+		}
+	})
+}
+
 func BenchmarkHandshake(b *testing.B) {
 	s := newTestServer(b, nil)
 	cc := ClientConfig{AgentID: "alice", Security: frame.SecurityAEAD, Models: []string{"gpt-4o"}}
