@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -13,7 +12,6 @@ import (
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/security"
-	"github.com/m2md/m2md/transport"
 )
 
 var testMaster = []byte("0123456789abcdef0123456789abcdef") // org "acme"
@@ -217,23 +215,6 @@ func TestAcceptConfirmation(t *testing.T) {
 			}
 		}
 	}
-}
-
-// rawExchange sends msg on the control channel and returns the daemon's
-// answer as received.
-func rawExchange(t testing.TB, conn transport.Conn, msg []byte) []byte {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if err := conn.Send(ctx, transport.ControlChannel, msg); err != nil {
-		t.Fatalf("send: %v", err)
-	}
-	reply, err := conn.Receive(ctx)
-	if err != nil {
-		t.Fatalf("no answer: %v", err)
-	}
-	defer reply.Release()
-	return bytes.Clone(reply.Data)
 }
 
 // TestRejectCodes reaches every REJECT code of docs/protocol.md §3.3 and

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -100,6 +101,17 @@ func dialRawConfig(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientCo
 // parsed answer (ACCEPT or REJECT).
 func exchange(t testing.TB, conn transport.Conn, msg []byte) *negotiate.ControlMessage {
 	t.Helper()
+	cm, err := negotiate.ParseControl(rawExchange(t, conn, msg))
+	if err != nil {
+		t.Fatalf("answer is not a control message: %v", err)
+	}
+	return cm
+}
+
+// rawExchange sends msg on the control channel and returns the daemon's
+// answer as received.
+func rawExchange(t testing.TB, conn transport.Conn, msg []byte) []byte {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := conn.Send(ctx, transport.ControlChannel, msg); err != nil {
@@ -110,11 +122,7 @@ func exchange(t testing.TB, conn transport.Conn, msg []byte) *negotiate.ControlM
 		t.Fatalf("no answer to the first message: %v", err)
 	}
 	defer reply.Release()
-	cm, err := negotiate.ParseControl(reply.Data)
-	if err != nil {
-		t.Fatalf("answer is not a control message: %v", err)
-	}
-	return cm
+	return bytes.Clone(reply.Data)
 }
 
 // expectReject checks that cm is a REJECT with code and no session id, and
