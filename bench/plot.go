@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -228,13 +229,13 @@ func PlotRatios(path string, panels []RatioPanel) error {
 // second, into path (.svg or .png).
 func PlotLoadRatios(path string, reps []*LoadReport) error {
 	type comparison struct {
-		name   string
-		ratios func(*LoadReport) *Ratios
+		name, short string // in titles, on the axis
+		ratios      func(*LoadReport) *Ratios
 	}
 	var panels []RatioPanel
 	for _, cmp := range []comparison{
-		{"the bare relay", func(r *LoadReport) *Ratios { return r.Ratios }},
-		{"NATS", func(r *LoadReport) *Ratios { return r.NATSRatios }},
+		{"the bare relay", "relay", func(r *LoadReport) *Ratios { return r.Ratios }},
+		{"NATS (over TLS on quic and wss)", "NATS", func(r *LoadReport) *Ratios { return r.NATSRatios }},
 	} {
 		var groups, payloads []string
 		val := map[[2]string][2]float64{}
@@ -251,7 +252,7 @@ func PlotLoadRatios(path string, reps []*LoadReport) error {
 				payloads = append(payloads, r.Config.PayloadName)
 			}
 			perCPU := q.RoundTripsPerCPU
-			if cmp.name == "the bare relay" {
+			if cmp.short == "relay" {
 				perCPU = perCPURatio(r)
 			}
 			val[[2]string{g, r.Config.PayloadName}] = [2]float64{q.RoundTrips, perCPU}
@@ -260,10 +261,11 @@ func PlotLoadRatios(path string, reps []*LoadReport) error {
 			continue
 		}
 		slices.SortStableFunc(payloads, func(a, b string) int { return payloadOrder(a) - payloadOrder(b) })
+		slices.SortStableFunc(groups, func(a, b string) int { return groupOrder(a) - groupOrder(b) })
 		for i, what := range []string{"round trips per second", "round trips per CPU second"} {
 			panels = append(panels, RatioPanel{
 				Title:  fmt.Sprintf("M2M daemon / %s: %s (higher is better for M2M)", cmp.name, what),
-				YLabel: "M2M / " + cmp.name,
+				YLabel: "M2M / " + cmp.short,
 				Groups: groups, Series: payloads,
 				Value: func(g, s string) (float64, bool) {
 					v, ok := val[[2]string{g, s}]
@@ -284,6 +286,21 @@ func payloadOrder(name string) int {
 		return i
 	}
 	return len(BuiltinSizes())
+}
+
+// groupOrder sorts "transport security" groups as the tables do: ws, wss,
+// quic; none, hmac, aead.
+func groupOrder(g string) int {
+	tr, sec, _ := strings.Cut(g, " ")
+	ti := slices.Index([]string{TransportWS, TransportWSS, TransportQUIC}, tr)
+	si := slices.Index([]string{"none", "hmac", "aead"}, sec)
+	if ti < 0 {
+		ti = 3
+	}
+	if si < 0 {
+		si = 3
+	}
+	return 4*ti + si
 }
 
 // perCPURatio is the report's round-trips-per-CPU ratio, computed from its
