@@ -6,9 +6,10 @@
 //
 // Embedded (Config.Listen, Routes, User/Password, TLS): every daemon runs a
 // nats-server in-process whose routes form a full-mesh NATS cluster with the
-// other daemons. The daemon's own NATS connection is in-process; the only
-// port open to the network is the route port, closed to anyone without the
-// cluster user and password (or, with TLS and a CA, a cluster certificate).
+// other daemons. The daemon's own NATS connection uses an ephemeral
+// loopback port closed by a random token; the only port open to the network
+// is the route port, closed to anyone without the cluster user and password
+// (or, with TLS and a CA, a cluster certificate).
 // External (Config.URLs, CredsFile, CAFile): the daemon connects as a NATS
 // client to an existing deployment.
 //
