@@ -548,7 +548,42 @@ func runOnce(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, i
 			s.close()
 		}
 	}()
+	sem := s.startRequesters(cfg)
 
+	begin := clk.now()
+	winStart := begin + int64(cfg.Warmup)
+	winEnd := winStart + int64(cfg.Duration)
+	rec.setWindow(winStart, winEnd, tickInterval(cfg.Duration)/2)
+
+	// Profiles cover the first repetition of the chosen run.
+	profiling := first && kind == cfg.ProfileRun
+	if profiling && cfg.MemProfile != nil {
+		// A finer sampling rate than the default 512 KiB, so that the
+		// allocations of each routed frame show up with their stacks.
+		restoreRate := runtime.MemProfileRate
+		runtime.MemProfileRate = 4096
+		defer func() { runtime.MemProfileRate = restoreRate }()
+	}
+	mon := startUsageMonitor(ctx, monitor{cfg: cfg, clk: clk, rec: rec, kind: kind, index: index, runs: runs,
+		begin: begin, winStart: winStart, winEnd: winEnd}, profiling)
+	s.drive(ctx, cfg, clk, ps, sem, begin, winEnd)
+	s.drain(ctx, cfg, sem)
+	mon.stop()
+
+	if profiling && cfg.MemProfile != nil {
+		runtime.GC()
+		if err := pprof.Lookup("allocs").WriteTo(cfg.MemProfile, 0); err != nil {
+			return nil, err
+		}
+	}
+	closed = true
+	s.close()
+	return s.result(cfg, kind, rec, mon)
+}
+
+// startRequesters starts the requesters; in an open loop it returns the
+// semaphore that bounds the requests in flight (nil in a closed loop).
+func (s *setup) startRequesters(cfg *LoadConfig) chan struct{} {
 	open := cfg.Rate > 0
 	var sem chan struct{}
 	if open {
@@ -560,60 +595,15 @@ func runOnce(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, i
 	for _, r := range s.requesters {
 		r.start(open)
 	}
+	return sem
+}
 
-	begin := clk.now()
-	winStart := begin + int64(cfg.Warmup)
-	winEnd := winStart + int64(cfg.Duration)
-	rec.setWindow(winStart, winEnd, tickInterval(cfg.Duration)/2)
-
-	// Profiles cover the first repetition of the chosen run.
-	profiling := first && kind == cfg.ProfileRun
-	var (
-		before, after usage
-		usageErr      error
-		monitorDone   = make(chan struct{})
-	)
-	readUsage := func() (usage, error) {
-		if cfg.Target != "" && cfg.DaemonMetrics != "" {
-			return metricsUsage(ctx, cfg.DaemonMetrics)
-		}
-		return processUsage(), nil
-	}
-	restoreRate := runtime.MemProfileRate
-	if profiling && cfg.MemProfile != nil {
-		// A finer sampling rate than the default 512 KiB, so that the
-		// allocations of each routed frame show up with their stacks.
-		runtime.MemProfileRate = 4096
-		defer func() { runtime.MemProfileRate = restoreRate }()
-	}
-	stopMonitor := make(chan struct{})
-	go func() {
-		defer close(monitorDone)
-		m := monitor{cfg: cfg, clk: clk, rec: rec, kind: kind, index: index, runs: runs, begin: begin, winStart: winStart, winEnd: winEnd}
-		m.atStart = func() {
-			before, usageErr = readUsage()
-			if profiling && cfg.CPUProfile != nil {
-				if err := pprof.StartCPUProfile(cfg.CPUProfile); err != nil && usageErr == nil {
-					usageErr = err
-				}
-			}
-		}
-		m.atEnd = func() {
-			if profiling && cfg.CPUProfile != nil {
-				pprof.StopCPUProfile()
-			}
-			var err error
-			after, err = readUsage()
-			if usageErr == nil {
-				usageErr = err
-			}
-		}
-		m.run(ctx, stopMonitor)
-	}()
-
+// drive sends the load until winEnd: at cfg.Rate (open loop, bounded by
+// sem) or with cfg.Concurrency requests in flight (closed loop).
+func (s *setup) drive(ctx context.Context, cfg *LoadConfig, clk clock, ps []prepared, sem chan struct{}, begin, winEnd int64) {
 	var next atomic.Uint64
 	payload := func() int { return int((next.Add(1) - 1) % uint64(len(ps))) }
-	if open {
+	if sem != nil {
 		var k atomic.Uint64
 		openLoop(ctx, clk, begin, winEnd, cfg.Rate, func(ctx context.Context) error {
 			select {
@@ -626,16 +616,19 @@ func runOnce(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, i
 			r := s.requesters[(k.Add(1)-1)%uint64(len(s.requesters))]
 			r.jobs <- job{intended: intended, payload: payload()}
 		})
-	} else {
-		dones := make([]chan string, cfg.Concurrency)
-		for i := range dones {
-			dones[i] = make(chan string, 1)
-		}
-		closedLoop(ctx, clk, cfg.Concurrency, winEnd, func(ctx context.Context, w int, t int64) {
-			s.requesters[w%len(s.requesters)].roundTrip(ctx, t, payload(), dones[w])
-		})
+		return
 	}
-	// Let the requests in flight finish (bounded by their timeout).
+	dones := make([]chan string, cfg.Concurrency)
+	for i := range dones {
+		dones[i] = make(chan string, 1)
+	}
+	closedLoop(ctx, clk, cfg.Concurrency, winEnd, func(ctx context.Context, w int, t int64) {
+		s.requesters[w%len(s.requesters)].roundTrip(ctx, t, payload(), dones[w])
+	})
+}
+
+// drain lets the requests in flight finish (bounded by their timeout).
+func (s *setup) drain(ctx context.Context, cfg *LoadConfig, sem chan struct{}) {
 	drainEnd := time.Now().Add(cfg.Timeout + time.Second)
 	for time.Now().Before(drainEnd) && ctx.Err() == nil {
 		// Open loop: a request holds its place in sem from the moment it is
@@ -646,33 +639,72 @@ func runOnce(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, i
 			n += r.inFlight()
 		}
 		if n == 0 {
-			break
+			return
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	close(stopMonitor)
-	<-monitorDone
+}
 
-	if profiling && cfg.MemProfile != nil {
-		runtime.GC()
-		if err := pprof.Lookup("allocs").WriteTo(cfg.MemProfile, 0); err != nil {
-			return nil, err
+// usageMonitor runs a run's monitor and reads the CPU and memory usage
+// (and, when profiling, the CPU profile) over the measured window.
+type usageMonitor struct {
+	before, after usage
+	err           error
+	stopc, done   chan struct{}
+}
+
+func startUsageMonitor(ctx context.Context, m monitor, profiling bool) *usageMonitor {
+	u := &usageMonitor{stopc: make(chan struct{}), done: make(chan struct{})}
+	cfg := m.cfg
+	readUsage := func() (usage, error) {
+		if cfg.Target != "" && cfg.DaemonMetrics != "" {
+			return metricsUsage(ctx, cfg.DaemonMetrics)
+		}
+		return processUsage(), nil
+	}
+	m.atStart = func() {
+		u.before, u.err = readUsage()
+		if profiling && cfg.CPUProfile != nil {
+			if err := pprof.StartCPUProfile(cfg.CPUProfile); err != nil && u.err == nil {
+				u.err = err
+			}
 		}
 	}
-	closed = true
-	s.close()
+	m.atEnd = func() {
+		if profiling && cfg.CPUProfile != nil {
+			pprof.StopCPUProfile()
+		}
+		var err error
+		u.after, err = readUsage()
+		if u.err == nil {
+			u.err = err
+		}
+	}
+	go func() {
+		defer close(u.done)
+		m.run(ctx, u.stopc)
+	}()
+	return u
+}
 
+func (u *usageMonitor) stop() {
+	close(u.stopc)
+	<-u.done
+}
+
+// result is the run's figures.
+func (s *setup) result(cfg *LoadConfig, kind string, rec *recorder, u *usageMonitor) (*Result, error) {
 	res := rec.result()
 	res.Run = kind
 	res.Target = s.target
 	if p := s.provErrs.snapshot(); len(p) > 0 {
 		res.ProviderErrors = p
 	}
-	if usageErr != nil {
-		return nil, usageErr
+	if u.err != nil {
+		return nil, u.err
 	}
-	if !after.at.IsZero() && !before.at.IsZero() {
-		res.Process = stats(before, after, res.RoundTrips)
+	if !u.after.at.IsZero() && !u.before.at.IsZero() {
+		res.Process = stats(u.before, u.after, res.RoundTrips)
 		if cfg.Target != "" && cfg.DaemonMetrics != "" && kind == RunM2M {
 			res.Process.Source, res.Process.IncludesDaemon = "metrics", true
 		} else {
