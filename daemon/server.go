@@ -221,6 +221,11 @@ func (s *Server) Run(ctx context.Context) error {
 		defer ls.wg.Done()
 		s.sweepAdmissions(runCtx)
 	}()
+	ls.wg.Add(1)
+	go func() {
+		defer ls.wg.Done()
+		s.reclaimMemory(runCtx)
+	}()
 
 	select {
 	case <-ctx.Done():
