@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"runtime"
 	"runtime/debug"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -478,8 +479,8 @@ func (w *rawWS) handshake(agent string) {
 }
 
 // expectCloseError reads CLOSE ERROR (a session message) and then a
-// WebSocket close with status code.
-func (w *rawWS) expectCloseError(code uint16) {
+// WebSocket close with one of the status codes.
+func (w *rawWS) expectCloseError(codes ...uint16) {
 	w.t.Helper()
 	sawClose := false
 	for {
@@ -494,8 +495,8 @@ func (w *rawWS) expectCloseError(code uint16) {
 			if !sawClose {
 				w.t.Fatal("WebSocket closed without CLOSE ERROR first")
 			}
-			if len(p) < 2 || binary.BigEndian.Uint16(p) != code {
-				w.t.Fatalf("WebSocket close %x, want status %d", p, code)
+			if len(p) < 2 || !slices.Contains(codes, binary.BigEndian.Uint16(p)) {
+				w.t.Fatalf("WebSocket close %x, want status %v", p, codes)
 			}
 			return
 		}
@@ -685,5 +686,70 @@ func TestRateLimitedErrorsRateLimited(t *testing.T) {
 				t.Errorf("%v errors not sent + %d sent, want %d refused", silent, codes[negotiate.CodeRateLimited], sent-passed)
 			}
 		})
+	}
+}
+
+// TestSlowlorisAfterHello: sessions that start a DATA message and send
+// it a byte at a time are closed with CLOSE ERROR once MessageTimeout has
+// passed since its first byte, although bytes keep coming; a bystander's
+// round trips go on. (Before: partial bytes kept them open until the
+// keepalive, ~90 s.)
+func TestSlowlorisAfterHello(t *testing.T) {
+	const (
+		sessions = 10
+		timeout  = 1500 * time.Millisecond
+	)
+	d := startDaemon(t, func(c *daemon.Config) { c.MessageTimeout = timeout })
+	by := startBystander(t, d, "quic")
+	before := metric(t, d, "m2md_frames_refused_total", "reason=message_timeout")
+	var wg sync.WaitGroup
+	start := time.Now()
+	closedAfter := make(chan time.Duration, 2*sessions)
+	for i := range sessions {
+		// WebSocket: a frame header announcing 1 KiB, then a byte every 100 ms.
+		w := dialRawWS(t, d)
+		w.handshake(fmt.Sprintf("slow-ws-%d", i))
+		// QUIC: a length prefix announcing 1 KiB on a data stream, the same.
+		qc, ctl := rawQUICSession(t, d, fmt.Sprintf("slow-quic-%d", i))
+		s, err := qc.OpenStream()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stop := make(chan struct{})
+		wg.Go(func() {
+			w.header(true, 2, 1024)
+			s.Write(binary.BigEndian.AppendUint32(nil, 1024))
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					w.nc.Write([]byte{0x02})
+					s.Write([]byte{0x02})
+				}
+			}
+		})
+		wg.Go(func() {
+			defer close(stop)
+			w.expectCloseError(1000)
+			closedAfter <- time.Since(start)
+		})
+		wg.Go(func() {
+			expectCloseError(t, ctl, timeout+5*time.Second)
+			closedAfter <- time.Since(start)
+		})
+	}
+	wg.Wait()
+	close(closedAfter)
+	for after := range closedAfter {
+		if after > timeout+3*time.Second {
+			t.Errorf("a slowloris session was closed after %v, MessageTimeout %v", after, timeout)
+		}
+	}
+	by.check(t, 10)
+	if n := metric(t, d, "m2md_frames_refused_total", "reason=message_timeout") - before; n != 2*sessions {
+		t.Errorf("message_timeout counted %v times, want %d", n, 2*sessions)
 	}
 }
