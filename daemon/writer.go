@@ -38,8 +38,13 @@ func (se *session) stopWriter() {
 	se.wmu.Lock()
 	se.wstopped = true
 	se.wmu.Unlock()
-	se.timer.Stop()
 	se.writers.Wait()
+	// Only now: a writer still running may have rearmed the timer, and an
+	// armed timer holds the session, its connection and (QUIC) quic-go's
+	// whole connection state until it fires, up to an hour later. That
+	// kept every departed QUIC session of the soak alive.
+	se.timer.Stop()
+	se.stall.Stop()
 }
 
 func (se *session) drain() {

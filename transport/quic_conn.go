@@ -307,7 +307,7 @@ func (c *quicConn) streamFailed(s *quicStream, err error) {
 // after Config.CloseTimeout for a peer that does not finish its streams.
 func (c *quicConn) awaitPeerDone() {
 	c.mu.Lock()
-	if c.peerDoneTimer == nil {
+	if c.peerDoneTimer == nil && !c.closing {
 		c.peerDoneTimer = time.AfterFunc(c.cfg.CloseTimeout, c.peerDone)
 	}
 	c.mu.Unlock()
