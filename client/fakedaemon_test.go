@@ -107,6 +107,8 @@ type fakeDaemon struct {
 	changed chan struct{} // closed and replaced on every session change
 }
 
+func (d *fakeDaemon) fingerprint() string { return d.pin }
+
 type hang struct {
 	fs *fakeSession
 	id uint64

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/internal/daemontest"
 )
 
 var transports = []string{"quic", "ws"}
@@ -20,10 +22,28 @@ func testCtx(t testing.TB) context.Context {
 }
 
 // dial connects a client to d over transport tr; it is closed at cleanup.
-func dial(t testing.TB, d *fakeDaemon, tr string, opts Options) *Client {
+// testDaemon is a daemon the tests dial: the real one (startDaemon) or, where
+// a test needs the daemon to misbehave or to observe its internals, the
+// fake (newFakeDaemon).
+type testDaemon interface {
+	url(tr string) string
+	fingerprint() string
+}
+
+// realDaemon is the real daemon, in-process on loopback.
+type realDaemon struct{ *daemontest.Daemon }
+
+// startDaemon runs the real daemon until the test ends. Call leakCheck
+// first, so that the leak check runs after the daemon has stopped.
+func startDaemon(t testing.TB) realDaemon { return realDaemon{daemontest.Start(t, nil)} }
+
+func (d realDaemon) url(tr string) string { return d.URL(tr) }
+func (d realDaemon) fingerprint() string  { return d.Fingerprint() }
+
+func dial(t testing.TB, d testDaemon, tr string, opts Options) *Client {
 	t.Helper()
 	if opts.PinSHA256 == "" && opts.TLSConfig == nil {
-		opts.PinSHA256 = d.pin
+		opts.PinSHA256 = d.fingerprint()
 	}
 	if os.Getenv("M2MD_TEST_LOG") != "" {
 		opts.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.DebugLevel)

@@ -39,7 +39,7 @@ func upperHandler(t testing.TB) Handler {
 
 func TestProvider(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	d := startDaemon(t)
 	for _, tr := range transports {
 		for _, mode := range modes {
 			t.Run(tr+"/"+mode.String(), func(t *testing.T) {
@@ -85,7 +85,7 @@ func TestProvider(t *testing.T) {
 
 func TestProviderErrors(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	d := startDaemon(t)
 	release := make(chan struct{})
 	started := make(chan struct{}, 4)
 	h := HandlerFunc(func(ctx context.Context, req *Request, w ResponseWriter) {
@@ -156,7 +156,7 @@ func TestProviderErrors(t *testing.T) {
 // payloads), which refuses it with bad_frame.
 func TestProviderBadRequest(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	d := startDaemon(t)
 	for _, mode := range modes {
 		t.Run(mode.String(), func(t *testing.T) {
 			prov := dial(t, d, "quic", Options{AgentID: "judge-" + mode.String(), Security: mode, Handler: upperHandler(t)})
@@ -197,7 +197,7 @@ func TestProviderBadRequest(t *testing.T) {
 // provider's handler.
 func TestNoticeStopsHandler(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	d := startDaemon(t)
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			model := "endless-" + tr
@@ -216,7 +216,7 @@ func TestNoticeStopsHandler(t *testing.T) {
 						}
 					}
 				})})
-			req, err := Dial(testCtx(t), d.url(tr), Options{PinSHA256: d.pin, Security: frame.SecurityAEAD})
+			req, err := Dial(testCtx(t), d.url(tr), Options{PinSHA256: d.fingerprint(), Security: frame.SecurityAEAD})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -247,7 +247,9 @@ func TestNoticeStopsHandler(t *testing.T) {
 // client must not deadlock the connection's reader.
 func TestHandlerCallsDo(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	d := startDaemon(t)
+	dial(t, d, "ws", Options{AgentID: "echo", Models: []string{"echo"},
+		Handler: HandlerFunc(func(ctx context.Context, req *Request, w ResponseWriter) { w.Respond(req.Body) })})
 	var c *Client
 	c = dial(t, d, "ws", Options{AgentID: "relay", Models: []string{"relay"}, MaxConcurrentHandlers: 1,
 		Handler: HandlerFunc(func(ctx context.Context, req *Request, w ResponseWriter) {

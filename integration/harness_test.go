@@ -6,8 +6,6 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"sync"
 	"testing"
 	"time"
@@ -17,6 +15,7 @@ import (
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/daemontest"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
@@ -25,65 +24,19 @@ import (
 // transports every end-to-end test runs over.
 var transports = []string{"quic", "ws"}
 
+// testDaemon is the real daemon, in-process.
 type testDaemon struct {
-	*daemon.Server
-	cancel context.CancelFunc
-	done   chan error
+	*daemontest.Daemon
 }
 
 // startDaemon runs a real daemon on ephemeral loopback ports with a fresh
 // development certificate. mutate adjusts the configuration.
 func startDaemon(t testing.TB, mutate func(*daemon.Config)) *testDaemon {
 	t.Helper()
-	cfg := daemon.Config{
-		QUICAddr:  "127.0.0.1:0",
-		WSAddr:    "127.0.0.1:0",
-		AdminAddr: "127.0.0.1:0",
-		CertDir:   t.TempDir(),
-		Logger:    testLogger(t),
-	}
-	if mutate != nil {
-		mutate(&cfg)
-	}
-	srv, err := daemon.New(cfg)
-	if err != nil {
-		t.Fatalf("daemon.New: %v", err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	d := &testDaemon{Server: srv, cancel: cancel, done: make(chan error, 1)}
-	go func() { d.done <- srv.Run(ctx) }()
-	select {
-	case <-srv.Ready():
-	case err := <-d.done:
-		t.Fatalf("daemon did not start: %v", err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("daemon did not start in 10 s")
-	}
-	t.Cleanup(func() { d.stop(t) })
-	return d
+	return &testDaemon{daemontest.Start(t, mutate)}
 }
 
-// stop shuts the daemon down gracefully and waits for Run to return.
-func (d *testDaemon) stop(t testing.TB) {
-	d.cancel()
-	select {
-	case err, ok := <-d.done:
-		if ok && err != nil {
-			t.Errorf("daemon Run: %v", err)
-		}
-	case <-time.After(30 * time.Second):
-		t.Error("daemon did not stop in 30 s")
-	}
-}
-
-func (d *testDaemon) url(tr string) string {
-	switch tr {
-	case "quic":
-		return "quic://" + d.QUICAddr().String()
-	default:
-		return "ws://" + d.WSAddr().String() + daemon.DefaultWSPath
-	}
-}
+func (d *testDaemon) url(tr string) string { return d.URL(tr) }
 
 func (d *testDaemon) clientTLS(t testing.TB) *tls.Config {
 	t.Helper()
@@ -94,12 +47,7 @@ func (d *testDaemon) clientTLS(t testing.TB) *tls.Config {
 	return conf
 }
 
-func testLogger(t testing.TB) zerolog.Logger {
-	if os.Getenv("M2MD_TEST_LOG") == "" {
-		return zerolog.New(io.Discard)
-	}
-	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.DebugLevel).With().Str("test", t.Name()).Logger()
-}
+func testLogger(t testing.TB) zerolog.Logger { return daemontest.Logger(t) }
 
 // rawAgent speaks the session protocol by hand, so tests can also break it.
 type rawAgent struct {

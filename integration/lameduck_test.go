@@ -96,7 +96,7 @@ func TestLameDuckShutdown(t *testing.T) {
 	}
 
 	cancelAt := time.Now()
-	d.cancel()
+	d.Cancel()
 	for {
 		code, body := adminGet(t, d, "/healthz")
 		if code == http.StatusServiceUnavailable && strings.Contains(body, "draining") {

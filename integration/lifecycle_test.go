@@ -223,7 +223,7 @@ func TestGracefulShutdown(t *testing.T) {
 			dl := prov.recvData(5 * time.Second)
 
 			start := time.Now()
-			d.cancel()
+			d.Cancel()
 			// Draining is visible on /healthz; poll it to know the daemon
 			// has started refusing.
 			deadline := time.Now().Add(5 * time.Second)
@@ -399,7 +399,7 @@ func TestShutdownAbortsHandshakes(t *testing.T) {
 	a := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "bystander"})
 	waitSessions(t, d, 1)
 	start := time.Now()
-	d.cancel()
+	d.Cancel()
 	a.expectClose(5*time.Second, negotiate.ReasonServerShutdown)
 	if err := waitRun(t, d, 15*time.Second); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -431,7 +431,7 @@ func TestShutdownFlushesReplies(t *testing.T) {
 			for range n {
 				dls = append(dls, prov.recvData(5*time.Second))
 			}
-			d.cancel()
+			d.Cancel()
 			for {
 				if code, _ := adminGet(t, d, "/healthz"); code == http.StatusServiceUnavailable {
 					break

@@ -356,21 +356,18 @@ func roundTrip(t testing.TB, req, prov *rawAgent) {
 // harness's cleanup satisfied.
 func stopAndWait(t testing.TB, d *testDaemon, timeout time.Duration) error {
 	t.Helper()
-	d.cancel()
+	d.Cancel()
 	return waitRun(t, d, timeout)
 }
 
 // waitRun waits for Run to return (after a cancel made elsewhere).
 func waitRun(t testing.TB, d *testDaemon, timeout time.Duration) error {
 	t.Helper()
-	select {
-	case err := <-d.done:
-		close(d.done) // the harness's stop then sees a closed channel: nothing to report
-		return err
-	case <-time.After(timeout):
+	returned, err := d.Wait(timeout)
+	if !returned {
 		t.Fatalf("Run did not return within %v", timeout)
-		return nil
 	}
+	return err
 }
 
 // adminGet fetches path from the daemon's admin endpoint.

@@ -1,0 +1,104 @@
+// Package daemontest runs the real m2md daemon in-process, on ephemeral
+// loopback ports with a fresh development certificate, for the tests of the
+// packages that talk to it (client, integration): one way to start and stop
+// it, so that no test talks to an imitation that can drift from it.
+package daemontest
+
+import (
+	"context"
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/daemon"
+)
+
+// Daemon is a running daemon. Stop (registered as a cleanup by Start)
+// shuts it down gracefully.
+type Daemon struct {
+	*daemon.Server
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// Start runs a daemon with QUIC, ws:// and the admin endpoint on
+// 127.0.0.1:0; mutate adjusts the configuration first. It returns once the
+// daemon listens.
+func Start(t testing.TB, mutate func(*daemon.Config)) *Daemon {
+	t.Helper()
+	cfg := daemon.Config{
+		QUICAddr:  "127.0.0.1:0",
+		WSAddr:    "127.0.0.1:0",
+		AdminAddr: "127.0.0.1:0",
+		CertDir:   t.TempDir(),
+		Logger:    Logger(t),
+	}
+	if mutate != nil {
+		mutate(&cfg)
+	}
+	srv, err := daemon.New(cfg)
+	if err != nil {
+		t.Fatalf("daemon.New: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &Daemon{Server: srv, cancel: cancel, done: make(chan error, 1)}
+	go func() { d.done <- srv.Run(ctx) }()
+	select {
+	case <-srv.Ready():
+	case err := <-d.done:
+		t.Fatalf("daemon did not start: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("daemon did not start in 10 s")
+	}
+	t.Cleanup(func() { d.Stop(t) })
+	return d
+}
+
+// Cancel begins the graceful shutdown without waiting for it.
+func (d *Daemon) Cancel() { d.cancel() }
+
+// Stop shuts the daemon down gracefully and waits for Run to return.
+func (d *Daemon) Stop(t testing.TB) {
+	d.cancel()
+	select {
+	case err, ok := <-d.done:
+		if ok && err != nil {
+			t.Errorf("daemon Run: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Error("daemon did not stop in 30 s")
+	}
+}
+
+// Wait waits up to timeout for Run to return (after Cancel, or on its
+// own) and returns its error; returned is false on timeout. Stop then has
+// nothing more to report.
+func (d *Daemon) Wait(timeout time.Duration) (returned bool, err error) {
+	select {
+	case err := <-d.done:
+		close(d.done)
+		return true, err
+	case <-time.After(timeout):
+		return false, nil
+	}
+}
+
+// URL is the daemon's address for transport "quic" or "ws".
+func (d *Daemon) URL(tr string) string {
+	if tr == "quic" {
+		return "quic://" + d.QUICAddr().String()
+	}
+	return "ws://" + d.WSAddr().String() + daemon.DefaultWSPath
+}
+
+// Logger discards logs unless M2MD_TEST_LOG is set, then writes them at
+// debug level to stderr, tagged with the test's name.
+func Logger(t testing.TB) zerolog.Logger {
+	if os.Getenv("M2MD_TEST_LOG") == "" {
+		return zerolog.New(io.Discard)
+	}
+	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.DebugLevel).With().Str("test", t.Name()).Logger()
+}
