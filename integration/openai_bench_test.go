@@ -1,0 +1,282 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/openai/ingress"
+	"github.com/m2md/m2md/openai/upstream"
+)
+
+// fastUpstream answers at once: the 907-byte resp-chat-01.json, or, for a
+// stream request, 50 corpus chunks and [DONE]; a model "resp:FILE" gets
+// the corpus file FILE.
+func fastUpstream(tb testing.TB) *httptest.Server {
+	resp := corpus(tb, "resp-chat-01.json")
+	var sse bytes.Buffer
+	for i := range 50 {
+		sse.WriteString("data: " + string(corpus(tb, streamChunks[1+i%10])) + "\n\n")
+	}
+	sse.WriteString("data: [DONE]\n\n")
+	stream := sse.Bytes()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		if m := modelOf(body); strings.HasPrefix(m, "resp:") {
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(corpus(tb, strings.TrimPrefix(m, "resp:")))
+			return
+		}
+		if bytes.Contains(body, []byte(`"stream":true`)) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Write(stream)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write(resp)
+	}))
+	tb.Cleanup(srv.Close)
+	return srv
+}
+
+// benchEdges is the whole path: ingress → daemon → m2md upstream → fast
+// upstream, over QUIC, in mode aead (the defaults of serve and upstream).
+func benchEdges(b *testing.B, models []string) (ingressURL, upstreamURL string, agent *client.Client) {
+	up := fastUpstream(b)
+	d := startDaemon(b, nil)
+	u, err := upstream.New(upstream.Config{BaseURL: up.URL + "/v1", Concurrency: 256})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(u.Close)
+	agent = dialClient(b, d.url("quic"), client.Options{AgentID: "bench-upstream", Models: models, Handler: u,
+		Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(b), MaxConcurrentHandlers: 1024})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	in, err := ingress.New(ctx, ingress.Config{Models: d.Models,
+		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
+			return client.Dial(ctx, d.url("quic"), client.Options{AgentID: id.AgentID, Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(b)})
+		}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	srv := httptest.NewServer(in)
+	b.Cleanup(func() { srv.Close(); in.Close() })
+	return srv.URL, up.URL, agent
+}
+
+// BenchmarkOpenAIEdgeCost is the cost of the mesh for an HTTP client: the
+// same requests through ingress → daemon → m2md upstream → a fast upstream,
+// and straight to that upstream, side by side. Each iteration measures the
+// maximum rate (closed loop, 32 clients, 2 s), then latency at half of it
+// (open loop, 3 s). Run it once per count:
+//
+//	go test ./integration -run '^$' -bench OpenAIEdgeCost -benchtime 1x -count 5
+func BenchmarkOpenAIEdgeCost(b *testing.B) {
+	ingressURL, upstreamURL, _ := benchEdges(b, []string{"gpt-4o"})
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}}
+	b.Cleanup(hc.CloseIdleConnections)
+	req1k := corpus(b, "req-chat-1k-01.json") // 1,215 bytes, gpt-4o
+	stream := bytes.Replace(req1k, []byte(`"model":"gpt-4o"`), []byte(`"model":"gpt-4o","stream":true`), 1)
+	for _, kind := range []struct {
+		name string
+		body []byte
+	}{{"1KB", req1k}, {"stream50", stream}} {
+		for _, path := range []struct{ name, url string }{{"direct", upstreamURL}, {"mesh", ingressURL}} {
+			b.Run(kind.name+"/"+path.name, func(b *testing.B) {
+				url := path.url + "/v1/chat/completions"
+				do := func() error {
+					r, err := hc.Post(url, "application/json", bytes.NewReader(kind.body))
+					if err != nil {
+						return err
+					}
+					n, _ := io.Copy(io.Discard, r.Body)
+					r.Body.Close()
+					if r.StatusCode != 200 || n < 100 {
+						return fmt.Errorf("HTTP %d, %d bytes", r.StatusCode, n)
+					}
+					return nil
+				}
+				for range b.N {
+					maxRate := closedLoop(b, do, 32, 2*time.Second)
+					h := openLoop(b, do, maxRate/2, 3*time.Second)
+					b.ReportMetric(maxRate, "max-req/s")
+					b.ReportMetric(float64(h.ValueAtQuantile(50))/1e3, "p50-µs@half")
+					b.ReportMetric(float64(h.ValueAtQuantile(99))/1e3, "p99-µs@half")
+				}
+			})
+		}
+	}
+}
+
+// closedLoop runs workers that send back to back for d and returns the
+// completed requests per second.
+func closedLoop(b *testing.B, do func() error, workers int, d time.Duration) float64 {
+	var n atomic.Int64
+	var wg sync.WaitGroup
+	stop := time.Now().Add(d)
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stop) {
+				if err := do(); err != nil {
+					b.Error(err)
+					return
+				}
+				n.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	return float64(n.Load()) / d.Seconds()
+}
+
+// openLoop starts requests at rate per second for d, each on its own
+// goroutine (at most 1,024 in flight), and returns their latencies in ns,
+// measured from when each was due.
+func openLoop(b *testing.B, do func() error, rate float64, d time.Duration) *hdrhistogram.Histogram {
+	h := hdrhistogram.New(1, int64(10*time.Second), 3)
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 1024)
+	start := time.Now()
+	total := int(rate * d.Seconds())
+	for i := range total {
+		due := start.Add(time.Duration(float64(i) / rate * float64(time.Second)))
+		time.Sleep(time.Until(due))
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if err := do(); err != nil {
+				b.Error(err)
+				return
+			}
+			lat := time.Since(due)
+			mu.Lock()
+			h.RecordValue(int64(lat))
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	return h
+}
+
+// BenchmarkOpenAIEdgeBytes reports, per corpus class, the bytes between
+// the edges (DATA messages between the daemon and m2md upstream, AEAD) per
+// byte of JSON the HTTP client sent or received:
+//
+//	go test ./integration -run '^$' -bench OpenAIEdgeBytes -benchtime 1x
+func BenchmarkOpenAIEdgeBytes(b *testing.B) {
+	files, err := filepath.Glob(filepath.Join("..", "testdata", "corpus", "*.json"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	classes := map[string][]string{}
+	models := map[string]bool{}
+	for _, f := range files {
+		name := filepath.Base(f)
+		class := ""
+		switch {
+		case strings.HasPrefix(name, "req-embeddings"):
+			class = "req embeddings"
+		case strings.HasPrefix(name, "req-tools"):
+			class = "req tools"
+		case strings.HasPrefix(name, "req-"):
+			class = "req " + sizeClass(name)
+		case strings.HasPrefix(name, "resp-embeddings"):
+			class = "resp embeddings"
+		case strings.HasPrefix(name, "resp-error"):
+			continue
+		case strings.HasPrefix(name, "resp-"):
+			class = "resp chat"
+		case strings.HasPrefix(name, "stream-chunk"):
+			class = "stream chunk"
+		}
+		if strings.HasPrefix(name, "req-") {
+			models[modelOf(corpus(b, name))] = true
+		} else {
+			models["resp:"+name] = true
+		}
+		classes[class] = append(classes[class], name)
+	}
+	var ms []string
+	for m := range models {
+		ms = append(ms, m)
+	}
+	ingressURL, _, agent := benchEdges(b, ms)
+	names := make([]string, 0, len(classes))
+	for c := range classes {
+		names = append(names, c)
+	}
+	sort.Strings(names)
+	for _, class := range names {
+		b.Run(strings.ReplaceAll(class, " ", "-"), func(b *testing.B) {
+			for range b.N {
+				before := agent.Stats()
+				var jsonBytes int
+				for _, name := range classes[class] {
+					body := corpus(b, name)
+					path := "/v1/chat/completions"
+					if strings.HasPrefix(name, "req-embeddings") {
+						path = "/v1/embeddings"
+					}
+					if !strings.HasPrefix(name, "req-") {
+						body = []byte(`{"model":"resp:` + name + `","messages":[{"role":"user","content":"x"}]}`)
+					}
+					if strings.HasPrefix(name, "stream-chunk") {
+						// A chunk as a whole reply measures one chunk's frame.
+						jsonBytes += len(corpus(b, name))
+					} else if strings.HasPrefix(name, "req-") {
+						jsonBytes += len(body)
+					} else {
+						jsonBytes += len(corpus(b, name))
+					}
+					r, err := http.Post(ingressURL+path, "application/json", bytes.NewReader(bytes.Replace(body, []byte(`"stream":true`), []byte(`"stream":false`), 1)))
+					if err != nil {
+						b.Fatal(err)
+					}
+					io.Copy(io.Discard, r.Body)
+					r.Body.Close()
+					if r.StatusCode != 200 {
+						b.Fatalf("%s: HTTP %d", name, r.StatusCode)
+					}
+				}
+				after := agent.Stats()
+				wire := after.WireBytesReceived - before.WireBytesReceived
+				if !strings.HasPrefix(class, "req") {
+					wire = after.WireBytesSent - before.WireBytesSent
+				}
+				b.ReportMetric(float64(jsonBytes), "JSON-B")
+				b.ReportMetric(float64(wire), "wire-B")
+				b.ReportMetric(float64(jsonBytes)/float64(wire), "JSON/wire")
+			}
+		})
+	}
+	_ = os.Stderr
+}
+
+func sizeClass(name string) string {
+	for _, c := range []string{"tiny", "1k", "4k", "16k", "100k"} {
+		if strings.Contains(name, "-"+c+"-") {
+			return c
+		}
+	}
+	return "other"
+}
