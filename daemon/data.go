@@ -249,7 +249,7 @@ func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Sessi
 				return
 			}
 		}
-		req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, message, provider)
+		req.endRequestWithError(transport.ChannelID(rep.Channel), rep.RequestID, code, message, provider)
 	}
 	if format == formatTokenNative && req.send.Protected() {
 		if end {
@@ -312,6 +312,30 @@ func (se *session) refuseTelling(ch transport.ChannelID, dh *negotiate.DataHeade
 		return
 	}
 	se.sendError(ch, dh.RequestID, flags, code, message, "")
+}
+
+// endRequestWithError sends the final error of an outstanding request whose
+// answer was cut short. When the reason is this session's full queue the
+// error is queued past the bound: dropped, the request would wait for an
+// END forever. The excess is bounded by the session's outstanding requests
+// (MaxOutstanding): the router has already forgotten this one.
+func (se *session) endRequestWithError(ch transport.ChannelID, requestID uint64, code negotiate.ErrorCode, message, peer string) {
+	if se.remote != nil || se.closing.Load() {
+		se.sendError(ch, requestID, 0, code, message, peer)
+		return
+	}
+	fr, err := frame.AppendErrorFrame(nil, string(code), message)
+	if err != nil {
+		return
+	}
+	m, ok := buildData(ch, negotiate.FlagReply|negotiate.FlagEnd, requestID, peer, fr, 0)
+	if !ok {
+		return
+	}
+	if !se.queue.push(m) {
+		se.queue.pushLast(m)
+	}
+	se.kick()
 }
 
 // sendError queues an error frame (REPLY|END, plus flags) to this session.

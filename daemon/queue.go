@@ -99,7 +99,8 @@ func (q *sendQueue) push(m outMsg) bool {
 	return true
 }
 
-// pushLast adds m whatever the bounds: the one CLOSE that ends a session
+// pushLast adds m whatever the bounds: the one CLOSE that ends a session,
+// or the final error of a request cut short (endRequestWithError),
 // behind the messages already queued.
 func (q *sendQueue) pushLast(m outMsg) {
 	q.mu.Lock()

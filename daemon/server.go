@@ -73,7 +73,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	features, err := negotiate.EnabledFeatures(features, cfg.DisableFeatures)
 	if err != nil {
-		return nil, fmt.Errorf("daemon: --disable-features: %w", err)
+		return nil, fmt.Errorf("%w: --disable-features: %s", ErrConfig, strings.TrimPrefix(err.Error(), negotiate.ErrConfig.Error()+": "))
 	}
 	neg, err := negotiate.NewServer(negotiate.ServerConfig{
 		Features:        features,

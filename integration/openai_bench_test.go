@@ -89,7 +89,7 @@ func benchEdges(b *testing.B, models []string) (ingressURL, upstreamURL string, 
 //	go test ./integration -run '^$' -bench OpenAIEdgeCost -benchtime 1x -count 5
 func BenchmarkOpenAIEdgeCost(b *testing.B) {
 	ingressURL, upstreamURL, _ := benchEdges(b, []string{"gpt-4o"})
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}}
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}}
 	b.Cleanup(hc.CloseIdleConnections)
 	req1k := corpus(b, "req-chat-1k-01.json") // 1,215 bytes, gpt-4o
 	stream := bytes.Replace(req1k, []byte(`"model":"gpt-4o"`), []byte(`"model":"gpt-4o","stream":true`), 1)
@@ -105,10 +105,13 @@ func BenchmarkOpenAIEdgeCost(b *testing.B) {
 					if err != nil {
 						return err
 					}
-					n, _ := io.Copy(io.Discard, r.Body)
+					out, _ := io.ReadAll(r.Body)
 					r.Body.Close()
-					if r.StatusCode != 200 || n < 100 {
-						return fmt.Errorf("HTTP %d, %d bytes", r.StatusCode, n)
+					if r.StatusCode != 200 || len(out) < 100 {
+						return fmt.Errorf("HTTP %d, %d bytes", r.StatusCode, len(out))
+					}
+					if kind.name == "stream50" && !bytes.HasSuffix(out, []byte("data: [DONE]\n\n")) {
+						return fmt.Errorf("stream without [DONE]: %.200s", out[max(0, len(out)-200):])
 					}
 					return nil
 				}

@@ -15,6 +15,7 @@ import (
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/openai/ingress"
+	"github.com/m2md/m2md/security"
 )
 
 // openAIEdge is the OpenAI ingress of `m2md serve`: an HTTP server whose
@@ -25,31 +26,38 @@ type openAIEdge struct {
 	ln  net.Listener
 }
 
+// loadOpenAIKeys reads --openai-keys-file and checks it against the org
+// secrets, before the daemon starts.
+func loadOpenAIKeys(keysFile string, orgSecrets map[string]security.Secret) (*ingress.Keys, error) {
+	if keysFile == "" {
+		if len(orgSecrets) > 0 {
+			return nil, usagef("--openai-keys-file is required with --org-secrets-file: each key names the agent and org it acts as (or disable the ingress with --openai-addr -)")
+		}
+		return nil, nil
+	}
+	f, err := os.Open(keysFile)
+	if err != nil {
+		return nil, fmt.Errorf("--openai-keys-file: %w", err)
+	}
+	defer f.Close()
+	keys, err := ingress.ParseKeys(f, keysFile)
+	if err != nil {
+		return nil, fmt.Errorf("--openai-keys-file: %w", err)
+	}
+	for _, id := range keys.Identities() {
+		if _, ok := orgSecrets[id.Org]; len(orgSecrets) > 0 && !ok {
+			return nil, fmt.Errorf("--openai-keys-file: agent %s names org %q, which --org-secrets-file does not list", id.AgentID, id.Org)
+		}
+		if len(orgSecrets) == 0 && id.Org != "" {
+			return nil, fmt.Errorf("--openai-keys-file: agent %s names org %q, but the daemon has no --org-secrets-file", id.AgentID, id.Org)
+		}
+	}
+	return keys, nil
+}
+
 // startOpenAI opens the ingress's sessions to the running daemon srv and
 // starts serving HTTP on addr.
-func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, addr, keysFile string, log zerolog.Logger) (*openAIEdge, error) {
-	var keys *ingress.Keys
-	if keysFile != "" {
-		f, err := os.Open(keysFile)
-		if err != nil {
-			return nil, fmt.Errorf("--openai-keys-file: %w", err)
-		}
-		keys, err = ingress.ParseKeys(f, keysFile)
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("--openai-keys-file: %w", err)
-		}
-		for _, id := range keys.Identities() {
-			if _, ok := cfg.OrgSecrets[id.Org]; len(cfg.OrgSecrets) > 0 && !ok {
-				return nil, fmt.Errorf("--openai-keys-file: agent %s names org %q, which --org-secrets-file does not list", id.AgentID, id.Org)
-			}
-			if len(cfg.OrgSecrets) == 0 && id.Org != "" {
-				return nil, fmt.Errorf("--openai-keys-file: agent %s names org %q, but the daemon has no --org-secrets-file", id.AgentID, id.Org)
-			}
-		}
-	} else if len(cfg.OrgSecrets) > 0 {
-		return nil, errors.New("--openai-keys-file is required with --org-secrets-file: each key names the agent and org it acts as (or disable the ingress with --openai-addr -)")
-	}
+func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, addr string, keys *ingress.Keys, log zerolog.Logger) (*openAIEdge, error) {
 	url, err := meshURL(srv, cfg.WSPath)
 	if err != nil {
 		return nil, err

@@ -128,6 +128,12 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 			return err
 		}
 	}
+	var openAIKeyset *ingress.Keys
+	if enabledAddr(openAIAddr) {
+		if openAIKeyset, err = loadOpenAIKeys(openAIKeys, cfg.OrgSecrets); err != nil {
+			return err
+		}
+	}
 	logger, err := logFlags.logger(stderr)
 	if err != nil {
 		return err
@@ -157,7 +163,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	case err := <-done:
 		return err
 	}
-	edge, err := startOpenAI(ctx, srv, cfg, openAIAddr, openAIKeys, logger)
+	edge, err := startOpenAI(ctx, srv, cfg, openAIAddr, openAIKeyset, logger)
 	if err != nil {
 		stopDaemon()
 		<-done
