@@ -381,7 +381,7 @@ func TestVanishedQUICProviderNoticed(t *testing.T) {
 	}
 	noticed := time.Since(killed)
 	t.Logf("agent_gone %v after the provider vanished (QUIC idle timeout %v)", noticed.Round(time.Millisecond), daemon.DefaultQUICIdleTimeout)
-	if noticed > daemon.DefaultQUICIdleTimeout+time.Second {
+	if noticed > daemon.DefaultQUICIdleTimeout+2*time.Second { // slack for a loaded machine
 		t.Errorf("vanished provider noticed after %v, want within %v", noticed, daemon.DefaultQUICIdleTimeout)
 	}
 	waitSessionCount(t, d, 1, 2*time.Second)
