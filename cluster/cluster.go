@@ -32,6 +32,8 @@ type Handler interface {
 	Request(r *Request)
 	// Reply: a reply to a request this node sent (Reply.W is its id).
 	Reply(r *Reply)
+	// Cancel: the requester of a request this node is serving cancelled it.
+	Cancel(c *Cancel)
 }
 
 // Cluster is this node's membership of the cluster: the NATS connection
@@ -363,6 +365,15 @@ func (c *Cluster) SendReply(node string, r *Reply) error {
 	return err
 }
 
+// SendCancel publishes a CANCEL of request w to node.
+func (c *Cluster) SendCancel(node string, w uint64) error {
+	b, err := appendCancel(nil, &Cancel{From: c.cfg.Node, W: w})
+	if err != nil {
+		return err
+	}
+	return c.publish(c.nodeSubject(node), b)
+}
+
 func (c *Cluster) publish(subj string, b []byte) error {
 	// Publish copies b into the connection's buffer before returning. While
 	// reconnecting it would buffer instead: data is better refused at once
@@ -449,6 +460,13 @@ func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply) {
 		}
 		c.stats.Received.Add(1)
 		c.h.Reply(rep)
+	case kindCancel:
+		var cn Cancel
+		if decodeCancel(b, &cn) != nil || c.peers[cn.From] == nil {
+			c.stats.Dropped.Add(1)
+			return
+		}
+		c.h.Cancel(&cn)
 	case kindControl:
 		var cm ctlMsg
 		if decodeControl(b, &cm) != nil || cm.Node == c.cfg.Node {

@@ -25,6 +25,8 @@ func (r *recorder) Request(q *Request) {
 	r.reqs = append(r.reqs, c)
 	r.mu.Unlock()
 }
+func (r *recorder) Cancel(c *Cancel) {}
+
 func (r *recorder) Reply(p *Reply) {
 	c := *p
 	c.Frame = append([]byte(nil), p.Frame...)

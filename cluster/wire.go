@@ -15,6 +15,7 @@ import (
 //	request: 0x01 | w u64 | algo u8 | len u8 | from node | len u8 | org | len u8 | requester | len u8 | target | frame
 //	reply:   0x02 | w u64 | flags u8 | algo u8 | len u8 | from node | len u8 | provider | frame
 //	control: 0x03 | JSON (ctlMsg)
+//	cancel:  0x04 | w u64 | len u8 | from node
 //
 // w is the requesting node's id for the request (see Handler). Integers are
 // big-endian. Strings are 1 to 255 bytes, except org, which is empty for
@@ -23,6 +24,7 @@ const (
 	kindRequest = 0x01
 	kindReply   = 0x02
 	kindControl = 0x03
+	kindCancel  = 0x04
 
 	flagEnd = 0x01
 )
@@ -116,6 +118,31 @@ func appendReply(b []byte, r *Reply) ([]byte, error) {
 		}
 	}
 	return append(b, r.Frame...), nil
+}
+
+// Cancel is a requester's CANCEL of a request another node is serving.
+type Cancel struct {
+	From string // the requesting node
+	W    uint64 // its id for the request
+}
+
+func appendCancel(b []byte, c *Cancel) ([]byte, error) {
+	b = append(b, kindCancel)
+	b = binary.BigEndian.AppendUint64(b, c.W)
+	return appendStr(b, c.From)
+}
+
+func decodeCancel(b []byte, c *Cancel) error {
+	if len(b) < 10 || b[0] != kindCancel {
+		return ErrMalformed
+	}
+	c.W = binary.BigEndian.Uint64(b[1:9])
+	var rest []byte
+	var err error
+	if c.From, rest, err = readStr(b[9:]); err != nil || len(rest) != 0 || c.W == 0 {
+		return ErrMalformed
+	}
+	return nil
 }
 
 func decodeRequest(b []byte, r *Request) error {

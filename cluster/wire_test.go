@@ -41,6 +41,8 @@ func FuzzDecode(f *testing.F) {
 	rep, _ := appendReply(nil, &Reply{From: "b", W: 2, End: true, Provider: "p", Frame: []byte{0}})
 	f.Add(req)
 	f.Add(rep)
+	cn, _ := appendCancel(nil, &Cancel{From: "a", W: 9})
+	f.Add(cn)
 	f.Add(appendControl(nil, &ctlMsg{T: "up", Node: "a", Seq: 3, Agent: &Agent{ID: "x", Session: "s", Models: []string{"m"}}}))
 	f.Add(appendControl(nil, &ctlMsg{T: "snap", Node: "a", Agents: []Agent{{ID: "x", Session: "s"}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -56,6 +58,13 @@ func FuzzDecode(f *testing.F) {
 			again, err := appendReply(nil, &p)
 			if err != nil || !bytes.Equal(again, b) {
 				t.Fatalf("reply re-encodes to %x (%v), from %x", again, err, b)
+			}
+		}
+		var cn Cancel
+		if decodeCancel(b, &cn) == nil {
+			again, err := appendCancel(nil, &cn)
+			if err != nil || !bytes.Equal(again, b) {
+				t.Fatalf("cancel re-encodes to %x (%v), from %x", again, err, b)
 			}
 		}
 		var m ctlMsg

@@ -48,12 +48,15 @@ func (se *session) handleCancel(msg transport.Message) {
 	prov := c.Provider.Value()
 	se.sendError(ch, id, 0, negotiate.CodeCancelled, "request cancelled", prov.agent)
 	if prov.remote != nil {
-		// A provider on another node: CANCEL does not cross the cluster
-		// (docs/operations.md). Its replies arrive and are dropped as
-		// unknown, like those of a provider without the feature.
-		srv.metrics.cancels.WithLabelValues("remote_provider").Inc()
+		srv.cluster.cancelRemote(prov, c.DeliveryID)
 		return
 	}
+	srv.cancelProvider(prov, c.DeliveryID, c.ProviderChannel)
+}
+
+// cancelProvider sends a local provider CANCEL of its delivery, behind the
+// request on the delivery's channel, if it negotiated the feature.
+func (srv *Server) cancelProvider(prov *session, deliveryID, channel uint64) {
 	if !prov.neg.Params.Has(negotiate.FeatureCancel) {
 		// Its replies to the delivery are dropped as unknown (counted in
 		// m2md_routing_failures_total{reason="unknown_request"}); its END
@@ -62,8 +65,8 @@ func (se *session) handleCancel(msg transport.Message) {
 		return
 	}
 	p := bufpool.Get(negotiate.MaxCancelLen)
-	*p, _ = negotiate.AppendCancel((*p)[:0], c.DeliveryID)
-	if !prov.enqueue(outMsg{ch: transport.ChannelID(c.ProviderChannel), buf: p, kind: msgCancel}) {
+	*p, _ = negotiate.AppendCancel((*p)[:0], deliveryID)
+	if !prov.enqueue(outMsg{ch: transport.ChannelID(channel), buf: p, kind: msgCancel}) {
 		bufpool.Put(p)
 		srv.metrics.cancels.WithLabelValues("provider_queue_full").Inc()
 		return

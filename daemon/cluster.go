@@ -325,6 +325,51 @@ func (cs *clusterState) Reply(r *cluster.Reply) {
 	}
 }
 
+// cancelRemote carries a requester's CANCEL to the node of the provider
+// whose proxy got the (already freed) delivery.
+func (cs *clusterState) cancelRemote(proxy *session, deliveryID uint64) {
+	n := proxy.remote
+	var w uint64
+	n.mu.Lock()
+	for k, p := range n.pending { // rare: a scan beats a second map on every request
+		if p.proxy == proxy && p.delivery == deliveryID {
+			w = k
+			delete(n.pending, k)
+			break
+		}
+	}
+	n.mu.Unlock()
+	if w == 0 || cs.c.SendCancel(n.name, w) != nil {
+		cs.srv.metrics.cancels.WithLabelValues("remote_lost").Inc()
+		return
+	}
+	cs.srv.metrics.cancels.WithLabelValues("forwarded_remote").Inc()
+}
+
+// Cancel acts on a CANCEL from another node: the request it forwarded (w)
+// is freed here, and its provider gets CANCEL as from a local requester.
+func (cs *clusterState) Cancel(c *cluster.Cancel) {
+	cs.mu.Lock()
+	n := cs.nodes[c.From]
+	cs.mu.Unlock()
+	if n == nil {
+		return
+	}
+	n.mu.Lock()
+	reqs := make([]*session, 0, len(n.requesters))
+	for _, r := range n.requesters {
+		reqs = append(reqs, r)
+	}
+	n.mu.Unlock()
+	for _, r := range reqs { // one per org; w is unique across them
+		if cn, err := cs.srv.router.Cancel(r.rs, c.W, 0); err == nil {
+			cs.srv.cancelProvider(cn.Provider.Value(), cn.DeliveryID, cn.ProviderChannel)
+			return
+		}
+	}
+	cs.srv.metrics.cancels.WithLabelValues("not_outstanding").Inc()
+}
+
 // replyRemote publishes a reply (or error) to the node whose requester
 // proxy se is.
 func (se *session) replyRemote(requestID uint64, end bool, provider string, format frameFormat, fr []byte) bool {

@@ -173,7 +173,7 @@ func newMetrics() *metrics {
 			Name: "m2md_limited_total", Help: "Connections refused or messages refused/dropped by a configured limit, by limit.",
 		}, []string{"limit"}),
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "m2md_cancels_total", Help: "CANCELs received from requesters, by result: forwarded to the provider, provider_without_cancel (its late replies are dropped), remote_provider (on another cluster node; likewise), provider_queue_full, not_outstanding (the request had ended).",
+			Name: "m2md_cancels_total", Help: "CANCELs received from requesters, by result: forwarded to the provider, forwarded_remote (to the provider's cluster node), remote_lost (its node is gone), provider_without_cancel (its late replies are dropped), provider_queue_full, not_outstanding (the request had ended).",
 		}, []string{"result"}),
 		sessionsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "m2md_sessions_closed_total", Help: "Sessions ended, by CLOSE reason in lower case (disconnected: the connection went away without one).",

@@ -287,3 +287,39 @@ func TestClusterOpenModeDuplicate(t *testing.T) {
 		t.Fatalf("second session of open-dup on another node: %v, want REJECT SECURITY_POLICY", err)
 	}
 }
+
+// TestClusterCancel: a requester's CANCEL of a request served on another
+// node ends it at once with cancelled, reaches the provider as CANCEL on the
+// delivery's channel, and the provider's late replies are dropped.
+func TestClusterCancel(t *testing.T) {
+	nodes := startCluster(t, 2, nil, nil)
+	feat := []negotiate.Feature{negotiate.FeatureCancel}
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			prov := mustDialRaw(t, nodes[1], tr, negotiate.ClientConfig{AgentID: "ccprov-" + tr, Models: []string{"cc-" + tr}, Features: feat})
+			req := mustDialRaw(t, nodes[0], tr, negotiate.ClientConfig{AgentID: "ccreq-" + tr, Features: feat})
+			waitAgentAt(t, nodes[0], "", prov.sess.AgentID, nodes[1])
+			body := []byte(`{"model":"cc-` + tr + `","messages":[{"role":"user","content":"x"}]}`)
+			ch, id := req.request("", body)
+			got := prov.recvData(5 * time.Second)
+			req.sendCancel(ch, id)
+			ack := req.recvData(5 * time.Second)
+			if ack.hdr.RequestID != id || ack.code != string(negotiate.CodeCancelled) || ack.peer != prov.sess.AgentID {
+				t.Fatalf("ack %+v", ack)
+			}
+			c := prov.recvData(5 * time.Second)
+			if !c.cancel || c.ch != got.ch || c.hdr.RequestID != got.hdr.RequestID {
+				t.Fatalf("provider got %+v, want CANCEL %d on channel %d", c, got.hdr.RequestID, got.ch)
+			}
+			prov.reply(got.ch, got.hdr.RequestID, true, []byte(`{"late":1}`))
+			req.expectSilence(100 * time.Millisecond)
+			ch2, id2 := req.request("", body)
+			got2 := prov.recvData(5 * time.Second)
+			prov.reply(got2.ch, got2.hdr.RequestID, true, []byte(`{"ok":true}`))
+			back := req.recvData(5 * time.Second)
+			if back.ch != ch2 || back.hdr.RequestID != id2 || string(back.body) != `{"ok":true}` {
+				t.Fatalf("second request: %+v", back)
+			}
+		})
+	}
+}
