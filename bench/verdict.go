@@ -31,11 +31,19 @@ var likelyCause = map[string]string{
 }
 
 // Check returns an error wrapping ErrMostlyFailed when, in any run of the
-// report, failed requests are at least as many as completed round trips. It
-// names the most frequent reason and its likely cause.
+// report, failed requests are at least as many as completed round trips, or
+// none completed at all. It names the most frequent reason and its likely
+// cause.
 func (r *LoadReport) Check() error {
-	for _, res := range []*Result{&r.Result, r.Baseline, r.Echo} {
-		if res == nil || res.Errors == 0 || res.Errors < res.RoundTrips {
+	for _, res := range []*Result{&r.Result, r.Baseline, r.NATS, r.Echo} {
+		if res == nil {
+			continue
+		}
+		if res.RoundTrips == 0 && res.Errors == 0 {
+			return fmt.Errorf("%w: %s run: no request completed in the measured time (%d failed during the warm-up): the target accepted none; see its log",
+				ErrMostlyFailed, res.Run, res.WarmupErrors)
+		}
+		if res.Errors == 0 || res.Errors < res.RoundTrips {
 			continue
 		}
 		reason, n := "", int64(0)

@@ -16,6 +16,7 @@ func TestCheck(t *testing.T) {
 		{"some errors", LoadReport{Result: Result{Run: RunM2M, RoundTrips: 100, Errors: 99, ErrorsByReason: map[string]int64{"timeout": 99}}}, ""},
 		{"rate limited", LoadReport{Result: Result{Run: RunM2M, RoundTrips: 10, Errors: 90, ErrorsByReason: map[string]int64{"rate_limited": 80, "timeout": 10}}}, "--messages-per-minute"},
 		{"baseline only", LoadReport{Result: Result{Run: RunM2M, RoundTrips: 10}, Baseline: &Result{Run: RunRelay, Errors: 5, ErrorsByReason: map[string]int64{"connection_lost": 5}}}, "relay run"},
+		{"nothing completed", LoadReport{Result: Result{Run: RunM2M, WarmupErrors: 7}}, "no request completed"},
 		{"unknown reason", LoadReport{Result: Result{Run: RunM2M, Errors: 3, ErrorsByReason: map[string]int64{"mystery": 3}}}, "errors row"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -247,9 +247,9 @@ func TestCLIDemoRequesterFailures(t *testing.T) {
 // TestCLIBenchLoadMostlyFailed: a run where the daemon refuses most
 // requests exits 1 and names the limit to change.
 func TestCLIBenchLoadMostlyFailed(t *testing.T) {
-	d := startTestDaemon(t, func(c *daemon.Config) { c.MessagesPerMinute = 20 })
+	d := startTestDaemon(t, func(c *daemon.Config) { c.MessagesPerMinute = 2 })
 	url := "ws://" + d.WSAddr().String() + "/m2m"
-	cliCase{name: "rate limited", args: []string{"bench", "load", "--url", url, "--duration", "500ms", "--warmup", "0s", "--connections", "1", "--providers", "1", "--concurrency", "4"},
+	cliCase{name: "rate limited", args: []string{"bench", "load", "--url", url, "--duration", "1s", "--warmup", "1ms", "--connections", "1", "--providers", "1", "--concurrency", "4"},
 		code: exitBadInput, stdout: []string{"round trips/s"}, stderr: []string{"rate_limited", "--messages-per-minute"}}.check(t)
 }
 
