@@ -26,7 +26,7 @@ var modes = []frame.Security{frame.SecurityNone, frame.SecurityHMAC, frame.Secur
 
 func TestHandshakeAndEcho(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	d := startDaemon(t)
 	for _, tr := range transports {
 		for _, mode := range modes {
 			t.Run(tr+"/"+mode.String(), func(t *testing.T) {
@@ -46,7 +46,7 @@ func TestHandshakeAndEcho(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					if !bytes.Equal(resp.Body, body) || resp.Chunks != nil || resp.From != "" {
+					if !bytes.Equal(resp.Body, body) || resp.Chunks != nil || resp.From != "models" {
 						t.Fatalf("echo: got %d bytes from %q, want %d", len(resp.Body), resp.From, len(body))
 					}
 				}
@@ -149,7 +149,7 @@ func TestDialErrors(t *testing.T) {
 
 func TestStreamOrder(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	d := startDaemon(t)
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			c := dial(t, d, tr, Options{Security: frame.SecurityAEAD})
@@ -189,7 +189,7 @@ func TestStreamOrder(t *testing.T) {
 
 func TestConcurrentRequests(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	d := startDaemon(t)
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			c := dial(t, d, tr, Options{Security: frame.SecurityHMAC})
@@ -271,7 +271,7 @@ func TestContextCancel(t *testing.T) {
 
 func TestRemoteErrors(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	d := startDaemon(t)
 	c := dial(t, d, "quic", Options{Security: frame.SecurityHMAC})
 	for _, tc := range []struct {
 		body     []byte
@@ -279,7 +279,7 @@ func TestRemoteErrors(t *testing.T) {
 		code     negotiate.ErrorCode
 		fromPeer string
 	}{
-		{chatRequest("error", "x"), nil, "test_error", ""},
+		{chatRequest("error", "x"), nil, "test_error", "models"},
 		{chatRequest("nobody-serves-this", "x"), nil, negotiate.CodeNoRoute, ""},
 		{chatRequest("echo", "x"), []CallOption{To("ghost")}, negotiate.CodeUnknownAgent, ""},
 	} {
@@ -319,7 +319,7 @@ func TestBadFrames(t *testing.T) {
 
 func TestRequestErrors(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	d := startDaemon(t)
 	c := dial(t, d, "quic", Options{Security: frame.SecurityAEAD, MaxPayload: 4096})
 	if got := c.Session().Params.MaxPayload; got != 4096 {
 		t.Fatalf("max payload %d", got)

@@ -2,6 +2,8 @@ package client
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -33,9 +35,40 @@ type testDaemon interface {
 // realDaemon is the real daemon, in-process on loopback.
 type realDaemon struct{ *daemontest.Daemon }
 
-// startDaemon runs the real daemon until the test ends. Call leakCheck
-// first, so that the leak check runs after the daemon has stopped.
-func startDaemon(t testing.TB) realDaemon { return realDaemon{daemontest.Start(t, nil)} }
+// startDaemon runs the real daemon until the test ends, with an agent
+// "models" connected that serves the test models:
+//
+//	echo    the request's JSON back as the final reply
+//	stream  max_tokens chunks {"i":k}, the last one the final reply
+//	error   an error reply with code "test_error" and message "boom"
+//
+// Call leakCheck first, so that the leak check runs after the daemon has
+// stopped.
+func startDaemon(t testing.TB) realDaemon {
+	d := realDaemon{daemontest.Start(t, nil)}
+	dial(t, d, "ws", Options{AgentID: "models", Models: []string{"echo", "stream", "error"}, Handler: HandlerFunc(serveTestModel)})
+	return d
+}
+
+func serveTestModel(ctx context.Context, req *Request, w ResponseWriter) {
+	switch req.Model {
+	case "echo":
+		w.Respond(req.Body)
+	case "stream":
+		var r struct {
+			MaxTokens int `json:"max_tokens"`
+		}
+		json.Unmarshal(req.Body, &r)
+		for i := range r.MaxTokens - 1 {
+			if w.Chunk(fmt.Appendf(nil, `{"i":%d}`, i)) != nil {
+				return
+			}
+		}
+		w.Respond(fmt.Appendf(nil, `{"i":%d}`, r.MaxTokens-1))
+	case "error":
+		w.Error("test_error", "boom")
+	}
+}
 
 func (d realDaemon) url(tr string) string { return d.URL(tr) }
 func (d realDaemon) fingerprint() string  { return d.Fingerprint() }
