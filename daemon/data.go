@@ -60,8 +60,19 @@ func (se *session) handleData(msg transport.Message, start time.Time) {
 			return
 		}
 	} else if se.recv.Protected() {
-		se.refuse(msg.Channel, &dh, negotiate.CodeBadTag, "TokenNative frames cannot be protected; session mode is "+se.mode())
-		return
+		// In hmac and aead sessions TokenNative travels sealed, and only
+		// when tn_sealed was negotiated (docs/protocol.md §4.2).
+		if !se.neg.Params.Has(negotiate.FeatureTNSealed) || !negotiate.IsSealedTN(fr) {
+			se.refuse(msg.Channel, &dh, negotiate.CodeBadTag, "a TokenNative frame in a session of mode "+se.mode()+" must be sealed (feature tn_sealed)")
+			return
+		}
+		tn, err := se.recv.OpenTokenNative(uint32(msg.Channel), msg.Data[:len(msg.Data)-len(fr)], fr)
+		if err != nil {
+			se.refuse(msg.Channel, &dh, negotiate.RefusalCode(err), fmt.Sprintf("sealed TokenNative refused in security mode %s: %v; next sequence expected on channel %d: %d",
+				se.mode(), err, uint32(msg.Channel), se.recv.Expected(uint32(msg.Channel))))
+			return
+		}
+		fr = tn
 	}
 	if limit := se.neg.Params.MaxPayload; wireLen > limit {
 		se.refuse(msg.Channel, &dh, negotiate.CodeTooLarge, fmt.Sprintf("frame of %d bytes exceeds this session's max_payload %d", wireLen, limit))
@@ -126,8 +137,8 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 			rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, message, prov.agent)
 		}
 	}
-	if format == formatTokenNative && prov.send.Protected() {
-		fail(negotiate.CodeBadFrame, "receiver's session requires protected frames; TokenNative cannot be protected")
+	if format == formatTokenNative && !prov.takesTokenNative() {
+		fail(negotiate.CodeBadFrame, "provider's session is protected without tn_sealed, so it cannot take a TokenNative frame")
 		return
 	}
 	if n, limit := prov.outLen(fr, format), prov.neg.Params.MaxPayload; n > limit {
@@ -251,11 +262,11 @@ func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Sessi
 		}
 		req.endRequestWithError(transport.ChannelID(rep.Channel), rep.RequestID, code, message, provider)
 	}
-	if format == formatTokenNative && req.send.Protected() {
+	if format == formatTokenNative && !req.takesTokenNative() {
 		if end {
-			req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeBadFrame, "provider replied with an unprotectable frame", provider)
+			req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeBadFrame, "provider replied with a TokenNative frame this session cannot take (protected without tn_sealed)", provider)
 		}
-		return negotiate.CodeBadFrame, "requester's session requires protected frames; TokenNative cannot be protected"
+		return negotiate.CodeBadFrame, "requester's session is protected without tn_sealed, so it cannot take a TokenNative frame"
 	}
 	if n, limit := req.outLen(fr, format), req.neg.Params.MaxPayload; n > limit {
 		endRequest(negotiate.CodeTooLarge, "provider's reply exceeds this session's max_payload")
@@ -272,12 +283,18 @@ func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Sessi
 }
 
 // outLen is the size fr (a plain M2M frame, or TokenNative) will have on
-// this session's wire once the writer has protected it.
+// this session's wire once the writer has protected (or sealed) it.
 func (se *session) outLen(fr []byte, format frameFormat) int {
 	if format != formatM2M {
-		return len(fr)
+		return len(fr) + negotiate.SealedTNOverhead(se.neg.Params.SecurityMode)
 	}
 	return len(fr) + se.send.Overhead()
+}
+
+// takesTokenNative reports whether a TokenNative frame can be sent to this
+// session: as it is in mode none, sealed where tn_sealed was negotiated.
+func (se *session) takesTokenNative() bool {
+	return !se.send.Protected() || se.neg.Params.Has(negotiate.FeatureTNSealed)
 }
 
 // refuse answers a frame the daemon will not route: an error reply for a

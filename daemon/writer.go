@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/m2md/m2md/internal/bufpool"
 	"github.com/m2md/m2md/negotiate"
 )
 
@@ -208,6 +209,28 @@ func (se *session) write(m outMsg) {
 			return
 		}
 		*m.buf = (*m.buf)[:m.frameOff+len(fr)]
+	}
+	if m.kind == msgData && m.format == formatTokenNative && se.send.Protected() {
+		// Sealed into a new buffer: the envelope's head goes before the
+		// frame (docs/protocol.md §4.2). Only sessions with tn_sealed get
+		// here (takesTokenNative).
+		old := m.buf
+		hdr, tn := (*old)[:m.frameOff], (*old)[m.frameOff:]
+		p := bufpool.Get(len(*old) + negotiate.SealedTNOverhead(se.neg.Params.SecurityMode))
+		out, err := se.send.SealTokenNative(append((*p)[:0], hdr...), uint32(m.ch), hdr, tn)
+		bufpool.Put(old)
+		m.buf = p
+		if err != nil {
+			reason := "protect_failed"
+			if errors.Is(err, negotiate.ErrTooManyChannels) {
+				reason = "too_many_channels"
+			} else {
+				se.log.Error().Err(err).Msg("sealing a TokenNative frame failed")
+			}
+			se.srv.metrics.queueDrops.WithLabelValues(reason).Inc()
+			return
+		}
+		*p = out
 	}
 	if m.closeSent != "" {
 		se.mu.Lock()

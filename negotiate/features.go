@@ -17,7 +17,8 @@ const (
 	FeatureCancel Feature = "cancel"
 	// FeatureDelta: conversation deltas (reserved).
 	FeatureDelta Feature = "delta"
-	// FeatureTNSealed: TokenNative frames in protected sessions (reserved).
+	// FeatureTNSealed: TokenNative frames in hmac and aead sessions, in a
+	// sealed envelope (docs/protocol.md §4.2).
 	FeatureTNSealed Feature = "tn_sealed"
 )
 

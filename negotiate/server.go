@@ -211,14 +211,18 @@ func (s *Server) negotiate(now time.Time, hello *ControlMessage, atCapacity bool
 		return n, nil, rejectf(RejectVersionMismatch, "version %s is not compatible with %s", truncateForError(c.Version), ProtocolVersion)
 	}
 
-	// 2. Algorithms: the intersection in the client's order. TokenNative
-	// frames carry no security, so they are offered only in mode none.
+	// Features never refuse a session: the offered ones the daemon has.
+	n.Features = negotiateFeatures(c.Features, s.cfg.Features)
+
+	// 2. Algorithms: the intersection in the client's order. A TokenNative
+	// frame has no room for a tag: in mode hmac or aead it is offered only
+	// with tn_sealed, which puts it in a sealed envelope (§4.2).
 	mode := c.Security.Mode
 	for _, a := range c.Compression.Algorithms {
 		if !slices.Contains(s.cfg.Algorithms, a) || slices.Contains(n.Algorithms, a) {
 			continue
 		}
-		if a == AlgorithmTokenNative && mode != frame.SecurityNone {
+		if a == AlgorithmTokenNative && mode != frame.SecurityNone && !n.Has(FeatureTNSealed) {
 			continue
 		}
 		n.Algorithms = append(n.Algorithms, a)
@@ -246,9 +250,6 @@ func (s *Server) negotiate(now time.Time, hello *ControlMessage, atCapacity bool
 	if want := c.Compression.MaxPayload; want != 0 && want < uint64(n.MaxPayload) {
 		n.MaxPayload = max(int(want), MinPayloadLimit)
 	}
-
-	// Features never refuse a session: the offered ones the daemon has.
-	n.Features = negotiateFeatures(c.Features, s.cfg.Features)
 
 	// 5. Security mode: the client's, unless weaker than the policy.
 	if mode < s.cfg.MinSecurity {
