@@ -45,7 +45,7 @@ var (
 		"error_dropped", dropErrorRateLimited, "control_full", "after_close", "too_many_channels", "protect_failed",
 	}
 	limitLabels   = []string{limitSessionsPerIP, limitNewSessionsPerIP, limitMessageRate, limitByteRate, limitHandshakes, limitHandshakesPerIP}
-	cancelResults = []string{"forwarded", "provider_without_cancel", "remote_provider", "provider_queue_full", "not_outstanding"}
+	cancelResults = []string{"forwarded", "forwarded_remote", "remote_lost", "provider_without_cancel", "provider_queue_full", "not_outstanding"}
 )
 
 // Refusal reasons of messages the transport would not deliver: above the
