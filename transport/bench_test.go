@@ -87,6 +87,7 @@ func benchEcho(b *testing.B, mk pairMaker, workers, size int) {
 
 	b.SetBytes(int64(size))
 	b.ReportAllocs()
+	cpu0 := cpuTime()
 	b.ResetTimer()
 	var done atomic.Int64
 	var wg sync.WaitGroup
@@ -117,6 +118,9 @@ func benchEcho(b *testing.B, mk pairMaker, workers, size int) {
 	wg.Wait()
 	b.StopTimer()
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "rt/s")
+	// Both ends are this process: what one connection costs per round
+	// trip, steadier than wall time on a shared machine.
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N), "cpu-ns/rt")
 	p.close()
 	serverWG.Wait()
 	dispatchWG.Wait()

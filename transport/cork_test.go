@@ -2,8 +2,10 @@ package transport
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
@@ -21,36 +23,10 @@ func wsCorks(t *testing.T, p pair) (client, server *corkConn) {
 // client's below it.
 func wssPair(t *testing.T) pair {
 	t.Helper()
-	accepted := make(chan Conn, 1)
-	stop := make(chan struct{})
-	var handlers sync.WaitGroup
-	url := wssServer(t, NewWSHandler(Config{}, func(c Conn) {
-		handlers.Add(1)
-		defer handlers.Done()
-		accepted <- c
-		<-stop
-	}))
-	_, ctls := testTLSConfigs(t)
-	ctx := testCtx(t)
-	client, err := DialWS(ctx, url, ctls, Config{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := <-accepted
-	p := pair{client: client, server: server}
-	var once sync.Once
-	p.close = func() {
-		once.Do(func() {
-			var wg sync.WaitGroup
-			wg.Go(func() { client.Close() })
-			wg.Go(func() { server.Close() })
-			wg.Wait()
-			close(stop)
-			handlers.Wait()
-		})
-	}
-	t.Cleanup(p.close)
-	return p
+	return wsPairOn(t, Config{}, Config{}, func(h http.Handler) (string, *tls.Config, func()) {
+		_, ctls := testTLSConfigs(t)
+		return wssServer(t, h), ctls, func() {}
+	})
 }
 
 // A corked batch leaves in one write system call, in order, and only when

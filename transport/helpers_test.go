@@ -120,6 +120,16 @@ func quicPair(t testing.TB, clientCfg, serverCfg Config) pair {
 
 func wsPair(t testing.TB, clientCfg, serverCfg Config) pair {
 	t.Helper()
+	return wsPairOn(t, clientCfg, serverCfg, func(h http.Handler) (string, *tls.Config, func()) {
+		srv := httptest.NewServer(h)
+		return "ws" + strings.TrimPrefix(srv.URL, "http") + "/m2m", nil, srv.Close
+	})
+}
+
+// wsPairOn is wsPair on the server start returns: its URL, the client's
+// TLS configuration and how to stop it.
+func wsPairOn(t testing.TB, clientCfg, serverCfg Config, start func(http.Handler) (url string, tls *tls.Config, stop func())) pair {
+	t.Helper()
 	accepted := make(chan Conn, 1)
 	stop := make(chan struct{})
 	var handlers sync.WaitGroup
@@ -129,11 +139,11 @@ func wsPair(t testing.TB, clientCfg, serverCfg Config) pair {
 		accepted <- c
 		<-stop
 	})
-	srv := httptest.NewServer(h)
+	url, tc, stopServer := start(h)
 	ctx := testCtx(t)
-	client, err := DialWS(ctx, "ws"+strings.TrimPrefix(srv.URL, "http")+"/m2m", nil, clientCfg)
+	client, err := DialWS(ctx, url, tc, clientCfg)
 	if err != nil {
-		srv.Close()
+		stopServer()
 		t.Fatal(err)
 	}
 	var server Conn
@@ -152,7 +162,7 @@ func wsPair(t testing.TB, clientCfg, serverCfg Config) pair {
 			wg.Wait()
 			close(stop)
 			handlers.Wait()
-			srv.Close()
+			stopServer()
 		})
 	}
 	t.Cleanup(p.close)
