@@ -160,31 +160,50 @@ func BenchmarkMessageRead(b *testing.B) {
 	}
 }
 
-// BenchmarkWSSendBatch measures what a batch of 32 messages costs the
-// sender over WebSocket, written one system call per message (Send alone,
-// as before Cork existed) or as one batch (Cork … Uncork, as the daemon's
-// writer does). The receiver drains on its own goroutine; the figure is per
-// message. Compare the modes with benchstat -col /mode.
+// BenchmarkSendBatch measures what a batch of 32 messages costs the sender,
+// written one message at a time (Send alone, as before Cork existed: a
+// system call each on WebSocket, a stream Write each on QUIC) or as one
+// batch (Cork … Uncork, as the daemon's writer does: one system call on
+// WebSocket, one Write per stream on QUIC). The daemon side sends to the
+// client on one channel; the client drains on its own goroutine. Compare
+// the modes with benchstat -col /mode.
 //
-//	go test -run=^$ -bench=WSSendBatch -count=5 ./transport/ | benchstat -col /mode -
-func BenchmarkWSSendBatch(b *testing.B) {
-	for _, size := range []int{256, 1024, 16384} {
-		for _, mode := range []string{"per-message", "batch"} {
-			b.Run(fmt.Sprintf("size=%d/mode=%s", size, mode), func(b *testing.B) {
-				benchWSBatch(b, size, mode == "batch")
-			})
+//	go test -run=^$ -bench=SendBatch -benchtime=1000x -count=5 ./transport/ | benchstat -col /mode -
+func BenchmarkSendBatch(b *testing.B) {
+	for _, tr := range transports {
+		for _, size := range []int{256, 1024, 16384} {
+			for _, mode := range []string{"per-message", "batch"} {
+				b.Run(fmt.Sprintf("%s/size=%d/mode=%s", tr.name, size, mode), func(b *testing.B) {
+					benchSendBatch(b, tr.make, size, mode == "batch")
+				})
+			}
 		}
 	}
 }
 
-func benchWSBatch(b *testing.B, size int, corked bool) {
+func benchSendBatch(b *testing.B, mk pairMaker, size int, corked bool) {
 	const batch, ahead = 32, 4
-	p := wsPair(b, Config{}, Config{})
+	p := mk(b, Config{}, Config{})
 	p.client.SetReadLimit(1 << 20)
 	bg := context.Background()
+	// A channel both ends know: the client opens it (on QUIC, a stream the
+	// daemon side learns of from its first message).
+	ch, err := p.client.AcquireChannel(bg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := p.client.Send(bg, ch, []byte("open")); err != nil {
+		b.Fatal(err)
+	}
+	m, err := p.server.Receive(bg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ch = m.Channel
+	m.Release()
 	// The receiver hands back a token per batch received, so that at most
-	// a few batches are in flight: the socket buffers never fill, and the
-	// figure is the cost of sending, not of waiting.
+	// a few batches are in flight: the buffers never fill, and the figure
+	// is the cost of sending, not of waiting.
 	tokens := make(chan struct{}, ahead)
 	for range ahead {
 		tokens <- struct{}{}
@@ -213,7 +232,7 @@ func benchWSBatch(b *testing.B, size int, corked bool) {
 			p.server.Cork()
 		}
 		for range batch {
-			if err := p.server.Send(bg, ControlChannel, msg); err != nil {
+			if err := p.server.Send(bg, ch, msg); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -289,3 +289,96 @@ func TestReceivePollsWithEndedContext(t *testing.T) {
 		})
 	}
 }
+
+// On QUIC a corked batch is one Write per stream: the messages held for a
+// channel are framed into one buffer. Every message arrives, in order on
+// its channel; nothing is written before Uncork; a lone Send is written at
+// once.
+func TestQUICCorkOneWritePerStream(t *testing.T) {
+	p := quicPair(t, Config{}, Config{})
+	qc := p.client.(*quicConn)
+	mustSend(t, p.client, ControlChannel, []byte("hello")) // the daemon side learns of the control stream
+	m := mustReceive(t, p.server)
+	m.Release()
+	ch, err := p.client.AcquireChannel(testCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 32
+	before := qc.cork.writes.Load()
+	p.client.Cork()
+	for i := range n {
+		mustSend(t, p.client, ch, pattern(1000, byte(i)))
+		if i%10 == 0 {
+			mustSend(t, p.client, ControlChannel, pattern(100, byte(i)))
+		}
+	}
+	if got := qc.cork.writes.Load() - before; got != 0 {
+		t.Fatalf("%d writes before Uncork", got)
+	}
+	short, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	_, err = p.server.Receive(short)
+	cancel()
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("before Uncork the peer received: %v", err)
+	}
+	if err := p.client.Uncork(); err != nil {
+		t.Fatal(err)
+	}
+	if got := qc.cork.writes.Load() - before; got != 2 {
+		t.Fatalf("a batch on 2 streams took %d writes", got)
+	}
+	next := map[ChannelID]int{}
+	for range n + 4 {
+		m := mustReceive(t, p.server)
+		i := next[m.Channel]
+		switch m.Channel {
+		case ch:
+			equalMsg(t, m.Data, pattern(1000, byte(i)))
+		case ControlChannel:
+			equalMsg(t, m.Data, pattern(100, byte(i*10)))
+		default:
+			t.Fatalf("message on channel %d", m.Channel)
+		}
+		next[m.Channel]++
+		m.Release()
+	}
+	before = qc.cork.writes.Load()
+	mustSend(t, p.client, ch, []byte("alone"))
+	m = mustReceive(t, p.server)
+	equalMsg(t, m.Data, []byte("alone"))
+	m.Release()
+	if got := qc.cork.writes.Load() - before; got != 0 {
+		t.Fatalf("a lone Send was held (%d batch writes)", got)
+	}
+}
+
+// Close inside a batch on QUIC writes what the batch holds before the
+// control stream ends: the peer reads every message, then the end.
+func TestQUICCloseInsideCork(t *testing.T) {
+	p := quicPair(t, Config{}, Config{})
+	p.client.Cork()
+	for i := range 5 {
+		mustSend(t, p.client, ControlChannel, pattern(300, byte(i)))
+	}
+	done := make(chan struct{})
+	go func() {
+		p.client.Close()
+		close(done)
+	}()
+	for i := range 5 {
+		m := mustReceive(t, p.server)
+		equalMsg(t, m.Data, pattern(300, byte(i)))
+		m.Release()
+	}
+	if _, err := p.server.Receive(testCtx(t)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("after the batch: %v, want ErrClosed", err)
+	}
+	p.server.Close() // ends the client's linger
+	select {
+	case <-done:
+	case <-time.After(testTimeout):
+		t.Fatal("Close inside a Cork did not return")
+	}
+	p.client.Uncork()
+}

@@ -63,6 +63,8 @@ type quicConn struct {
 	ctx        context.Context // cancelled by Close; bounds AcceptStream
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
+
+	cork quicCork // quic_cork.go
 }
 
 // quicStream is one channel.
@@ -74,8 +76,9 @@ type quicStream struct {
 	// sendMu serialises Sends; a channel so that waiting for it can be
 	// abandoned when the context ends.
 	sendMu      chan struct{}
-	broken      error // guarded by sendMu: set when a Send was cut short mid-message
-	deadlineSet bool  // guarded by sendMu: a write deadline may be set on str
+	broken      error   // guarded by sendMu: set when a Send was cut short mid-message
+	deadlineSet bool    // guarded by sendMu: a write deadline may be set on str
+	held        *[]byte // guarded by sendMu: framed messages a Cork holds
 	wrote       atomic.Bool
 
 	// dlMu and gen keep a late context.AfterFunc from setting a deadline
@@ -397,7 +400,7 @@ func (c *quicConn) Send(ctx context.Context, ch ChannelID, msg []byte) error {
 	if s.broken != nil {
 		return &ChannelError{Channel: ch, Err: s.broken}
 	}
-	return c.write(ctx, s, msg)
+	return c.send(ctx, s, msg)
 }
 
 // stream finds channel ch. On the daemon a Send on the control channel
@@ -457,12 +460,17 @@ func (c *quicConn) write(ctx context.Context, s *quicStream, msg []byte) error {
 		}
 		return nil
 	}
+	return c.writeFailed(ctx, s, written, len(msg)+4, err)
+}
 
+// writeFailed sorts out a Write of total bytes on s that failed after
+// written of them; the caller holds s.sendMu.
+func (c *quicConn) writeFailed(ctx context.Context, s *quicStream, written, total int, err error) error {
 	if written > 0 {
 		// Part of the message is on its way: the peer could not find the
 		// next message boundary, so the channel ends here.
 		s.str.CancelWrite(quicStreamAborted)
-		s.broken = fmt.Errorf("%w: an earlier Send was cut short after %d of %d bytes", ErrProtocol, written, len(msg)+4)
+		s.broken = fmt.Errorf("%w: an earlier Send was cut short after %d of %d bytes", ErrProtocol, written, total)
 		c.mu.Lock()
 		s.dead = true
 		c.mu.Unlock()
@@ -644,6 +652,11 @@ func (c *quicConn) shutdown() {
 	close(c.done)
 	c.queue.close()
 
+	lingerOver := make(chan struct{})
+	linger := time.AfterFunc(c.cfg.CloseTimeout, func() { close(lingerOver) })
+	defer linger.Stop()
+	c.flushHeldForClose(lingerOver)
+
 	// Sends blocked on flow control give up; whatever they had not handed
 	// over would be lost anyway.
 	for _, s := range streams {
@@ -651,10 +664,6 @@ func (c *quicConn) shutdown() {
 			s.str.SetWriteDeadline(pastTime)
 		}
 	}
-
-	lingerOver := make(chan struct{})
-	linger := time.AfterFunc(c.cfg.CloseTimeout, func() { close(lingerOver) })
-	defer linger.Stop()
 	// Finish the data streams first, each once its Send (if any) has
 	// given up or finished, so the peer knows when it has read all.
 	for _, s := range streams {
