@@ -34,6 +34,12 @@ type wsTap struct {
 	left     int64 // payload bytes of the current frame still to pass
 	total    int64 // declared size of the current data message so far
 	messages uint64
+	mask     [4]byte // the current frame's masking key
+	data     bool    // the current frame belongs to a data message
+	// kindPending: the current message's first byte, its kind, has not
+	// passed yet; control: it is a CONTROL message, which is at most
+	// 65,536 bytes in every state (docs/protocol.md §1).
+	kindPending, control bool
 
 	// oversized is the number (1-based, counting data messages) of the
 	// first message whose declared size exceeds the read limit; 0 if none.
@@ -57,6 +63,13 @@ func (t *wsTap) Read(p []byte) (int, error) {
 func (t *wsTap) scan(b []byte) {
 	for len(b) > 0 {
 		if t.left > 0 {
+			if t.data && t.kindPending {
+				t.kindPending = false
+				if b[0]^t.mask[0] == controlKind {
+					t.control = true
+					t.check()
+				}
+			}
 			k := min(int64(len(b)), t.left)
 			t.left -= k
 			b = b[k:]
@@ -98,16 +111,36 @@ func (t *wsTap) frame() {
 		n = int64(u)
 	}
 	t.left = n
+	t.mask = [4]byte{}
+	if t.hdr[1]&0x80 != 0 {
+		copy(t.mask[:], t.hdr[t.need-4:t.need])
+	}
+	t.data = true
 	switch opcode := t.hdr[0] & 0x0F; opcode {
 	case 0x1, 0x2: // text, binary: a new message
 		t.messages++
 		t.total = n
+		t.kindPending, t.control = true, false
 	case 0x0: // continuation
 		t.total = min(t.total, math.MaxInt64-n) + n
 	default: // control frames (≤ 125 bytes, checked by the library) and reserved opcodes
+		t.data = false
 		return
 	}
-	if t.total > t.limit.Load() && t.oversized.Load() == 0 {
+	t.check()
+}
+
+// controlKind is the kind byte of a CONTROL message (docs/protocol.md §2).
+const controlKind = 0x01
+
+// check marks the current message oversized once its declared size passes
+// the read limit (65,536 bytes for a CONTROL message).
+func (t *wsTap) check() {
+	limit := t.limit.Load()
+	if t.control {
+		limit = min(limit, DefaultReadLimit)
+	}
+	if t.total > limit && t.oversized.Load() == 0 {
 		t.oversized.Store(t.messages)
 		if t.refuse != nil {
 			t.refuse()

@@ -101,6 +101,27 @@ func TestWSOversizedRefusedFromHeader(t *testing.T) {
 	}
 }
 
+// TestWSControlMessageLimit: after the read limit has been raised, a
+// message whose first byte says CONTROL is still refused above 65,536
+// bytes, from its header and first byte; a DATA message of that size
+// passes.
+func TestWSControlMessageLimit(t *testing.T) {
+	nc, server := rawWSServer(t, Config{})
+	server.SetReadLimit(1 << 20)
+	data := make([]byte, 70_000)
+	data[0] = 0x02
+	nc.Write(append(wsFrameHeader(true, 2, uint64(len(data))), data...))
+	m := mustReceive(t, server)
+	if len(m.Data) != len(data) {
+		t.Fatalf("DATA of %d bytes arrived as %d", len(data), len(m.Data))
+	}
+	m.Release()
+	nc.Write(append(wsFrameHeader(true, 2, 70_000), 0x01))
+	if _, err := server.Receive(testCtx(t)); !errors.Is(err, ErrMessageTooLarge) {
+		t.Fatalf("Receive: %v, want ErrMessageTooLarge for a 70,000-byte CONTROL message", err)
+	}
+}
+
 // TestWSMessageTimeout: a message whose frame header has come but whose
 // body trickles fails Receive with ErrMessageTimeout.
 func TestWSMessageTimeout(t *testing.T) {
@@ -122,6 +143,7 @@ func FuzzWSTap(f *testing.F) {
 	f.Add(append(wsFrameHeader(true, 2, 5), "hello"...), []byte{1}, uint32(4))
 	f.Add(append(append(wsFrameHeader(false, 1, 3), "abc"...), wsFrameHeader(true, 0, 300)...), []byte{3, 7}, uint32(200))
 	f.Add(wsFrameHeader(true, 2, 1<<63-1), []byte{2}, uint32(MaxReadLimit))
+	f.Add(append(append(wsFrameHeader(false, 2, 0), wsFrameHeader(true, 0, 70_000)...), 0x01), []byte{4, 1}, uint32(MaxReadLimit))
 	f.Add([]byte{0x89, 0x80, 0, 0, 0, 0, 0x82, 0x7f, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}, []byte{5}, uint32(10))
 	f.Fuzz(func(t *testing.T, data, chunks []byte, limit uint32) {
 		whole := &wsTap{}
@@ -139,7 +161,8 @@ func FuzzWSTap(f *testing.F) {
 			}
 		}
 		if whole.messages != cut.messages || whole.oversized.Load() != cut.oversized.Load() ||
-			whole.left != cut.left || whole.hlen != cut.hlen || whole.total != cut.total {
+			whole.left != cut.left || whole.hlen != cut.hlen || whole.total != cut.total ||
+			whole.control != cut.control || whole.kindPending != cut.kindPending {
 			t.Fatalf("whole %+v, cut %+v", whole, cut)
 		}
 		if o := whole.oversized.Load(); o > whole.messages {
