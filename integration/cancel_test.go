@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
@@ -281,5 +282,45 @@ func waitOutstanding(t testing.TB, d *testDaemon, n int) {
 	}
 	if got := metric(t, d, "m2md_outstanding_requests"); got != float64(n) {
 		t.Fatalf("m2md_outstanding_requests = %v, want %d", got, n)
+	}
+}
+
+// A requester whose send queue overflows in the middle of a stream gets the
+// request's final error queue_full once it reads again, never a stream that
+// waits forever: the error is queued past the full queue.
+func TestQueueFullEndsRequest(t *testing.T) {
+	d := startDaemon(t, func(c *daemon.Config) { c.SendQueueLen = 2 })
+	prov := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "qf-prov", Models: []string{"gpt-4o"}})
+	req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "qf-req"})
+	_, id := req.request("", corpus(t, "req-chat-1k-01.json"))
+	dl := prov.recvData(5 * time.Second)
+	big := paddedFrame(t, 64<<10)
+	// The requester does not read: its socket buffers fill, then its
+	// two-message queue; the provider keeps streaming until it is told.
+	notified := false
+	for i := 0; i < 400 && !notified; i++ {
+		prov.mustSend(dl.ch, negotiate.FlagReply, dl.hdr.RequestID, "", prov.protect(dl.ch, big))
+		if r, _, err := prov.recv(time.Millisecond); err == nil && r != nil && r.hdr.IsNotice() && r.code == string(negotiate.CodeQueueFull) {
+			notified = true
+		}
+	}
+	if !notified {
+		t.Fatal("no queue_full notice after 400 chunks")
+	}
+	// Now the requester reads: chunks, then the END error.
+	for i := 0; ; i++ {
+		r := req.recvData(5 * time.Second)
+		if r.hdr.RequestID != id {
+			t.Fatalf("reply for request %d", r.hdr.RequestID)
+		}
+		if r.hdr.IsEnd() {
+			if r.code != string(negotiate.CodeQueueFull) {
+				t.Fatalf("END with code %q after %d chunks", r.code, i)
+			}
+			return
+		}
+		if i > 1000 {
+			t.Fatal("no END")
+		}
 	}
 }

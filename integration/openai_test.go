@@ -22,6 +22,7 @@ import (
 	m2mopenai "github.com/m2md/m2md/openai"
 	"github.com/m2md/m2md/openai/ingress"
 	"github.com/m2md/m2md/openai/upstream"
+	"github.com/m2md/m2md/security"
 )
 
 // streamChunks are the corpus's stream chunks in a realistic order: role,
@@ -564,5 +565,59 @@ func TestOpenAICancelMidStream(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// With org secrets, each key acts as an agent of its org: requests and
+// /v1/models stay inside that org.
+func TestOpenAIOrgs(t *testing.T) {
+	acme, other := security.Secret(bytes.Repeat([]byte{1}, 32)), security.Secret(bytes.Repeat([]byte{2}, 32))
+	d := startDaemon(t, func(c *daemon.Config) {
+		c.OrgSecrets = map[string]security.Secret{"acme": acme, "other": other}
+	})
+	up := newTestUpstream(t)
+	u, err := upstream.New(upstream.Config{BaseURL: up.srv.URL + "/v1", Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(u.Close)
+	dialClient(t, d.url("quic"), client.Options{AgentID: "up-acme", Org: "acme", OrgSecret: acme, Models: []string{"gpt-4o"},
+		Handler: u, Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(t)})
+	dialClient(t, d.url("quic"), client.Options{AgentID: "up-other", Org: "other", OrgSecret: other, Models: []string{"gpt-4o-mini"},
+		Handler: u, Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(t)})
+	keys, err := ingress.ParseKeys(strings.NewReader("sk-acme-12345678 alice acme\nsk-other-1234567 bob other\n"), "keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	secrets := map[string]security.Secret{"acme": acme, "other": other}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	in, err := ingress.New(ctx, ingress.Config{Keys: keys, Models: d.Models, Logger: testLogger(t),
+		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
+			return client.Dial(ctx, d.url("quic"), client.Options{AgentID: id.AgentID, Org: id.Org, OrgSecret: secrets[id.Org],
+				Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(t)})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(in)
+	t.Cleanup(func() { srv.Close(); in.Close(); http.DefaultTransport.(*http.Transport).CloseIdleConnections() })
+	e := &edges{d: d, in: in, base: srv.URL, upstream: up}
+	for _, tc := range []struct {
+		key, own, foreign string
+	}{{"sk-acme-12345678", "gpt-4o", "gpt-4o-mini"}, {"sk-other-1234567", "gpt-4o-mini", "gpt-4o"}} {
+		c := e.sdk(tc.key)
+		page, err := c.Models.List(ctx)
+		if err != nil || len(page.Data) != 1 || page.Data[0].ID != tc.own {
+			t.Fatalf("%s: models %+v %v", tc.key, page, err)
+		}
+		if _, err := c.Chat.Completions.New(ctx, chatParams(tc.own)); err != nil {
+			t.Fatalf("%s: own model: %v", tc.key, err)
+		}
+		_, err = c.Chat.Completions.New(ctx, chatParams(tc.foreign))
+		var apiErr *openai.Error
+		if !errors.As(err, &apiErr) || apiErr.StatusCode != 404 {
+			t.Fatalf("%s: another org's model: %v", tc.key, err)
+		}
 	}
 }
