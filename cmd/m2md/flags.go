@@ -29,6 +29,11 @@ import (
 //     off): 65536, 64KiB, 16MiB or 1MB.
 //   - A renamed flag stays accepted under its old name through alias, hidden
 //     from help, so scripts and documented commands keep working.
+//   - A long-running command takes --log-level and --log-format through
+//     registerLogFlags; an output file flag is checked with checkWritable
+//     before work of minutes starts.
+//   - TestCLIHelpReadable checks every command's help: add a new command to
+//     its list.
 
 // usageError marks errors that deserve exit code 2.
 type usageError struct{ msg string }
