@@ -38,7 +38,7 @@ func TestOpenModeReplacementPolicy(t *testing.T) {
 			req := mustDialRaw(t, d, "ws", cc("req"))
 
 			// The same id from ::1 over QUIC.
-			before := metric(t, d, "m2md_handshake_failures_total", "transport=quic", "reason=SECURITY_POLICY")
+			before := metric(t, d, "m2md_handshake_failures_total", "transport=quic", "reason=security_policy")
 			other, err := dialRaw(t, d, "quic", cc("alice", "gpt-4o"))
 			if auth {
 				if err != nil {
@@ -52,7 +52,7 @@ func TestOpenModeReplacementPolicy(t *testing.T) {
 			if !errors.As(err, &rej) || rej.Code != negotiate.RejectSecurityPolicy {
 				t.Fatalf("open mode, same id from another address: %v, want REJECT SECURITY_POLICY", err)
 			}
-			waitMetric(t, d, before+1, "m2md_handshake_failures_total", "transport=quic", "reason=SECURITY_POLICY")
+			waitMetric(t, d, before+1, "m2md_handshake_failures_total", "transport=quic", "reason=security_policy")
 			// The holder was not told anything and still gets its traffic.
 			roundTrip(t, req, holder)
 
