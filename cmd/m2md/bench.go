@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -213,7 +214,10 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	// Figures of a run where most requests failed measure the failure.
-	return rep.Check()
+	if err := rep.Check(); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "bench: ")) // "m2md bench: most requests failed: …"
+	}
+	return nil
 }
 
 func runBenchCodec(args []string, stdout, stderr io.Writer) error {

@@ -250,7 +250,7 @@ func TestCLIBenchLoadMostlyFailed(t *testing.T) {
 	d := startTestDaemon(t, func(c *daemon.Config) { c.MessagesPerMinute = 2 })
 	url := "ws://" + d.WSAddr().String() + "/m2m"
 	cliCase{name: "rate limited", args: []string{"bench", "load", "--url", url, "--duration", "1s", "--warmup", "1ms", "--connections", "1", "--providers", "1", "--concurrency", "4"},
-		code: exitBadInput, stdout: []string{"round trips/s"}, stderr: []string{"rate_limited", "--messages-per-minute"}}.check(t)
+		code: exitBadInput, stdout: []string{"round trips/s"}, stderr: []string{"m2md bench: most requests failed", "rate_limited", "--messages-per-minute"}}.check(t)
 }
 
 func TestCLIBenchChecksOutputsFirst(t *testing.T) {
