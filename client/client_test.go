@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/security"
@@ -107,7 +108,7 @@ func TestAuthentication(t *testing.T) {
 
 func TestDialErrors(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{server: negotiate.ServerConfig{MinSecurity: frame.SecurityHMAC}})
+	d := startDaemonWith(t, func(c *daemon.Config) { c.MinSecurity = frame.SecurityHMAC })
 	ctx := testCtx(t)
 	for _, tc := range []struct {
 		name string
@@ -115,8 +116,8 @@ func TestDialErrors(t *testing.T) {
 		opts Options
 		want error
 	}{
-		{"policy", d.quicURL, Options{PinSHA256: d.pin}, negotiate.ErrSecurityPolicy},
-		{"wrong pin", d.quicURL, Options{PinSHA256: strings.Repeat("ab", 32), Security: frame.SecurityAEAD}, nil},
+		{"policy", d.url("quic"), Options{PinSHA256: d.fingerprint()}, negotiate.ErrSecurityPolicy},
+		{"wrong pin", d.url("quic"), Options{PinSHA256: strings.Repeat("ab", 32), Security: frame.SecurityAEAD}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Dial(ctx, tc.url, tc.opts)

@@ -22,7 +22,11 @@ import (
 	"github.com/m2md/m2md/transport"
 )
 
-// The fake daemon below is built only from the lower-level packages
+// Most tests run against the real daemon (startDaemon). The fake daemon
+// below serves the tests that need a daemon that misbehaves (no PONG, no
+// CLOSE acknowledgement, undecodable replies) or whose internals they
+// observe (HELLOs counted, CLOSE reasons, requests held). It is built only
+// from the lower-level packages
 // (transport, negotiate.Server, security, frame) and runs over real loopback
 // sockets. It does what the client needs a peer for: the handshake, verified
 // and re-protected frames with per-channel sequence numbers, routing between
@@ -31,7 +35,6 @@ import (
 //
 //	echo      the request frame comes back as the final reply (not decoded)
 //	stream    max_tokens chunks {"i":k}, the last one with END
-//	error     an error reply with code "test_error"
 //	garbage   a reply whose payload does not decode (CRC broken), properly protected
 //	hang      no reply until releaseHangs
 //
@@ -432,8 +435,6 @@ func (fs *fakeSession) handleData(msg transport.Message) {
 				return
 			}
 		}
-	case "error":
-		fs.sendError(ch, end, id, "", "test_error", "boom")
 	case "garbage":
 		reply, err := frame.AppendEncode(nil, []byte(`{"id":"chatcmpl-x","choices":[{"message":{"content":"ok"}}]}`), frame.Limits{})
 		if err != nil {

@@ -12,6 +12,8 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/internal/daemontest"
 )
 
@@ -44,9 +46,15 @@ type realDaemon struct{ *daemontest.Daemon }
 //
 // Call leakCheck first, so that the leak check runs after the daemon has
 // stopped.
-func startDaemon(t testing.TB) realDaemon {
-	d := realDaemon{daemontest.Start(t, nil)}
-	dial(t, d, "ws", Options{AgentID: "models", Models: []string{"echo", "stream", "error"}, Handler: HandlerFunc(serveTestModel)})
+func startDaemon(t testing.TB) realDaemon { return startDaemonWith(t, nil) }
+
+// startDaemonWith is startDaemon with the daemon's configuration adjusted
+// by mutate (the "models" agent asks for aead, which any MinSecurity
+// allows).
+func startDaemonWith(t testing.TB, mutate func(*daemon.Config)) realDaemon {
+	d := realDaemon{daemontest.Start(t, mutate)}
+	dial(t, d, "ws", Options{AgentID: "models", Models: []string{"echo", "stream", "error"}, Security: frame.SecurityAEAD,
+		Handler: HandlerFunc(serveTestModel)})
 	return d
 }
 
