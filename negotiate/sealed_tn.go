@@ -84,13 +84,8 @@ func (s *Sealer) OpenTokenNative(ch uint32, dataHeader, env []byte) ([]byte, err
 	}
 	seq := binary.LittleEndian.Uint64(env[2:])
 	fch := binary.LittleEndian.Uint32(env[10:])
-	c, err := s.counter(ch)
-	if err != nil {
+	if err := s.accept(ch, fch, seq); err != nil {
 		return nil, err
-	}
-	want := c.Load() + 1
-	if fch != ch || seq != want || !c.CompareAndSwap(want-1, want) {
-		return nil, &SequenceError{Channel: ch, FrameChannel: fch, Got: seq, Want: want}
 	}
 	if len(tn) == 0 {
 		return nil, fmt.Errorf("%w: empty TokenNative frame", security.ErrMalformed)

@@ -148,15 +148,24 @@ func (s *Sealer) Open(ch uint32, fr []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.accept(ch, fch, seq); err != nil {
+		return nil, err
+	}
+	return plain, nil
+}
+
+// accept takes seq, numbered for channel fch, as channel ch's next number
+// if it is exactly that; otherwise the counter stays as it was.
+func (s *Sealer) accept(ch, fch uint32, seq uint64) error {
 	c, err := s.counter(ch)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	want := c.Load() + 1
 	if fch != ch || seq != want || !c.CompareAndSwap(want-1, want) {
-		return nil, &SequenceError{Channel: ch, FrameChannel: fch, Got: seq, Want: want}
+		return &SequenceError{Channel: ch, FrameChannel: fch, Got: seq, Want: want}
 	}
-	return plain, nil
+	return nil
 }
 
 // Expected is the sequence number Open accepts next on channel ch (1 on a
