@@ -22,7 +22,8 @@ type callOptions struct {
 // TokenNative sends the request as a TokenNative frame (BPE token ids in
 // the session's negotiated encoding) instead of an M2M v1 frame. TokenNative
 // frames carry no routing header, so the request must be addressed with To;
-// the session must have negotiated tokennative (security mode none).
+// the session must have negotiated tokennative (in mode none, or sealed in
+// hmac and aead sessions with the feature tn_sealed, docs/protocol.md §4.2).
 func TokenNative() CallOption {
 	return func(o *callOptions) { o.tokenNative = true }
 }

@@ -185,7 +185,7 @@ func (s *session) handleData(msg transport.Message) {
 	st := &s.c.stats
 	st.framesReceived.Add(1)
 	st.wireReceived.Add(uint64(len(msg.Data)))
-	plain, ferr := s.open(msg.Channel, fr)
+	plain, ferr := s.open(msg.Channel, msg.Data[:len(msg.Data)-len(fr)], fr)
 	if ferr != nil {
 		st.badFrames.Add(1)
 		s.log.Warn().Err(ferr).Uint64("request_id", hdr.RequestID).Bool("reply", hdr.IsReply()).Msg("frame refused")
@@ -204,12 +204,21 @@ func (s *session) handleData(msg transport.Message) {
 // open verifies or decrypts a received frame in place and checks its
 // sequence number (docs/protocol.md §5.3). In mode none only the mode is
 // checked: sequence numbers are written but not checked there.
-func (s *session) open(ch transport.ChannelID, fr []byte) ([]byte, error) {
+// A sealed TokenNative envelope (docs/protocol.md §4.2) is opened with the
+// DATA header hdr as associated data.
+func (s *session) open(ch transport.ChannelID, hdr, fr []byte) ([]byte, error) {
 	if !isM2M(fr) {
-		if s.mode != frame.SecurityNone {
+		if s.mode == frame.SecurityNone {
+			return fr, nil
+		}
+		if !s.info.Params.Has(negotiate.FeatureTNSealed) || !negotiate.IsSealedTN(fr) {
 			return nil, fmt.Errorf("%w: unprotected non-M2M frame in a %s session", ErrBadFrame, s.mode)
 		}
-		return fr, nil
+		tn, err := s.recv.OpenTokenNative(uint32(ch), hdr, fr)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+		}
+		return tn, nil
 	}
 	plain, err := s.recv.Open(uint32(ch), fr)
 	if err != nil {

@@ -78,9 +78,16 @@ func (s *session) sendMessage(ch transport.ChannelID, o outgoing) error {
 func (s *session) sendCorked(ch transport.ChannelID, o outgoing) error {
 	fr := (*o.buf)[o.hdrLen:]
 	m2m := isM2M(fr)
+	// A TokenNative frame in a protected session travels sealed, when the
+	// session has tn_sealed (docs/protocol.md §4.2); without it the daemon
+	// refuses it, as it would anything unprotected.
+	sealTN := !m2m && s.send.Protected() && s.info.Params.Has(negotiate.FeatureTNSealed)
 	size := len(fr)
-	if m2m {
+	switch {
+	case m2m:
 		size += s.send.Overhead()
+	case sealTN:
+		size += negotiate.SealedTNOverhead(s.mode)
 	}
 	if size > s.maxPayload {
 		return fmt.Errorf("%w: frame of %d bytes exceeds the negotiated max_payload %d", ErrTooLarge, size, s.maxPayload)
@@ -106,6 +113,14 @@ func (s *session) sendCorked(ch transport.ChannelID, o outgoing) error {
 			return fmt.Errorf("client: %w", err)
 		}
 		*o.buf = (*o.buf)[:o.hdrLen+len(p)]
+	}
+	if sealTN {
+		hdr := (*o.buf)[:o.hdrLen]
+		b, err := s.send.SealTokenNative(make([]byte, 0, size+o.hdrLen), uint32(ch), hdr, fr)
+		if err != nil {
+			return fmt.Errorf("client: %w", err)
+		}
+		*o.buf = append(append((*o.buf)[:0], hdr...), b...)
 	}
 	msg := *o.buf
 	if err := s.conn.Send(context.Background(), ch, msg); err != nil {

@@ -275,6 +275,11 @@ func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Sessi
 	m, _ := buildData(transport.ChannelID(rep.Channel), flags, rep.RequestID, provider, fr, format)
 	if !req.enqueue(m) {
 		m.free()
+		if req.closing.Load() {
+			// Not a slow reader: the requester is leaving (its CLOSE is
+			// out or its teardown began), so say so.
+			return negotiate.CodeRequesterGone, "the requester of this delivery is disconnecting"
+		}
 		endRequest(negotiate.CodeQueueFull, "a reply to this request was dropped: this session is not reading fast enough")
 		return negotiate.CodeQueueFull, "requester " + req.agent + " is not reading fast enough"
 	}

@@ -66,10 +66,56 @@ func TestClientTokenNativeRefusals(t *testing.T) {
 	if _, err := plain.Do(ctx, corpus(t, "req-chat-1k-02.json"), client.TokenNative()); !errors.Is(err, client.ErrUnsupportedFrame) {
 		t.Fatalf("unaddressed TokenNative request: %v", err)
 	}
-	// In aead the daemon does not negotiate tokennative: the client refuses
-	// to send it rather than have the daemon refuse the frame.
-	secure := dialClient(t, d.url("ws"), client.Options{AgentID: "tk-aead", Algorithms: algos, Security: frame.SecurityAEAD})
+	// In aead without tn_sealed the daemon does not negotiate tokennative:
+	// the client refuses to send it rather than have the daemon refuse the
+	// frame.
+	secure := dialClient(t, d.url("ws"), client.Options{AgentID: "tk-aead", Algorithms: algos, Security: frame.SecurityAEAD,
+		DisableFeatures: []negotiate.Feature{negotiate.FeatureTNSealed}})
 	if _, err := secure.Do(ctx, corpus(t, "req-chat-1k-02.json"), client.To("tk-plain"), client.TokenNative()); !errors.Is(err, client.ErrUnsupportedFrame) {
 		t.Fatalf("TokenNative in aead: %v", err)
+	}
+}
+
+// TestClientTokenNativeProtected: with the client library on both ends, a
+// TokenNative request and its reply travel in hmac and aead sessions,
+// sealed (feature tn_sealed, docs/protocol.md §4.2), and also between a
+// protected session and a mode-none one (the daemon seals or unseals).
+func TestClientTokenNativeProtected(t *testing.T) {
+	d := startDaemon(t, nil)
+	body := corpus(t, "req-multiturn-4k-01.json")
+	reply := corpus(t, "resp-chat-03.json")
+	algos := []negotiate.Algorithm{negotiate.AlgorithmM2M, negotiate.AlgorithmTokenNative}
+	for _, pair := range [][2]frame.Security{
+		{frame.SecurityHMAC, frame.SecurityHMAC}, {frame.SecurityAEAD, frame.SecurityAEAD}, {frame.SecurityAEAD, frame.SecurityNone},
+	} {
+		for _, tr := range transports {
+			name := pair[0].String() + "-" + pair[1].String() + "-" + tr
+			t.Run(name, func(t *testing.T) {
+				got := make(chan []byte, 1)
+				prov := dialClient(t, d.url(tr), client.Options{
+					AgentID: "tsp-" + name, PinSHA256: d.Fingerprint(), Algorithms: algos, Security: pair[1],
+					Handler: client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
+						got <- req.Body
+						_ = w.Respond(reply)
+					}),
+				})
+				req := dialClient(t, d.url(tr), client.Options{AgentID: "tsr-" + name, PinSHA256: d.Fingerprint(), Algorithms: algos, Security: pair[0]})
+				if p := req.Session().Params; !p.Has(negotiate.FeatureTNSealed) {
+					t.Fatalf("features %v", p.Features)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				resp, err := req.Do(ctx, body, client.To(prov.AgentID()), client.TokenNative())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(<-got, body) || !bytes.Equal(resp.Body, reply) {
+					t.Fatal("bytes changed on the way")
+				}
+				if st := req.Stats(); st.WireBytesSent >= uint64(len(body)) || st.BadFrames != 0 {
+					t.Fatalf("sent %d wire bytes for %d JSON bytes, %d bad frames", st.WireBytesSent, len(body), st.BadFrames)
+				}
+			})
+		}
 	}
 }
