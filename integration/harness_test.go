@@ -66,20 +66,12 @@ type rawAgent struct {
 // dialRaw connects and completes the handshake with cc.
 func dialRaw(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig) (*rawAgent, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var (
-		conn transport.Conn
-		err  error
-	)
-	if tr == "quic" {
-		conn, err = transport.DialQUIC(ctx, d.QUICAddr().String(), d.clientTLS(t), transport.Config{})
-	} else {
-		conn, err = transport.DialWS(ctx, d.url("ws"), nil, transport.Config{})
-	}
+	conn, err := dialTransport(t, d, tr, transport.Config{})
 	if err != nil {
 		return nil, err
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	hs, err := negotiate.NewHello(cc, time.Now())
 	if err != nil {
 		conn.Close()

@@ -23,20 +23,22 @@ import (
 // connections for hand-made handshakes, control messages, the admin
 // endpoints, and frames protected with a chosen sequence number.
 
-// dialConn opens a transport connection to d without any handshake.
-func dialConn(t testing.TB, d *testDaemon, tr string) transport.Conn {
+// dialTransport opens a transport connection to d over tr with tc, within
+// 10 s.
+func dialTransport(t testing.TB, d *testDaemon, tr string, tc transport.Config) (transport.Conn, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	var (
-		conn transport.Conn
-		err  error
-	)
 	if tr == "quic" {
-		conn, err = transport.DialQUIC(ctx, d.QUICAddr().String(), d.clientTLS(t), transport.Config{})
-	} else {
-		conn, err = transport.DialWS(ctx, d.url("ws"), nil, transport.Config{})
+		return transport.DialQUIC(ctx, d.QUICAddr().String(), d.clientTLS(t), tc)
 	}
+	return transport.DialWS(ctx, d.url("ws"), nil, tc)
+}
+
+// dialConn opens a transport connection to d without any handshake.
+func dialConn(t testing.TB, d *testDaemon, tr string) transport.Conn {
+	t.Helper()
+	conn, err := dialTransport(t, d, tr, transport.Config{})
 	if err != nil {
 		t.Fatalf("dial %s: %v", tr, err)
 	}
@@ -63,21 +65,13 @@ func dialQuick(d *testDaemon, tr string, timeout time.Duration) (transport.Conn,
 // can have in flight).
 func dialRawConfig(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig, tc transport.Config) *rawAgent {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	var (
-		conn transport.Conn
-		err  error
-	)
-	if tr == "quic" {
-		conn, err = transport.DialQUIC(ctx, d.QUICAddr().String(), d.clientTLS(t), tc)
-	} else {
-		conn, err = transport.DialWS(ctx, d.url("ws"), nil, tc)
-	}
+	conn, err := dialTransport(t, d, tr, tc)
 	if err != nil {
 		t.Fatalf("dial %s: %v", tr, err)
 	}
 	t.Cleanup(func() { conn.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	hs, err := negotiate.NewHello(cc, time.Now())
 	if err != nil {
 		t.Fatal(err)
