@@ -69,7 +69,8 @@ func TestHandshakeAndEcho(t *testing.T) {
 func TestAuthentication(t *testing.T) {
 	leakCheck(t)
 	master := bytes.Repeat([]byte{7}, 32)
-	d := newFakeDaemon(t, fakeConfig{server: negotiate.ServerConfig{OrgSecrets: map[string]security.Secret{"acme": master}}})
+	d := startDaemonWith(t, func(c *daemon.Config) { c.OrgSecrets = map[string]security.Secret{"acme": master} },
+		Options{Org: "acme", OrgSecret: master})
 	key, err := security.AgentKey(master, "acme", "alice")
 	if err != nil {
 		t.Fatal(err)
@@ -93,13 +94,13 @@ func TestAuthentication(t *testing.T) {
 		})
 	}
 	t.Run("wrong key", func(t *testing.T) {
-		_, err := Dial(testCtx(t), d.quicURL, Options{AgentID: "alice", Org: "acme", AgentKey: make([]byte, 32), PinSHA256: d.pin})
+		_, err := Dial(testCtx(t), d.url("quic"), Options{AgentID: "alice", Org: "acme", AgentKey: make([]byte, 32), PinSHA256: d.fingerprint()})
 		if !errors.Is(err, negotiate.ErrSecurityPolicy) {
 			t.Fatalf("got %v, want SECURITY_POLICY", err)
 		}
 	})
 	t.Run("no key", func(t *testing.T) {
-		_, err := Dial(testCtx(t), d.wsURL, Options{})
+		_, err := Dial(testCtx(t), d.url("ws"), Options{PinSHA256: d.fingerprint()})
 		if !errors.Is(err, negotiate.ErrSecurityPolicy) {
 			t.Fatalf("got %v, want SECURITY_POLICY", err)
 		}
@@ -108,7 +109,7 @@ func TestAuthentication(t *testing.T) {
 
 func TestDialErrors(t *testing.T) {
 	leakCheck(t)
-	d := startDaemonWith(t, func(c *daemon.Config) { c.MinSecurity = frame.SecurityHMAC })
+	d := startDaemonWith(t, func(c *daemon.Config) { c.MinSecurity = frame.SecurityHMAC }, Options{})
 	ctx := testCtx(t)
 	for _, tc := range []struct {
 		name string

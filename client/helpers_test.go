@@ -46,15 +46,16 @@ type realDaemon struct{ *daemontest.Daemon }
 //
 // Call leakCheck first, so that the leak check runs after the daemon has
 // stopped.
-func startDaemon(t testing.TB) realDaemon { return startDaemonWith(t, nil) }
+func startDaemon(t testing.TB) realDaemon { return startDaemonWith(t, nil, Options{}) }
 
 // startDaemonWith is startDaemon with the daemon's configuration adjusted
-// by mutate (the "models" agent asks for aead, which any MinSecurity
-// allows).
-func startDaemonWith(t testing.TB, mutate func(*daemon.Config)) realDaemon {
+// by mutate, and the "models" agent dialled with models (its org, say); it
+// asks for aead, which any MinSecurity allows.
+func startDaemonWith(t testing.TB, mutate func(*daemon.Config), models Options) realDaemon {
 	d := realDaemon{daemontest.Start(t, mutate)}
-	dial(t, d, "ws", Options{AgentID: "models", Models: []string{"echo", "stream", "error"}, Security: frame.SecurityAEAD,
-		Handler: HandlerFunc(serveTestModel)})
+	models.AgentID, models.Models, models.Security = "models", []string{"echo", "stream", "error"}, frame.SecurityAEAD
+	models.Handler = HandlerFunc(serveTestModel)
+	dial(t, d, "ws", models)
 	return d
 }
 
