@@ -243,6 +243,18 @@ func (st *Stream) recv() (body []byte, end bool, err error) {
 	return body, r.end, nil
 }
 
+// Buffered is the number of replies that have arrived and wait to be read:
+// so many Next calls return without waiting. A relay can write what is
+// buffered and flush once, instead of once per reply.
+func (st *Stream) Buffered() int {
+	if st.err != nil {
+		return 0
+	}
+	st.cl.mu.Lock()
+	defer st.cl.mu.Unlock()
+	return len(st.cl.queue)
+}
+
 func (st *Stream) lim() frame.Limits { return st.cl.s.decLim }
 
 // From is the agent that answered; "" before the first reply, or when only

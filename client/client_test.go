@@ -189,6 +189,40 @@ func TestStreamOrder(t *testing.T) {
 	}
 }
 
+// TestStreamBuffered checks that Buffered counts the replies that have
+// arrived and not been read: what a relay may write before it flushes.
+func TestStreamBuffered(t *testing.T) {
+	leakCheck(t)
+	d := startDaemon(t)
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			c := dial(t, d, tr, Options{Security: frame.SecurityAEAD})
+			const n = 20
+			st, err := c.Stream(testCtx(t), []byte(fmt.Sprintf(`{"model":"stream","max_tokens":%d,"messages":[]}`, n)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			for deadline := time.Now().Add(10 * time.Second); st.Buffered() < n; time.Sleep(time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("Buffered = %d after 10 s, want %d", st.Buffered(), n)
+				}
+			}
+			for i := range n {
+				if got := st.Buffered(); got != n-i {
+					t.Fatalf("before reply %d: Buffered = %d, want %d", i, got, n-i)
+				}
+				if _, final, err := st.Next(); err != nil || final != (i == n-1) {
+					t.Fatalf("reply %d: final %v, %v", i, final, err)
+				}
+			}
+			if got := st.Buffered(); got != 0 {
+				t.Fatalf("after the final reply: Buffered = %d", got)
+			}
+		})
+	}
+}
+
 func TestConcurrentRequests(t *testing.T) {
 	leakCheck(t)
 	d := startDaemon(t)

@@ -201,7 +201,8 @@ func (in *Ingress) serveRequest(w http.ResponseWriter, r *http.Request, schema f
 	in.relayStream(w, r, id, st, first, final)
 }
 
-// relayStream writes the replies as server-sent events, flushing each.
+// relayStream writes the replies as server-sent events, flushing whenever
+// no further reply is waiting.
 func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identity, st *client.Stream, chunk []byte, final bool) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
@@ -222,8 +223,13 @@ func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identi
 		if _, err := w.Write(buf); err != nil {
 			return // the client is gone: closing the stream cancels it
 		}
-		if err := rc.Flush(); err != nil {
-			return
+		// Replies that have already arrived go out with this one: one
+		// flush (one write to the client) for what is there, instead of
+		// one per chunk, and never a wait for a chunk still to come.
+		if final || st.Buffered() == 0 {
+			if err := rc.Flush(); err != nil {
+				return
+			}
 		}
 		if final {
 			return
