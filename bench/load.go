@@ -622,8 +622,8 @@ func (s *setup) drive(ctx context.Context, cfg *LoadConfig, clk clock, ps []prep
 	for i := range dones {
 		dones[i] = make(chan string, 1)
 	}
-	closedLoop(ctx, clk, cfg.Concurrency, winEnd, func(ctx context.Context, w int, t int64) {
-		s.requesters[w%len(s.requesters)].roundTrip(ctx, t, payload(), dones[w])
+	closedLoop(ctx, clk, cfg.Concurrency, winEnd, func(ctx context.Context, w int, t int64) bool {
+		return s.requesters[w%len(s.requesters)].roundTrip(ctx, t, payload(), dones[w])
 	})
 }
 

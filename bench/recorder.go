@@ -52,6 +52,7 @@ type recorder struct {
 	bytesIn     int64
 	late        int64 // replies for requests already given up on
 	warmupErrs  int64
+	warmupWhy   map[string]int64
 	ivStart     int64
 	ivDelay     int64 // run-queue delay at the interval's start; -1 before the first tick
 	ivOK, ivErr int64
@@ -118,6 +119,10 @@ func (r *recorder) failure(t int64, reason string) {
 	case t < r.winStart:
 		// Counted apart: a run whose warm-up failed should not look clean.
 		r.warmupErrs++
+		if r.warmupWhy == nil {
+			r.warmupWhy = make(map[string]int64)
+		}
+		r.warmupWhy[reason]++
 	}
 	r.mu.Unlock()
 }
@@ -189,6 +194,12 @@ func (r *recorder) result() Result {
 	}
 	for k, v := range r.errs {
 		res.ErrorsByReason[k] = v
+	}
+	if len(r.warmupWhy) > 0 {
+		res.WarmupErrorsByReason = make(map[string]int64, len(r.warmupWhy))
+		for k, v := range r.warmupWhy {
+			res.WarmupErrorsByReason[k] = v
+		}
 	}
 	if secs > 0 {
 		res.DurationS = secs

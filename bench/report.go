@@ -50,6 +50,8 @@ type Result struct {
 	LateReplies int64 `json:"late_replies"`
 	// WarmupErrors failed during the warm-up (not in Errors).
 	WarmupErrors int64 `json:"warmup_errors"`
+	// WarmupErrorsByReason splits WarmupErrors by reason.
+	WarmupErrorsByReason map[string]int64 `json:"warmup_errors_by_reason,omitempty"`
 
 	Process  *ProcessStats `json:"process,omitempty"`
 	Timeline []Sample      `json:"timeline"`
@@ -219,6 +221,12 @@ func medianResult(rs []*Result) *Result {
 	for _, r := range rs {
 		out.Errors += r.Errors
 		out.WarmupErrors += r.WarmupErrors
+		for k, v := range r.WarmupErrorsByReason {
+			if out.WarmupErrorsByReason == nil {
+				out.WarmupErrorsByReason = map[string]int64{}
+			}
+			out.WarmupErrorsByReason[k] += v
+		}
 		out.LateReplies += r.LateReplies
 		for k, v := range r.ErrorsByReason {
 			out.ErrorsByReason[k] += v

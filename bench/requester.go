@@ -144,12 +144,15 @@ func (r *requester) start(openLoop bool) {
 }
 
 // roundTrip sends one request and waits for its end (closed loop). Every
-// send ends with exactly one value on done, whatever happens.
-func (r *requester) roundTrip(ctx context.Context, intended int64, payload int, done chan string) {
+// send ends with exactly one value on done, whatever happens. It reports
+// false when the connection is gone, so that the worker stops.
+func (r *requester) roundTrip(ctx context.Context, intended int64, payload int, done chan string) bool {
 	r.send(intended, payload, done)
 	select {
-	case <-done:
+	case reason := <-done:
+		return reason != reasonConnectionLost && reason != reasonSessionClosed
 	case <-ctx.Done():
+		return true
 	}
 }
 
@@ -205,7 +208,7 @@ func (r *requester) send(intended int64, payload int, done chan string) bool {
 	if err != nil {
 		reason := "send_failed"
 		if errors.Is(err, transport.ErrClosed) {
-			reason = "connection_lost"
+			reason = reasonConnectionLost
 		}
 		r.finish(id, reason, false)
 		return false
@@ -310,7 +313,11 @@ func (r *requester) readLoop() {
 		}
 		return nil
 	})
-	r.failAll("connection_lost")
+	if errors.Is(bad, errSessionClosed) {
+		r.failAll(reasonSessionClosed)
+	} else {
+		r.failAll(reasonConnectionLost)
+	}
 	if bad != nil {
 		r.w.close()
 	}

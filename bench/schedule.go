@@ -50,9 +50,12 @@ func openLoop(ctx context.Context, clk clock, start, stop int64, rate float64, a
 }
 
 // closedLoop runs workers goroutines, each sending one request and waiting
-// for its final reply before sending the next, until ctx ends or the clock
-// passes stop. roundTrip gets the worker's index and the send time.
-func closedLoop(ctx context.Context, clk clock, workers int, stop int64, roundTrip func(ctx context.Context, worker int, intended int64)) {
+// for its final reply before sending the next, until ctx ends, the clock
+// passes stop or roundTrip reports that the worker's connection is gone (a
+// worker on a dead connection would otherwise fail requests as fast as it
+// can, and count millions of failures for one cause). roundTrip gets the
+// worker's index and the send time.
+func closedLoop(ctx context.Context, clk clock, workers int, stop int64, roundTrip func(ctx context.Context, worker int, intended int64) bool) {
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
@@ -61,7 +64,9 @@ func closedLoop(ctx context.Context, clk clock, workers int, stop int64, roundTr
 				if now >= stop {
 					return
 				}
-				roundTrip(ctx, w, now)
+				if !roundTrip(ctx, w, now) {
+					return
+				}
 			}
 		})
 	}

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -108,7 +109,7 @@ func TestClosedLoopStopsAtDeadline(t *testing.T) {
 	var mu sync.Mutex
 	last := map[int]int64{}
 	calls := 0
-	closedLoop(context.Background(), clk, 4, stop, func(_ context.Context, w int, at int64) {
+	closedLoop(context.Background(), clk, 4, stop, func(_ context.Context, w int, at int64) bool {
 		mu.Lock()
 		defer mu.Unlock()
 		if at >= stop {
@@ -120,11 +121,36 @@ func TestClosedLoopStopsAtDeadline(t *testing.T) {
 		last[w] = at
 		calls++
 		time.Sleep(time.Millisecond) // hold the worker like a round trip would
+		return true
 	})
 	if len(last) != 4 || calls < 4 {
 		t.Errorf("%d workers made %d calls", len(last), calls)
 	}
 	if now := clk.now(); now < stop {
 		t.Errorf("closedLoop returned %v before its stop", time.Duration(stop-now))
+	}
+}
+
+// TestClosedLoopStopsOnDeadConnection: a worker whose round trip reports a
+// dead connection stops at once instead of failing requests in a loop.
+func TestClosedLoopStopsOnDeadConnection(t *testing.T) {
+	clk := newClock()
+	stop := clk.now() + int64(time.Hour)
+	var calls atomic.Int64
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		closedLoop(context.Background(), clk, 3, stop, func(context.Context, int, int64) bool {
+			calls.Add(1)
+			return false
+		})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("closedLoop went on after every worker's connection was gone")
+	}
+	if n := calls.Load(); n != 3 {
+		t.Errorf("%d round trips, want 3 (one per worker)", n)
 	}
 }

@@ -157,6 +157,17 @@ func newSessionRates(msgsPerMinute, bytesPerSecond, maxMessage int) sessionRates
 	return r
 }
 
+// limitFlag names a per-session limit as the operator sets it.
+func limitFlag(limit string) string {
+	switch limit {
+	case limitMessageRate:
+		return "message rate (m2md serve --messages-per-minute)"
+	case limitByteRate:
+		return "byte rate (m2md serve --bytes-per-second)"
+	}
+	return limit
+}
+
 // errorRepliesPerSecond bounds the rate_limited errors one session is sent.
 const errorRepliesPerSecond = 10
 

@@ -337,7 +337,15 @@ func (se *session) readLoop() {
 				if dh, _, err := negotiate.ParseData(msg.Data); err == nil {
 					// The error replies are rate limited too: a sender far
 					// over its rate would otherwise get one per message.
-					se.refuseTelling(msg.Channel, &dh, negotiate.CodeRateLimited, "session exceeds its "+limit, se.rates.tell(time.Now()))
+					tell := se.rates.tell(time.Now())
+					se.refuseTelling(msg.Channel, &dh, negotiate.CodeRateLimited, "session exceeds its "+limit, tell)
+					if !tell && !dh.IsReply() {
+						// A request must end: one refused without an
+						// answer would leave its requester waiting. A
+						// sender that keeps flooding after its errors is
+						// closed instead, which ends all its requests.
+						se.closeAfterQueued(negotiate.ReasonError, "session kept sending over its "+limitFlag(limit)+" after rate_limited errors")
+					}
 				}
 			}
 			msg.Release()
