@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -86,4 +87,30 @@ func TestTwoNodes(t *testing.T) {
 	hb.wait(t, "b learns p1 left", func() bool { return len(hb.down) == 1 })
 	a.Close()
 	hb.wait(t, "b sees a leave", func() bool { return len(hb.nodes) == 1 && hb.nodes[0] == "a" })
+}
+
+// TestConfigCheck: every misconfiguration is reported in terms of the
+// serve flags, and no setting at all is a single node.
+func TestConfigCheck(t *testing.T) {
+	for _, tc := range []struct {
+		cfg  Config
+		want string // "" = fine
+	}{
+		{Config{}, ""},
+		{Config{Listen: "127.0.0.1:6222"}, ""},
+		{Config{Listen: "0.0.0.0:6222"}, "--cluster-user"},
+		{Config{Listen: "0.0.0.0:6222", User: "u", Password: "p"}, ""},
+		{Config{Listen: "127.0.0.1:6222", User: "u"}, "--cluster-password-file"},
+		{Config{Routes: []string{"nats://b:6222"}}, "without --cluster-listen"},
+		{Config{CredsFile: "x.creds"}, "without --cluster-listen"},
+		{Config{Listen: "127.0.0.1:6222", URLs: []string{"nats://n:4222"}}, "exclude each other"},
+		{Config{Listen: "127.0.0.1:6222", Routes: []string{"http://b:6222"}}, "want nats://host:port"},
+		{Config{URLs: []string{"nats://n:4222"}, Node: "a.b"}, "node id"},
+		{Config{URLs: []string{"nats://n:4222"}, Heartbeat: time.Second, DeadAfter: time.Second}, "two heartbeats"},
+	} {
+		err := tc.cfg.Check()
+		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		}
+	}
 }

@@ -74,9 +74,20 @@ type Config struct {
 // Enabled reports whether cfg asks for a cluster at all.
 func (c Config) Enabled() bool { return c.Listen != "" || len(c.URLs) > 0 }
 
+// touched reports whether any cluster setting is given, so that a setting
+// without --cluster-listen or --nats-url is reported rather than ignored.
+func (c Config) touched() bool {
+	return c.Enabled() || len(c.Routes) > 0 || c.User != "" || c.Password != "" || c.TLS != nil ||
+		c.CredsFile != "" || c.CAFile != ""
+}
+
 // Check reports what is wrong with cfg, in terms of the m2md serve flags,
-// without starting anything.
+// without starting anything. A Config with no cluster setting at all (a
+// single node) is fine.
 func (c Config) Check() error {
+	if !c.touched() {
+		return nil
+	}
 	_, err := c.withDefaults()
 	return err
 }
@@ -86,7 +97,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("cluster: --cluster-listen (embedded NATS) and --nats-url (external NATS) exclude each other; choose one")
 	}
 	if !c.Enabled() {
-		return c, errors.New("cluster: neither --cluster-listen nor --nats-url is set")
+		return c, errors.New("cluster: cluster settings given without --cluster-listen (embedded NATS) or --nats-url (external NATS)")
 	}
 	if len(c.Routes) > 0 && c.Listen == "" {
 		return c, errors.New("cluster: --cluster-routes needs --cluster-listen")
@@ -116,7 +127,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Inbox = DefaultInbox
 	}
 	if (c.User == "") != (c.Password == "") {
-		return c, errors.New("cluster: set both --cluster-user and --cluster-password, or neither")
+		return c, errors.New("cluster: set both --cluster-user and --cluster-password-file, or neither")
 	}
 	if c.Listen != "" {
 		host, _, err := net.SplitHostPort(c.Listen)
@@ -124,7 +135,7 @@ func (c Config) withDefaults() (Config, error) {
 			return c, fmt.Errorf("cluster: --cluster-listen %q: %w", c.Listen, err)
 		}
 		if c.User == "" && c.TLS == nil && !loopback(host) {
-			return c, fmt.Errorf("cluster: --cluster-listen %s is reachable from other machines: set --cluster-user and --cluster-password (or TLS) so that only cluster members can join", c.Listen)
+			return c, fmt.Errorf("cluster: --cluster-listen %s is reachable from other machines: set --cluster-user and --cluster-password-file (or --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca) so that only cluster members can join", c.Listen)
 		}
 		for _, r := range c.Routes {
 			if _, err := parseRoute(r); err != nil {

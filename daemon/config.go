@@ -291,10 +291,8 @@ func (c Config) withDefaults() (Config, error) {
 			"without TLS, PING, PONG, CLOSE and the DATA header are not authenticated; serve agents on --wss-addr or QUIC "+
 			"and give --ws-addr a loopback address or -, or pass --allow-insecure-ws (e.g. behind a TLS proxy)", ErrConfig, c.WSAddr)
 	}
-	if c.Cluster.Enabled() {
-		if err := c.Cluster.Check(); err != nil {
-			return c, fmt.Errorf("%w: %w", ErrConfig, err)
-		}
+	if err := c.Cluster.Check(); err != nil {
+		return c, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return c, nil
 }
