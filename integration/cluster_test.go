@@ -189,8 +189,9 @@ func TestClusterDuplicateAgentID(t *testing.T) {
 			if cm.Close == nil || cm.Close.Reason != negotiate.ReasonReplaced {
 				t.Fatalf("old session got CLOSE %+v, want REPLACED", cm.Close)
 			}
-			if el := time.Since(start); el > time.Second {
-				t.Fatalf("CLOSE REPLACED came %v after the new session, want within 1 s", el)
+			// One NATS delivery; the bound leaves room for a loaded machine.
+			if el := time.Since(start); el > 2*time.Second {
+				t.Fatalf("CLOSE REPLACED came %v after the new session, want within 2 s", el)
 			}
 			for _, d := range nodes {
 				waitAgentAt(t, d, "acme", id, newNode)
@@ -259,11 +260,7 @@ func TestClusterRouteAuthentication(t *testing.T) {
 	if n := intruder.Cluster().Nodes; n != 0 {
 		t.Fatalf("node with the wrong password hears %d nodes", n)
 	}
-	for _, d := range nodes {
-		if n := d.Cluster().Nodes; n != 1 {
-			t.Fatalf("member hears %d nodes, want 1 (the intruder must not count)", n)
-		}
-	}
+	waitMesh(t, nodes) // the members still hear each other, and only each other
 	// An agent registered at the intruder is unknown to the members.
 	mustDialRaw(t, intruder, "ws", negotiate.ClientConfig{AgentID: "injected", Models: []string{"gpt-4o"}})
 	time.Sleep(300 * time.Millisecond)
