@@ -10,6 +10,9 @@ import (
 	"github.com/m2md/m2md/tokennative"
 )
 
+// errEmptyTokenNative: a TokenNative frame of only its tokenizer byte.
+var errEmptyTokenNative = errors.New("TokenNative frame carries no tokens (an empty body is no JSON document)")
+
 var defaultTokens = sync.OnceValue(func() *tokennative.Codec { return tokennative.New(tokennative.Config{}) })
 
 // tokens is the client's TokenNative codec (cl100k and o200k when the
@@ -43,6 +46,11 @@ func (s *session) encodeTokenNative(o outgoing, body []byte, to string) error {
 	if !slices.Contains(s.info.Params.Algorithms, negotiate.AlgorithmTokenNative) {
 		return fmt.Errorf("%w: the session did not negotiate tokennative", ErrUnsupportedFrame)
 	}
+	if len(body) == 0 {
+		// Receivers refuse a frame without tokens (docs/protocol.md §4),
+		// as the M2M v1 encoder refuses an empty document.
+		return errors.New("client: tokennative: empty body: a request body is a JSON document")
+	}
 	enc, err := tokenEncoding(s.info.Params.Encoding)
 	if err != nil {
 		return err
@@ -58,9 +66,15 @@ func (s *session) encodeTokenNative(o outgoing, body []byte, to string) error {
 	return nil
 }
 
-// decodeTokenNative decodes a received binary TokenNative frame.
+// decodeTokenNative decodes a received binary TokenNative frame. A frame
+// without tokens is refused: it decodes to the empty text, which is no
+// JSON body (docs/protocol.md §4), and a caller must never take an empty
+// body for an answer.
 func (s *session) decodeTokenNative(fr []byte) ([]byte, error) {
 	body, _, err := s.tokens().DecodeBinary(nil, fr)
+	if err == nil && len(body) == 0 {
+		err = errEmptyTokenNative
+	}
 	if err != nil {
 		s.c.stats.badFrames.Add(1)
 		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)

@@ -74,6 +74,13 @@ func (se *session) handleData(msg transport.Message, start time.Time) {
 		}
 		fr = tn
 	}
+	if format == formatTokenNative && len(fr) < 2 {
+		// Only its tokenizer byte: it decodes to the empty text, which is
+		// no request or reply body (docs/protocol.md §4). Refused here so
+		// that no receiver takes it for an empty answer.
+		se.refuse(msg.Channel, &dh, negotiate.CodeBadFrame, "TokenNative frame carries no tokens: a request or reply body is a JSON document")
+		return
+	}
 	if limit := se.neg.Params.MaxPayload; wireLen > limit {
 		se.refuse(msg.Channel, &dh, negotiate.CodeTooLarge, fmt.Sprintf("frame of %d bytes exceeds this session's max_payload %d", wireLen, limit))
 		return
