@@ -178,8 +178,10 @@ type Config struct {
 	// CloseTimeout: wait for a CLOSE acknowledgement. Default
 	// negotiate.CloseTimeout (5 s).
 	CloseTimeout time.Duration
-	// ShutdownGrace: on shutdown, in-flight requests may finish this long.
-	// Default 10 s.
+	// ShutdownGrace: on shutdown, in-flight requests may finish this long,
+	// and the replies they leave queued get as long again to be written
+	// before each session's CLOSE (a session whose writes stall for
+	// SlowConsumerGrace is closed sooner). Default 10 s.
 	ShutdownGrace time.Duration
 
 	// SendQueueLen bounds each session's queue of messages waiting to be

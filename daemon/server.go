@@ -194,8 +194,9 @@ func enabled(addr string) bool { return addr != "" && addr != "-" }
 // Run listens on every configured address and serves until ctx is done, then
 // shuts down gracefully: it stops accepting, answers new requests with a
 // shutdown error, lets requests in flight finish for up to ShutdownGrace,
-// sends CLOSE SERVER_SHUTDOWN to every session and waits (CloseTimeout) for
-// the acknowledgements. It returns nil after a clean shutdown.
+// sends CLOSE SERVER_SHUTDOWN to every session behind the replies already
+// queued for it, and waits for those to be written (up to ShutdownGrace
+// again) and acknowledged (CloseTimeout). It returns nil after a clean shutdown.
 func (s *Server) Run(ctx context.Context) error {
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
@@ -492,12 +493,31 @@ func (s *Server) shutdown(closers []func()) {
 		// Behind what is queued: the last replies of the drain go first.
 		se.closeAfterQueued(negotiate.ReasonServerShutdown, "daemon shutting down")
 	}
+	// Each session ends by itself: its writer flushes the replies queued
+	// before its CLOSE (a write that makes no progress for
+	// SlowConsumerGrace closes it), then waits CloseTimeout for the
+	// acknowledgement. The flush is what takes time, megabytes of accepted
+	// replies on a loaded machine, so it gets ShutdownGrace again; only a
+	// peer trickling its reads could stretch it further, and is cut.
 	done := make(chan struct{})
 	go func() { s.conns.Wait(); close(done) }()
 	select {
 	case <-done:
-	case <-time.After(s.cfg.CloseTimeout + 2*time.Second):
-		s.log.Warn().Msg("sessions did not close in time")
+	case <-time.After(s.cfg.ShutdownGrace + s.cfg.CloseTimeout + time.Second):
+		s.mu.Lock()
+		left := make([]*session, 0, len(s.sessions))
+		for se := range s.sessions {
+			left = append(left, se)
+		}
+		s.mu.Unlock()
+		s.log.Warn().Int("sessions", len(left)).Msg("sessions did not close in time; disconnecting them")
+		for _, se := range left {
+			se.conn.Close()
+		}
+		select {
+		case <-done:
+		case <-time.After(time.Second):
+		}
 	}
 	s.neg.Close()
 	if s.cluster != nil {

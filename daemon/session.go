@@ -61,8 +61,11 @@ type session struct {
 	// batchWrote: the writer's pass has handed the transport a message
 	// (owned by the running writer).
 	batchWrote bool
-	timer      *time.Timer // the state machine's deadline: timerFired
-	tickDue    atomic.Bool
+	// closeInBatch: the pass's batch holds this side's CLOSE (owned by the
+	// running writer).
+	closeInBatch bool
+	timer        *time.Timer // the state machine's deadline: timerFired
+	tickDue      atomic.Bool
 	// stall fires when one DATA write has been blocked for
 	// SlowConsumerGrace (writeStalled); only the writer arms it.
 	stall *time.Timer
@@ -490,6 +493,13 @@ func (se *session) initiateClose(reason negotiate.CloseReason, why string) {
 // queued for the session, so that replies waiting in its queue still reach
 // it first (a graceful shutdown); later messages are refused. Like
 // initiateClose, only the first close acts.
+//
+// Its backstop starts when the CLOSE has been written (uncork), not now: the
+// replies ahead of it were accepted and may be megabytes, which a loaded
+// machine takes seconds to write, and a backstop counted from here cut
+// them off mid-flush. A writer that stops making progress is not left
+// waiting: every write is watched by the stall timer (SlowConsumerGrace),
+// and the server bounds the whole shutdown.
 func (se *session) closeAfterQueued(reason negotiate.CloseReason, why string) {
 	if !se.closing.CompareAndSwap(false, true) {
 		return
@@ -498,7 +508,6 @@ func (se *session) closeAfterQueued(reason negotiate.CloseReason, why string) {
 	msg := negotiate.AppendClose(nil, se.neg.ID, time.Now(), reason, why)
 	se.queue.pushLast(outMsg{buf: bufFrom(msg), kind: msgControl, closeSent: reason})
 	se.kick()
-	time.AfterFunc(se.srv.cfg.CloseTimeout+time.Second, func() { se.conn.Close() })
 }
 
 func bufFrom(b []byte) *[]byte {

@@ -122,6 +122,18 @@ func (se *session) uncork() {
 	se.stall.Reset(se.srv.cfg.SlowConsumerGrace)
 	_ = se.conn.Uncork()
 	se.stall.Stop()
+	if se.closeInBatch {
+		// Only now has the CLOSE left, behind the batch's replies (which
+		// may be megabytes a slow reader takes seconds to accept): the
+		// acknowledgement is awaited from here, and the backstop ends the
+		// connection if the state machine's timer cannot.
+		se.closeInBatch = false
+		se.mu.Lock()
+		se.machine.CloseLeft(time.Now())
+		se.mu.Unlock()
+		se.rearm()
+		time.AfterFunc(se.srv.cfg.CloseTimeout+time.Second, func() { se.conn.Close() })
+	}
 }
 
 // timerFired runs when the state machine's deadline may have come.
@@ -236,6 +248,7 @@ func (se *session) write(m outMsg) {
 		se.mu.Lock()
 		_ = se.machine.CloseSent(m.closeSent, time.Now())
 		se.mu.Unlock()
+		se.closeInBatch = true // uncork arms the backstop
 	}
 	if m.closeSent != "" || m.closeAfter {
 		se.closeWritten.Store(true)

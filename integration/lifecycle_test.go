@@ -415,13 +415,21 @@ func TestShutdownAbortsHandshakes(t *testing.T) {
 // TestShutdownFlushesReplies: replies that reach the daemon before the last
 // in-flight request ends are all delivered before CLOSE SERVER_SHUTDOWN,
 // and nothing is sent after it (a client discards what follows a CLOSE).
+// On QUIC the requester starts reading only after CloseTimeout + 1 s, as a
+// busy agent on a loaded machine may: writing the replies takes that long,
+// and the daemon must not cut them off (it used to, with a backstop
+// counted from when the CLOSE was queued rather than written).
 func TestShutdownFlushesReplies(t *testing.T) {
 	t.Parallel()
 	const n = 50
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			t.Parallel()
-			d := startDaemon(t, func(c *daemon.Config) { c.ShutdownGrace = 10 * time.Second })
+			d := startDaemon(t, func(c *daemon.Config) {
+				c.ShutdownGrace = 10 * time.Second
+				c.CloseTimeout = 2 * time.Second
+				c.SlowConsumerGrace = 10 * time.Second
+			})
 			prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "flush-prov", Models: []string{"gpt-4o"}})
 			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "flush-req"})
 			var dls []*received
@@ -444,6 +452,16 @@ func TestShutdownFlushesReplies(t *testing.T) {
 			big := paddedFrame(t, 256<<10)
 			for _, dl := range dls {
 				prov.mustSend(dl.ch, negotiate.FlagReply|negotiate.FlagEnd, dl.hdr.RequestID, "", prov.protect(dl.ch, big))
+			}
+			if tr == "quic" {
+				// QUIC flow control (and the client's receive budget) hold
+				// most of the 12.8 MB in the daemon's queue meanwhile, so
+				// its flush outlasts CloseTimeout + 1 s; the pause stays
+				// below SlowConsumerGrace. Over WebSocket the
+				// client's socket buffers and read-ahead take it all at
+				// once, and the CLOSE with it, so a pause there would only
+				// test the acknowledgement's own timeout.
+				time.Sleep(4 * time.Second)
 			}
 			got, afterClose := 0, 0
 			closed := false

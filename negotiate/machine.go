@@ -131,6 +131,17 @@ func (m *Machine) CloseSent(reason CloseReason, now time.Time) error {
 	return m.unexpected("sending CLOSE")
 }
 
+// CloseLeft restarts the wait for the acknowledgement at now, when the
+// CLOSE recorded by CloseSent has actually been written: a sender that
+// batches writes may hold it behind megabytes of replies a slow reader
+// takes seconds to accept, and the peer cannot acknowledge what it has not
+// received.
+func (m *Machine) CloseLeft(now time.Time) {
+	if m.state == StateClosing {
+		m.deadline = now.Add(CloseTimeout)
+	}
+}
+
 // CanSend reports whether a message may be sent now. The acknowledgement of
 // a received CLOSE (ActionCloseAck) is sent regardless.
 func (m *Machine) CanSend(kind Kind, typ MessageType) error {
