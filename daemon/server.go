@@ -440,6 +440,14 @@ func (s *Server) transportConfig() transport.Config {
 		MessageTimeout:      s.cfg.MessageTimeout,
 		IdleTimeout:         s.cfg.QUICIdleTimeout,
 		MaxIncomingChannels: s.cfg.MaxOutstanding,
+		// How long a closing QUIC connection waits for the peer to have
+		// read its last messages (a REJECT, a CLOSE acknowledgement)
+		// before QUIC discards them: as long as the protocol waits for a
+		// CLOSE acknowledgement. The transport's 2 s lost the REJECT
+		// SERVER_BUSY of a burst of refused HELLOs on a loaded machine,
+		// and a client that sees its connection drop instead of
+		// SERVER_BUSY retries at once rather than backing off.
+		CloseTimeout: s.cfg.CloseTimeout,
 	}
 }
 
