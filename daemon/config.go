@@ -27,14 +27,20 @@ var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureTNS
 // session timers, the replay cache, the HELLO and CLOSE timeouts) are
 // negotiate's and are not repeated here.
 const (
-	DefaultQUICAddr        = "127.0.0.1:4433"
-	DefaultWSAddr          = "127.0.0.1:8080"
-	DefaultAdminAddr       = "127.0.0.1:9090"
-	DefaultWSPath          = "/m2m"
-	DefaultCertDir         = "certs"
-	DefaultMaxSessions     = 10_000
-	DefaultShutdownGrace   = 10 * time.Second
-	DefaultSendQueueLen    = 1024
+	DefaultQUICAddr      = "127.0.0.1:4433"
+	DefaultWSAddr        = "127.0.0.1:8080"
+	DefaultAdminAddr     = "127.0.0.1:9090"
+	DefaultWSPath        = "/m2m"
+	DefaultCertDir       = "certs"
+	DefaultMaxSessions   = 10_000
+	DefaultShutdownGrace = 10 * time.Second
+	// DefaultSendQueueLen counts messages; the queue's bytes (2 × max
+	// payload, at least 4 MiB) are what bound its memory. A session that
+	// multiplexes many streams needs the count: the OpenAI ingress carries
+	// every HTTP client on one session, and 32 streams of 51 replies are
+	// 1,632 small messages in flight, which a bound of 1,024 refused with
+	// queue_full on a loaded machine (docs/benchmarks.md, the OpenAI edges).
+	DefaultSendQueueLen    = 8192
 	DefaultSlowGrace       = 5 * time.Second
 	DefaultMaxOutstanding  = 1024
 	DefaultQUICIdleTimeout = 5 * time.Second
