@@ -30,10 +30,11 @@ type scriptConn struct {
 	corks      int
 	batches    int
 	uncorkedTx int
+	batchEnded chan struct{} // a token each time the depth goes back to zero
 }
 
 func newScriptConn(onHello func([]byte) []transport.Message) *scriptConn {
-	return &scriptConn{onHello: onHello, inbox: make(chan transport.Message, 64), sent: make(chan transport.Message, 64), done: make(chan struct{})}
+	return &scriptConn{onHello: onHello, inbox: make(chan transport.Message, 64), sent: make(chan transport.Message, 64), done: make(chan struct{}), batchEnded: make(chan struct{}, 1)}
 }
 
 func (c *scriptConn) Receive(ctx context.Context) (transport.Message, error) {
@@ -97,6 +98,10 @@ func (c *scriptConn) Uncork() error {
 	defer c.corkMu.Unlock()
 	if c.corks--; c.corks == 0 {
 		c.batches++
+		select {
+		case c.batchEnded <- struct{}{}:
+		default: // a token is already waiting
+		}
 	}
 	if c.corks < 0 {
 		panic("Uncork without Cork")
@@ -226,6 +231,23 @@ func TestReaderAnswersBurstInOneBatch(t *testing.T) {
 			}
 		case <-time.After(testTimeout):
 			t.Fatalf("refusal %d not sent", i)
+		}
+	}
+	// A Send is seen before the Uncork that ends its batch: wait until no
+	// Cork is open, so that the last batch has been counted. Every refusal
+	// was sent inside a Cork (checked below), so the depth is back to zero
+	// only once the batch holding the last one has ended.
+	for {
+		conn.corkMu.Lock()
+		open := conn.corks
+		conn.corkMu.Unlock()
+		if open == 0 {
+			break
+		}
+		select {
+		case <-conn.batchEnded: // buffered: an Uncork since the check is not missed
+		case <-time.After(testTimeout):
+			t.Fatal("the batch holding the refusals never ended (Cork without Uncork)")
 		}
 	}
 	conn.corkMu.Lock()
