@@ -11,6 +11,7 @@ import (
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
+	"github.com/quic-go/quic-go"
 )
 
 // TestMaxSessionsConcurrentHellos: 200 connections (half QUIC, half
@@ -81,5 +82,38 @@ func TestMaxSessionsConcurrentHellos(t *testing.T) {
 	}
 	if _, err := dialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "cap-over"}); !errors.Is(err, negotiate.ErrServerBusy) {
 		t.Fatalf("session %d: %v, want SERVER_BUSY", max+1, err)
+	}
+}
+
+// TestRejectWaitsForSlowReader: a QUIC client that reads its REJECT only
+// 3 s after sending HELLO (a loaded machine, a busy agent) still gets
+// SERVER_BUSY. QUIC discards what the peer has not read when a connection
+// closes, so the daemon must linger for its close timeout (5 s) before
+// closing; it lingered only the transport's 2 s, and such a client saw
+// its connection drop instead (TestMaxSessionsConcurrentHellos under
+// load).
+func TestRejectWaitsForSlowReader(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, func(c *daemon.Config) { c.MaxSessions = 1 })
+	mustDialRaw(t, d, "quic", negotiate.ClientConfig{AgentID: "slow-reject-holder"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	tc := d.clientTLS(t)
+	tc.NextProtos = []string{transport.ALPN}
+	qc, err := quic.DialAddr(ctx, d.QUICAddr().String(), tc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer qc.CloseWithError(0, "")
+	ctl, err := qc.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFramed(t, ctl, helloBytes(t, negotiate.ClientConfig{AgentID: "slow-reject"}, time.Now()))
+	time.Sleep(3 * time.Second) // the REJECT waits unread in quic-go's buffer
+	ctl.SetReadDeadline(time.Now().Add(5 * time.Second))
+	cm := readControl(t, ctl)
+	if cm.Type != negotiate.TypeReject || cm.Reject.Code != negotiate.RejectServerBusy {
+		t.Fatalf("got %s %+v, want REJECT SERVER_BUSY", cm.Type, cm.Reject)
 	}
 }
