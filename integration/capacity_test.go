@@ -11,7 +11,6 @@ import (
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
-	"github.com/quic-go/quic-go"
 )
 
 // TestMaxSessionsConcurrentHellos: 200 connections (half QUIC, half
@@ -96,19 +95,7 @@ func TestRejectWaitsForSlowReader(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, func(c *daemon.Config) { c.MaxSessions = 1 })
 	mustDialRaw(t, d, "quic", negotiate.ClientConfig{AgentID: "slow-reject-holder"})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	tc := d.clientTLS(t)
-	tc.NextProtos = []string{transport.ALPN}
-	qc, err := quic.DialAddr(ctx, d.QUICAddr().String(), tc, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer qc.CloseWithError(0, "")
-	ctl, err := qc.OpenStream()
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, ctl := rawQUICControl(t, d)
 	writeFramed(t, ctl, helloBytes(t, negotiate.ClientConfig{AgentID: "slow-reject"}, time.Now()))
 	time.Sleep(3 * time.Second) // the REJECT waits unread in quic-go's buffer
 	ctl.SetReadDeadline(time.Now().Add(5 * time.Second))

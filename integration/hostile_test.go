@@ -145,6 +145,20 @@ func (b *bystander) check(t *testing.T, min int64) {
 // transport.Conn would.
 func rawQUICSession(t *testing.T, d *testDaemon, agent string) (*quic.Conn, *quic.Stream) {
 	t.Helper()
+	qc, ctl := rawQUICControl(t, d)
+	writeFramed(t, ctl, helloBytes(t, negotiate.ClientConfig{AgentID: agent}, time.Now()))
+	ctl.SetReadDeadline(time.Now().Add(10 * time.Second))
+	cm := readControl(t, ctl)
+	if cm.Type != negotiate.TypeAccept {
+		t.Fatalf("handshake: %s, want ACCEPT", cm.Type)
+	}
+	return qc, ctl
+}
+
+// rawQUICControl dials the daemon with quic-go itself and opens the
+// control stream, so that the test decides what to write and when to read.
+func rawQUICControl(t *testing.T, d *testDaemon) (*quic.Conn, *quic.Stream) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	tc := d.clientTLS(t)
@@ -157,12 +171,6 @@ func rawQUICSession(t *testing.T, d *testDaemon, agent string) (*quic.Conn, *qui
 	ctl, err := qc.OpenStream()
 	if err != nil {
 		t.Fatal(err)
-	}
-	writeFramed(t, ctl, helloBytes(t, negotiate.ClientConfig{AgentID: agent}, time.Now()))
-	ctl.SetReadDeadline(time.Now().Add(10 * time.Second))
-	cm := readControl(t, ctl)
-	if cm.Type != negotiate.TypeAccept {
-		t.Fatalf("handshake: %s, want ACCEPT", cm.Type)
 	}
 	return qc, ctl
 }
@@ -307,16 +315,7 @@ func TestOversizedMessagesClosedWithError(t *testing.T) {
 		})
 	}
 	t.Run("before HELLO", func(t *testing.T) {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		tc := d.clientTLS(t)
-		tc.NextProtos = []string{transport.ALPN}
-		qc, err := quic.DialAddr(ctx, d.QUICAddr().String(), tc, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer qc.CloseWithError(0, "")
-		ctl, _ := qc.OpenStream()
+		_, ctl := rawQUICControl(t, d)
 		ctl.Write(binary.BigEndian.AppendUint32(nil, 0xFFFFFFFF))
 		ctl.SetReadDeadline(time.Now().Add(5 * time.Second))
 		if cm := readControl(t, ctl); cm.Type != negotiate.TypeReject {
