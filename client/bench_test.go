@@ -10,7 +10,7 @@ import (
 )
 
 // benchBody is a real 1 KB chat request from the corpus, re-addressed to
-// the fake daemon's echo model.
+// the test agent's echo model.
 func benchBody(b *testing.B) []byte {
 	body, err := os.ReadFile("../testdata/corpus/req-chat-1k-01.json")
 	if err != nil {
@@ -22,12 +22,14 @@ func benchBody(b *testing.B) []byte {
 	return bytes.Replace(body, []byte(`"model"`), []byte(`"model":"echo","original_model"`), 1)
 }
 
-// BenchmarkDo measures a Do round trip through the fake daemon's echo
-// model: encode, protect, send, the daemon's verify/re-protect, receive,
-// verify, decode. Client and daemon share the machine.
+// BenchmarkDo measures a Do round trip through the real daemon to the
+// "models" agent's echo model and back: encode, protect, send, the
+// daemon's verify/re-protect and routing, the agent's receive, decode,
+// encode and send, the same again on the way back. Client, daemon and agent
+// share the machine and this process: B/op and allocs/op count all three.
 func BenchmarkDo(b *testing.B) {
 	body := benchBody(b)
-	d := newFakeDaemon(b, fakeConfig{})
+	d := startDaemon(b)
 	for _, tr := range transports {
 		for _, mode := range []frame.Security{frame.SecurityNone, frame.SecurityAEAD} {
 			b.Run(tr+"/"+mode.String(), func(b *testing.B) {
@@ -50,7 +52,7 @@ func BenchmarkDo(b *testing.B) {
 // BenchmarkDoParallel is BenchmarkDo with many requests in flight.
 func BenchmarkDoParallel(b *testing.B) {
 	body := benchBody(b)
-	d := newFakeDaemon(b, fakeConfig{})
+	d := startDaemon(b)
 	for _, tr := range transports {
 		b.Run(tr, func(b *testing.B) {
 			c := dial(b, d, tr, Options{Security: frame.SecurityAEAD})

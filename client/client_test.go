@@ -13,6 +13,7 @@ import (
 
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/daemontest"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/security"
 )
@@ -262,9 +263,9 @@ func TestConcurrentRequests(t *testing.T) {
 
 func TestContextCancel(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
+			d := startDaemon(t)
 			c := dial(t, d, tr, Options{Security: frame.SecurityAEAD})
 			ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
 			defer cancel()
@@ -285,8 +286,8 @@ func TestContextCancel(t *testing.T) {
 			if _, err := st.Recv(); err == nil {
 				t.Fatal("Recv after Close succeeded")
 			}
-			d.waitHangs(2)
-			d.releaseHangs()
+			d.waitHeld(t, 2)
+			d.releaseHeld()
 			// The late replies are dropped and counted; the channels they
 			// held are reusable and the sequence numbers still line up.
 			deadline := time.Now().Add(testTimeout)
@@ -465,11 +466,10 @@ func TestTimers(t *testing.T) {
 
 func TestClose(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
-			agent := "closer-" + tr
-			c := dial(t, d, tr, Options{AgentID: agent})
+			d := startDaemon(t)
+			c := dial(t, d, tr, Options{})
 			st, err := c.Stream(testCtx(t), chatRequest("hang", "x"))
 			if err != nil {
 				t.Fatal(err)
@@ -477,8 +477,10 @@ func TestClose(t *testing.T) {
 			if err := c.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
-			if r := d.closeReasons(agent); len(r) != 1 || r[0] != negotiate.ReasonClientShutdown {
-				t.Fatalf("daemon got CLOSE %v", r)
+			// The daemon got CLOSE CLIENT_SHUTDOWN (and nothing else ended).
+			d.WaitMetric(t, 1, "m2md_sessions_closed_total", "reason=client_shutdown")
+			if n := d.Metric(t, "m2md_sessions_closed_total"); n != 1 {
+				t.Fatalf("%v sessions closed, want 1", n)
 			}
 			if _, err := st.Recv(); !errors.Is(err, ErrClosed) {
 				t.Fatalf("in-flight request: %v, want ErrClosed", err)
@@ -576,7 +578,7 @@ func TestServerShutdownReconnects(t *testing.T) {
 
 func TestReplacedDoesNotReconnect(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	d := startDaemon(t)
 	opts := Options{AgentID: "twin", Reconnect: true, ReconnectMin: 5 * time.Millisecond, ReconnectMax: 10 * time.Millisecond}
 	first := dial(t, d, "quic", opts)
 	second := dial(t, d, "ws", opts)
@@ -593,8 +595,12 @@ func TestReplacedDoesNotReconnect(t *testing.T) {
 		t.Fatalf("Do on a replaced client: %v", err)
 	}
 	time.Sleep(100 * time.Millisecond) // many backoff periods
-	if n := d.helloCount("twin"); n != 2 {
-		t.Fatalf("%d HELLOs, want 2: the replaced client reconnected", n)
+	// Had it reconnected, it would have replaced the second in turn.
+	if n := first.Stats().Reconnects; n != 0 || !d.SessionOpen(second.Session().ID) {
+		t.Fatalf("the replaced client reconnected (%d times)", n)
+	}
+	if n := d.Metric(t, "m2md_sessions_total"); n != 3 { // with "models"
+		t.Fatalf("%v sessions, want 3", n)
 	}
 	if _, err := second.Do(testCtx(t), chatRequest("echo", "x")); err != nil {
 		t.Fatal(err)
@@ -680,7 +686,7 @@ func TestProtocolViolation(t *testing.T) {
 
 func TestBoundedBuffers(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	d := startDaemon(t)
 	const n = 100
 	body := []byte(fmt.Sprintf(`{"model":"stream","max_tokens":%d,"messages":[]}`, n))
 	t.Run("slow stream reader", func(t *testing.T) {
@@ -737,20 +743,32 @@ func TestBoundedBuffers(t *testing.T) {
 // to the next one in the list.
 func TestSeveralURLs(t *testing.T) {
 	leakCheck(t)
-	d1 := newFakeDaemon(t, fakeConfig{})
-	d2 := newFakeDaemon(t, fakeConfig{})
+	// The same certificate on both, as a cluster's nodes would have.
+	certDir := t.TempDir()
+	sameCert := func(c *daemon.Config) { c.CertDir = certDir }
+	d1 := daemontest.Start(t, sameCert)
+	d2 := startDaemonWith(t, sameCert, Options{})
 	dead := "ws://127.0.0.1:1/m2m" // nothing listens: refused at once
-	c, err := Dial(testCtx(t), dead+","+d1.url("ws")+", "+d2.url("ws"), Options{
-		AgentID: "roamer", PinSHA256: d1.pin,
+	c, err := Dial(testCtx(t), dead+","+d1.URL("ws")+", "+d2.URL("ws"), Options{
+		AgentID: "roamer", PinSHA256: d1.Fingerprint(),
 		Reconnect: true, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	d1.waitFor(func() bool { return d1.byAgent["roamer"] != nil }, "session on the second URL")
-	d1.close()
-	d2.waitFor(func() bool { return d2.byAgent["roamer"] != nil }, "session moved to the third URL")
+	if !d1.SessionOpen(c.Session().ID) {
+		t.Fatal("no session on the second URL")
+	}
+	d1.Cancel()
+	if ok, err := d1.Wait(testTimeout); !ok || err != nil {
+		t.Fatalf("daemon stopped: %v %v", ok, err)
+	}
+	for deadline := time.Now().Add(testTimeout); !d2.SessionOpen(c.Session().ID); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("session did not move to the third URL")
+		}
+	}
 	if _, err := c.Do(testCtx(t), chatRequest("echo", "after the move")); err != nil {
 		t.Fatal(err)
 	}
@@ -763,7 +781,7 @@ func TestSeveralURLs(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "none of 2 daemon URLs") {
 		t.Fatalf("Dial with no daemon: %v", err)
 	}
-	if _, err := Dial(testCtx(t), d2.url("ws")+",ftp://x", Options{}); err == nil {
+	if _, err := Dial(testCtx(t), d2.URL("ws")+",ftp://x", Options{}); err == nil {
 		t.Fatal("a bad URL in the list was accepted")
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -34,8 +35,40 @@ type testDaemon interface {
 	fingerprint() string
 }
 
-// realDaemon is the real daemon, in-process on loopback.
-type realDaemon struct{ *daemontest.Daemon }
+// realDaemon is the real daemon, in-process on loopback, with the "models"
+// agent's requests to the hang model.
+type realDaemon struct {
+	*daemontest.Daemon
+	held *heldRequests
+}
+
+// heldRequests are the hang model's requests, answered on release.
+type heldRequests struct {
+	mu      sync.Mutex
+	n       int
+	release chan struct{}
+	once    sync.Once
+}
+
+func (h *heldRequests) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.n
+}
+
+// waitHeld waits until n requests to the hang model have reached the agent.
+func (d realDaemon) waitHeld(t testing.TB, n int) {
+	t.Helper()
+	for deadline := time.Now().Add(testTimeout); d.held.count() < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests held, want %d", d.held.count(), n)
+		}
+	}
+}
+
+// releaseHeld lets the hang model answer every request it holds, and the
+// later ones at once.
+func (d realDaemon) releaseHeld() { d.held.once.Do(func() { close(d.held.release) }) }
 
 // startDaemon runs the real daemon until the test ends, with an agent
 // "models" connected that serves the test models:
@@ -43,6 +76,8 @@ type realDaemon struct{ *daemontest.Daemon }
 //	echo    the request's JSON back as the final reply
 //	stream  max_tokens chunks {"i":k}, the last one the final reply
 //	error   an error reply with code "test_error" and message "boom"
+//	hang    no reply until releaseHeld (even when the request is cancelled),
+//	        then {"released":true}
 //
 // Call leakCheck first, so that the leak check runs after the daemon has
 // stopped.
@@ -52,15 +87,25 @@ func startDaemon(t testing.TB) realDaemon { return startDaemonWith(t, nil, Optio
 // by mutate, and the "models" agent dialled with models (its org, say); it
 // asks for aead, which any MinSecurity allows.
 func startDaemonWith(t testing.TB, mutate func(*daemon.Config), models Options) realDaemon {
-	d := realDaemon{daemontest.Start(t, mutate)}
-	models.AgentID, models.Models, models.Security = "models", []string{"echo", "stream", "error"}, frame.SecurityAEAD
-	models.Handler = HandlerFunc(serveTestModel)
+	d := realDaemon{daemontest.Start(t, mutate), &heldRequests{release: make(chan struct{})}}
+	models.AgentID, models.Models, models.Security = "models", []string{"echo", "stream", "error", "hang"}, frame.SecurityAEAD
+	models.Handler = HandlerFunc(d.serveTestModel)
 	dial(t, d, "ws", models)
+	t.Cleanup(d.releaseHeld) // before the daemon stops: it waits for them
 	return d
 }
 
-func serveTestModel(ctx context.Context, req *Request, w ResponseWriter) {
+func (d realDaemon) serveTestModel(ctx context.Context, req *Request, w ResponseWriter) {
 	switch req.Model {
+	case "hang":
+		d.held.mu.Lock()
+		d.held.n++
+		d.held.mu.Unlock()
+		select {
+		case <-d.held.release:
+			w.Respond([]byte(`{"released":true}`))
+		case <-time.After(testTimeout):
+		}
 	case "echo":
 		w.Respond(req.Body)
 	case "stream":

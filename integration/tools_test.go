@@ -1,14 +1,11 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -389,56 +386,11 @@ func adminGet(t testing.TB, d *testDaemon, path string) (int, string) {
 // "key=value" pair in labels (0 when none exists yet).
 func metric(t testing.TB, d *testDaemon, name string, labels ...string) float64 {
 	t.Helper()
-	code, body := adminGet(t, d, "/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("/metrics: HTTP %d", code)
-	}
-	var sum float64
-	sc := bufio.NewScanner(strings.NewReader(body))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		sp := strings.LastIndexByte(line, ' ')
-		series, value := line[:sp], line[sp+1:]
-		n, lbl, _ := strings.Cut(series, "{")
-		if n != name || !hasLabels(strings.TrimSuffix(lbl, "}"), labels) {
-			continue
-		}
-		v, err := strconv.ParseFloat(value, 64)
-		if err != nil {
-			t.Fatalf("metric line %q: %v", line, err)
-		}
-		sum += v
-	}
-	return sum
+	return d.Metric(t, name, labels...)
 }
 
-func hasLabels(lbl string, want []string) bool {
-	for _, w := range want {
-		k, v, _ := strings.Cut(w, "=")
-		if !strings.Contains(","+lbl+",", fmt.Sprintf(",%s=%q,", k, v)) {
-			return false
-		}
-	}
-	return true
-}
-
-// waitMetric polls until the metric reaches at least want (counters may be
-// bumped just after the message that reports them is sent).
+// waitMetric polls until the metric reaches at least want.
 func waitMetric(t testing.TB, d *testDaemon, want float64, name string, labels ...string) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		got := metric(t, d, name, labels...)
-		if got >= want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s%v = %v, want at least %v", name, labels, got, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	d.WaitMetric(t, want, name, labels...)
 }

@@ -6,8 +6,12 @@ package daemontest
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -101,4 +105,72 @@ func Logger(t testing.TB) zerolog.Logger {
 		return zerolog.New(io.Discard)
 	}
 	return zerolog.New(zerolog.ConsoleWriter{Out: os.Stderr}).Level(zerolog.DebugLevel).With().Str("test", t.Name()).Logger()
+}
+
+// Metric is the sum of the daemon's series of name (from its /metrics)
+// whose labels include every "key=value" pair in labels; 0 when none
+// exists yet.
+func (d *Daemon) Metric(t testing.TB, name string, labels ...string) float64 {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.AdminAddr().String()+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("GET /metrics: %v", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics: HTTP %d, %v", resp.StatusCode, err)
+	}
+	var sum float64
+	for line := range strings.Lines(string(body)) {
+		line = strings.TrimSpace(line)
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		sp := strings.LastIndexByte(line, ' ')
+		series, value := line[:sp], line[sp+1:]
+		n, lbl, _ := strings.Cut(series, "{")
+		if n != name || !hasLabels(strings.TrimSuffix(lbl, "}"), labels) {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			t.Fatalf("metric line %q: %v", line, err)
+		}
+		sum += v
+	}
+	return sum
+}
+
+func hasLabels(lbl string, want []string) bool {
+	for _, w := range want {
+		k, v, _ := strings.Cut(w, "=")
+		if !strings.Contains(","+lbl+",", fmt.Sprintf(",%s=%q,", k, v)) {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitMetric polls until the metric reaches at least want (counters may
+// be bumped just after the message that reports them is sent).
+func (d *Daemon) WaitMetric(t testing.TB, want float64, name string, labels ...string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := d.Metric(t, name, labels...)
+		if got >= want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s%v = %v, want at least %v", name, labels, got, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
