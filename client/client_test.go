@@ -503,6 +503,9 @@ func TestClose(t *testing.T) {
 	}
 }
 
+// TestReconnect runs on the fake daemon: it needs one connection dropped
+// while the daemon stays silent. The real daemon, even crashing, tells the
+// requester agent_gone when its provider's connection goes first.
 func TestReconnect(t *testing.T) {
 	leakCheck(t)
 	d := newFakeDaemon(t, fakeConfig{})
@@ -612,9 +615,9 @@ func TestReplacedDoesNotReconnect(t *testing.T) {
 
 func TestNoReconnectByDefault(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	d := startDaemon(t)
 	c := dial(t, d, "quic", Options{AgentID: "once"})
-	d.session("once").conn.Close()
+	d.crash(t)
 	select {
 	case <-c.Done():
 	case <-time.After(testTimeout):
@@ -630,24 +633,26 @@ func TestNoReconnectByDefault(t *testing.T) {
 
 func TestWaitsWhileReconnecting(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
+	cert := sameCert(t)
+	d := startDaemonWith(t, cert, Options{})
 	c := dial(t, d, "ws", Options{AgentID: "patient", Reconnect: true, ReconnectMin: 200 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
 	first := c.Session().ID
-	d.session("patient").conn.Close()
+	d.crash(t)
 	for deadline := time.Now().Add(testTimeout); c.Session().ID == first; time.Sleep(time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("client did not notice the dropped connection")
 		}
 	}
+	d2 := restart(t, d, cert)
 	// Issued during the backoff, served by the next session.
 	if _, err := c.Do(testCtx(t), chatRequest("echo", "x")); err != nil {
 		t.Fatal(err)
 	}
-	if d.helloCount("patient") != 2 {
+	if id := c.Session().ID; id == "" || id == first || !d2.SessionOpen(id) {
 		t.Fatal("no second session")
 	}
 	// Bounded by the context when the daemon does not come back.
-	d.close()
+	d2.Cancel()
 	for deadline := time.Now().Add(testTimeout); c.Session().ID != ""; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("client did not notice the daemon stopping")
@@ -744,10 +749,9 @@ func TestBoundedBuffers(t *testing.T) {
 func TestSeveralURLs(t *testing.T) {
 	leakCheck(t)
 	// The same certificate on both, as a cluster's nodes would have.
-	certDir := t.TempDir()
-	sameCert := func(c *daemon.Config) { c.CertDir = certDir }
-	d1 := daemontest.Start(t, sameCert)
-	d2 := startDaemonWith(t, sameCert, Options{})
+	cert := sameCert(t)
+	d1 := daemontest.Start(t, cert)
+	d2 := startDaemonWith(t, cert, Options{})
 	dead := "ws://127.0.0.1:1/m2m" // nothing listens: refused at once
 	c, err := Dial(testCtx(t), dead+","+d1.URL("ws")+", "+d2.URL("ws"), Options{
 		AgentID: "roamer", PinSHA256: d1.Fingerprint(),

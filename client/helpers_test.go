@@ -95,6 +95,46 @@ func startDaemonWith(t testing.TB, mutate func(*daemon.Config), models Options) 
 	return d
 }
 
+// sameCert configures daemons to share one certificate, as a cluster's
+// nodes or a restarted daemon do, so that a pinned client trusts each.
+func sameCert(t testing.TB) func(*daemon.Config) {
+	dir := t.TempDir()
+	return func(c *daemon.Config) { c.CertDir = dir }
+}
+
+// crash drops every connection of d without CLOSE, the way a killed
+// daemon's connections go, and waits until it has stopped.
+func (d realDaemon) crash(t testing.TB) {
+	t.Helper()
+	d.Crash()
+	if ok, err := d.Wait(testTimeout); !ok || err != nil {
+		t.Fatalf("crashed daemon: stopped %v, %v", ok, err)
+	}
+}
+
+// restart starts a daemon (with its "models" agent) on the addresses of
+// old, which has stopped; cert must be the sameCert old was started with.
+func restart(t testing.TB, old realDaemon, cert func(*daemon.Config)) realDaemon {
+	t.Helper()
+	return startDaemonWith(t, func(c *daemon.Config) {
+		cert(c)
+		c.QUICAddr, c.WSAddr = old.QUICAddr().String(), old.WSAddr().String()
+	}, Options{})
+}
+
+// waitSession waits until c has a session other than was that d serves.
+func waitSession(t testing.TB, c *Client, d realDaemon, was string) {
+	t.Helper()
+	for deadline := time.Now().Add(testTimeout); ; time.Sleep(5 * time.Millisecond) {
+		if id := c.Session().ID; id != "" && id != was && d.SessionOpen(id) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no new session (was %q, now %q)", was, c.Session().ID)
+		}
+	}
+}
+
 func (d realDaemon) serveTestModel(ctx context.Context, req *Request, w ResponseWriter) {
 	switch req.Model {
 	case "hang":
