@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"fmt"
 	"io"
 	"log"
@@ -22,26 +21,33 @@ import (
 	"github.com/m2md/m2md/transport"
 )
 
-// Most tests run against the real daemon (startDaemon). The fake daemon
-// below serves the tests that need a daemon that misbehaves (no PONG, no
-// CLOSE acknowledgement, undecodable replies) or whose internals they
-// observe (HELLOs counted, CLOSE reasons, requests held). It is built only
-// from the lower-level packages
-// (transport, negotiate.Server, security, frame) and runs over real loopback
-// sockets. It does what the client needs a peer for: the handshake, verified
-// and re-protected frames with per-channel sequence numbers, routing between
-// agents by model or agent id, PING/PONG, CLOSE in both directions, and a
-// few test models whose behaviour the daemon plays itself:
+// Most tests run against the real daemon (startDaemon). This fake daemon
+// serves only the tests that need a daemon the real one cannot be:
+//
+//   - one that misbehaves: leaves PINGs unanswered (TestTimers keepalive
+//     missed), leaves CLOSE unacknowledged (TestTimers close not
+//     acknowledged), sends a reply whose payload does not decode
+//     (TestBadFrames), sends control messages that break the protocol
+//     (TestProtocolViolation);
+//   - one that shows what the client sent, which the real daemon does not
+//     record: PINGs counted (TestTimers keepalive answered), PONGs
+//     (TestPingAnswered), the reason of the client's CLOSE acknowledgement
+//     (TestServerShutdownReconnects);
+//   - one that drops a provider's connection while staying silent
+//     (TestReconnect: the real daemon, even crashing, may tell the
+//     requester agent_gone first).
+//
+// It is built only from the lower-level packages (transport,
+// negotiate.Server, Sealer, frame) and runs over real loopback sockets:
+// the handshake, verified and re-protected frames, routing by model or agent
+// id, PING/PONG, CLOSE in both directions, and its own test models:
 //
 //	echo      the request frame comes back as the final reply (not decoded)
-//	stream    max_tokens chunks {"i":k}, the last one with END
 //	garbage   a reply whose payload does not decode (CRC broken), properly protected
-//	hang      no reply until releaseHangs
+//	hang      no reply until the test drops the connection
 //
 // Any other model is routed to a connected agent serving it (no_route when
-// none), and replies are routed back; a requester that disconnects gets its
-// providers a NOTICE requester_gone, a provider that disconnects gets its
-// requesters agent_gone.
+// none), and replies are routed back.
 
 const testTimeout = 20 * time.Second
 
@@ -267,41 +273,6 @@ func (d *fakeDaemon) serve(conn transport.Conn) {
 	delete(d.all, fs)
 	d.notify()
 	d.mu.Unlock()
-	d.sessionGone(fs)
-}
-
-// sessionGone tells the peers of a finished session: its requesters get
-// agent_gone, the providers serving it a NOTICE requester_gone.
-func (d *fakeDaemon) sessionGone(fs *fakeSession) {
-	fs.mu.Lock()
-	deliveries := fs.deliveries
-	fs.deliveries = map[uint64]route{}
-	fs.mu.Unlock()
-	for _, r := range deliveries {
-		r.req.sendError(r.reqCh, negotiate.FlagReply|negotiate.FlagEnd, r.reqID, fs.agent, negotiate.CodeAgentGone, "provider disconnected")
-	}
-	d.mu.Lock()
-	others := make([]*fakeSession, 0, len(d.all))
-	for o := range d.all {
-		others = append(others, o)
-	}
-	d.mu.Unlock()
-	for _, prov := range others {
-		prov.mu.Lock()
-		var gone []uint64
-		var chans []transport.ChannelID
-		for id, r := range prov.deliveries {
-			if r.req == fs {
-				gone = append(gone, id)
-				chans = append(chans, r.provCh)
-				delete(prov.deliveries, id)
-			}
-		}
-		prov.mu.Unlock()
-		for i, id := range gone {
-			prov.sendError(chans[i], negotiate.FlagReply|negotiate.FlagEnd|negotiate.FlagNotice, id, "", negotiate.CodeRequesterGone, "requester disconnected")
-		}
-	}
 }
 
 func (fs *fakeSession) readLoop() {
@@ -416,25 +387,6 @@ func (fs *fakeSession) handleData(msg transport.Message) {
 		// The request's own frame goes back, re-stamped and re-protected,
 		// without decoding: a daemon never touches payloads.
 		fs.sendFrame(ch, end, id, "", slices.Clone(plain))
-	case "stream":
-		body, err := frame.AppendDecode(nil, plain, frame.Limits{})
-		if err != nil {
-			fs.sendError(ch, end, id, "", negotiate.CodeBadFrame, err.Error())
-			return
-		}
-		var req struct {
-			MaxTokens int `json:"max_tokens"`
-		}
-		json.Unmarshal(body, &req)
-		for i := range req.MaxTokens {
-			flags := negotiate.FlagReply
-			if i == req.MaxTokens-1 {
-				flags = end
-			}
-			if err := fs.sendJSON(ch, flags, id, "", fmt.Appendf(nil, `{"i":%d}`, i)); err != nil {
-				return
-			}
-		}
 	case "garbage":
 		reply, err := frame.AppendEncode(nil, []byte(`{"id":"chatcmpl-x","choices":[{"message":{"content":"ok"}}]}`), frame.Limits{})
 		if err != nil {
@@ -622,24 +574,6 @@ func (d *fakeDaemon) sessions() []*fakeSession {
 func (d *fakeDaemon) dropAll() {
 	for _, fs := range d.sessions() {
 		fs.conn.Close()
-	}
-}
-
-// closeAll sends CLOSE with reason to every session.
-func (d *fakeDaemon) closeAll(reason negotiate.CloseReason) {
-	for _, fs := range d.sessions() {
-		fs.sendClose(reason)
-	}
-}
-
-// releaseHangs answers every "hang" request now.
-func (d *fakeDaemon) releaseHangs() {
-	d.mu.Lock()
-	hs := d.hangs
-	d.hangs = nil
-	d.mu.Unlock()
-	for _, h := range hs {
-		h.fs.sendJSON(h.ch, negotiate.FlagReply|negotiate.FlagEnd, h.id, "", []byte(`{"late":true}`))
 	}
 }
 
