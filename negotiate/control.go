@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/jsonscan"
 )
 
 // MessageType is a control message's "type".
@@ -94,12 +95,12 @@ func ParseControl(msg []byte) (*ControlMessage, error) {
 	if len(msg) > MaxControlSize {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrControlTooLarge, len(msg), MaxControlSize)
 	}
-	root, err := parseJSON(msg[1:], jsonLimits{maxDepth: maxControlDepth, maxItems: maxControlItems, maxString: MaxControlSize})
+	root, err := parseJSON(msg[1:], jsonscan.Limits{MaxDepth: maxControlDepth, MaxArray: maxControlItems, MaxString: MaxControlSize})
 	if err != nil {
 		return nil, err
 	}
-	if root.kind != jsonObject {
-		return nil, fmt.Errorf("%w: envelope is a JSON %s, not an object", ErrMalformedControl, root.kind)
+	if root.Kind != jsonscan.KindObject {
+		return nil, fmt.Errorf("%w: envelope is a JSON %s, not an object", ErrMalformedControl, kindName(root.Kind))
 	}
 	env := jsonObj{v: &root}
 	m := &ControlMessage{}
@@ -131,7 +132,7 @@ func ParseControl(msg []byte) (*ControlMessage, error) {
 	}
 	if !ok {
 		// PING, PONG, CLOSE: absent payload means {}.
-		payload = jsonObj{v: &jsonValue{kind: jsonObject}, path: "payload."}
+		payload = jsonObj{v: &jsonValue{doc: root.doc, Node: jsonscan.Node{Kind: jsonscan.KindObject}}, path: "payload."}
 	}
 	switch m.Type {
 	case TypeHello, TypeAccept:

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/jsonscan"
 )
 
 const (
@@ -307,10 +308,12 @@ func TestJSONStringEscaping(t *testing.T) {
 	if got := string(appendJSONString(nil, in)); got != want {
 		t.Fatalf("got %s\nwant %s", got, want)
 	}
-	r := jsonReader{data: []byte(want), lim: jsonLimits{maxDepth: 1, maxItems: 1, maxString: 100}}
-	back, err := r.str()
-	if err != nil || back != in {
-		t.Fatalf("read back %q, %v", back, err)
+	v, err := parseJSON([]byte(want), jsonscan.Limits{MaxDepth: 1, MaxArray: 1, MaxString: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if back := v.text(); back != in {
+		t.Fatalf("read back %q", back)
 	}
 	if got := string(appendJSONString(nil, "a\xffb")); got != "\"a\ufffdb\"" {
 		t.Fatalf("invalid UTF-8 written as %q", got)

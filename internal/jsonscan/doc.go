@@ -22,6 +22,11 @@
 //   - Input must be UTF-8; an escaped lone surrogate (\ud800 alone) and a
 //     number too large for a float64 are errors, as they are for serde_json.
 //
+// Doc.Parse reads a whole document into a tree of Nodes, for callers that
+// need every value and their own rules about them (the negotiate package's
+// control messages, which refuse duplicate members it defines): same
+// validation and limits, and Limits.MaxArray bounds an object's members too.
+//
 // Limits (nesting depth, bytes of one string as written, elements of one
 // array) are enforced during the scan, so hostile input fails at the first
 // byte that exceeds them. Errors are *Error values that wrap one of the

@@ -12,7 +12,8 @@ import (
 // FuzzJSONScan checks the scanner against encoding/json: whatever Validate
 // accepts encoding/json accepts too, whatever it refuses is refused for a
 // documented reason, and Summary agrees with a literal transcription of
-// the Rust lookups (refSummary).
+// the Rust lookups (refSummary), and Parse builds the tree encoding/json
+// decodes.
 func FuzzJSONScan(f *testing.F) {
 	for _, path := range corpusFiles(f) {
 		data, err := os.ReadFile(path)
@@ -58,8 +59,13 @@ func FuzzJSONScan(f *testing.F) {
 			t.Fatalf("TopLevelKeys and Validate disagree: %v vs %v", kerr, err)
 		}
 		if err != nil {
+			var d Doc
+			if _, perr := d.Parse(data, Limits{}); perr == nil {
+				t.Fatalf("Parse accepted what Validate refuses: %v", err)
+			}
 			return
 		}
 		compareSummary(t, data, sum, refSummary(t, data))
+		checkTree(t, data)
 	})
 }

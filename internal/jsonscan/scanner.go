@@ -9,18 +9,18 @@ import (
 	"unsafe"
 )
 
-// kind is the type of a JSON value.
-type kind uint8
+// Kind is the type of a JSON value.
+type Kind uint8
 
 const (
-	kindNone kind = iota
-	kindObject
-	kindArray
-	kindString
-	kindNumber
-	kindTrue
-	kindFalse
-	kindNull
+	KindNone Kind = iota
+	KindObject
+	KindArray
+	KindString
+	KindNumber
+	KindTrue
+	KindFalse
+	KindNull
 )
 
 // scanner walks one document. It is a recursive-descent parser: one call
@@ -48,6 +48,8 @@ type scanner struct {
 	// HasTopLevelKey mode.
 	find  string
 	found bool
+
+	tree *Doc // Parse mode
 }
 
 // Validate reports whether data is one JSON document within lim.
@@ -80,8 +82,13 @@ func HasTopLevelKey(data []byte, lim Limits, key string) (bool, error) {
 
 func (s *scanner) document(top ctx) error {
 	s.skipSpace()
-	if _, err := s.value(0, top); err != nil {
+	start := s.pos
+	kind, err := s.value(0, top)
+	if err != nil {
 		return err
+	}
+	if top == ctxTree {
+		s.tree.push(s, kind, start, Str{}, 0)
 	}
 	s.skipSpace()
 	if s.pos != len(s.data) {
@@ -103,28 +110,28 @@ func (s *scanner) skipSpace() {
 
 // value scans the value at s.pos (no leading space). depth is the number
 // of containers enclosing it.
-func (s *scanner) value(depth int, c ctx) (kind, error) {
+func (s *scanner) value(depth int, c ctx) (Kind, error) {
 	if s.pos >= len(s.data) {
-		return kindNone, syntaxErr(s.pos, "unexpected end of input, expected a value")
+		return KindNone, syntaxErr(s.pos, "unexpected end of input, expected a value")
 	}
 	switch b := s.data[s.pos]; b {
 	case '{':
-		return kindObject, s.object(depth+1, c)
+		return KindObject, s.object(depth+1, c)
 	case '[':
-		return kindArray, s.array(depth+1, c)
+		return KindArray, s.array(depth+1, c)
 	case '"':
-		return kindString, s.string()
+		return KindString, s.string()
 	case 't':
-		return kindTrue, s.literal("true")
+		return KindTrue, s.literal("true")
 	case 'f':
-		return kindFalse, s.literal("false")
+		return KindFalse, s.literal("false")
 	case 'n':
-		return kindNull, s.literal("null")
+		return KindNull, s.literal("null")
 	default:
 		if b == '-' || (b >= '0' && b <= '9') {
-			return kindNumber, s.number()
+			return KindNumber, s.number()
 		}
-		return kindNone, syntaxErr(s.pos, "unexpected character, expected a value")
+		return KindNone, syntaxErr(s.pos, "unexpected character, expected a value")
 	}
 }
 
@@ -143,20 +150,34 @@ func (s *scanner) object(depth int, c ctx) error {
 	s.pos++ // '{'
 	s.beginObject(c)
 	s.skipSpace()
+	base := 0
+	if c == ctxTree {
+		base = len(s.tree.stack)
+	}
 	if s.pos < len(s.data) && s.data[s.pos] == '}' {
 		s.pos++
+		if c == ctxTree {
+			s.tree.close(base)
+		}
 		s.endObject(c)
 		return nil
 	}
 	for {
+		if c == ctxTree && len(s.tree.stack)-base == s.lim.MaxArray {
+			return &Error{Err: ErrArrayTooLong, Offset: s.pos, Reason: "object has more than " + strconv.Itoa(s.lim.MaxArray) + " members"}
+		}
 		if s.pos >= len(s.data) || s.data[s.pos] != '"' {
 			return syntaxErr(s.pos, "expected a string key")
 		}
+		nameAt := s.pos + 1
 		if err := s.string(); err != nil {
 			return err
 		}
+		var name Str
 		k := keyNone
-		if c != ctxNone {
+		if c == ctxTree {
+			name = s.str
+		} else if c != ctxNone {
 			k = s.lookupKey(c)
 		}
 		s.skipSpace()
@@ -165,15 +186,21 @@ func (s *scanner) object(depth int, c ctx) error {
 		}
 		s.pos++
 		s.skipSpace()
-		child := ctxNone
-		if k != keyNone {
-			child = s.beforeMember(k)
+		child := c
+		if c != ctxTree {
+			child = ctxNone
+			if k != keyNone {
+				child = s.beforeMember(k)
+			}
 		}
+		start := s.pos
 		kind, err := s.value(depth, child)
 		if err != nil {
 			return err
 		}
-		if k != keyNone {
+		if c == ctxTree {
+			s.tree.push(s, kind, start, name, nameAt)
+		} else if k != keyNone {
 			s.afterMember(k, kind)
 		}
 		s.skipSpace()
@@ -186,6 +213,9 @@ func (s *scanner) object(depth int, c ctx) error {
 			s.skipSpace()
 		case '}':
 			s.pos++
+			if c == ctxTree {
+				s.tree.close(base)
+			}
 			s.endObject(c)
 			return nil
 		default:
@@ -201,17 +231,29 @@ func (s *scanner) array(depth int, c ctx) error {
 	s.pos++ // '['
 	s.skipSpace()
 	n := 0
+	base := 0
+	if c == ctxTree {
+		base = len(s.tree.stack)
+	}
 	if s.pos < len(s.data) && s.data[s.pos] == ']' {
 		s.pos++
 		s.arrLen = 0
+		if c == ctxTree {
+			s.tree.close(base)
+		}
 		return nil
 	}
 	for {
 		if n == s.lim.MaxArray {
 			return &Error{Err: ErrArrayTooLong, Offset: s.pos, Reason: "array has more than " + strconv.Itoa(s.lim.MaxArray) + " elements"}
 		}
-		if _, err := s.value(depth, elementCtx(c, n)); err != nil {
+		start := s.pos
+		kind, err := s.value(depth, elementCtx(c, n))
+		if err != nil {
 			return err
+		}
+		if c == ctxTree {
+			s.tree.push(s, kind, start, Str{}, 0)
 		}
 		n++
 		s.skipSpace()
@@ -225,6 +267,9 @@ func (s *scanner) array(depth int, c ctx) error {
 		case ']':
 			s.pos++
 			s.arrLen = n
+			if c == ctxTree {
+				s.tree.close(base)
+			}
 			return nil
 		default:
 			return syntaxErr(s.pos, "expected ',' or ']' in array")

@@ -139,6 +139,7 @@ const (
 	ctxUsage                        // top-level "usage"
 	ctxPromptDetails                // usage.prompt_tokens_details
 	ctxCompletionDetails            // usage.completion_tokens_details
+	ctxTree                         // Parse: every value becomes a Node
 )
 
 // key identifies an object member that matters in its context.
@@ -201,6 +202,8 @@ func elementCtx(c ctx, i int) ctx {
 		if i == 0 {
 			return ctxChoice
 		}
+	case ctxTree:
+		return ctxTree
 	}
 	return ctxNone
 }
@@ -410,14 +413,14 @@ func (s *scanner) beforeMember(k key) ctx {
 }
 
 // afterMember stores a member's value once it has been scanned.
-func (s *scanner) afterMember(k key, vk kind) {
+func (s *scanner) afterMember(k key, vk Kind) {
 	sum := s.sum
 	str := Str{}
-	if vk == kindString {
+	if vk == KindString {
 		str = s.str
 	}
 	num := U64{}
-	if vk == kindNumber && s.u64ok {
+	if vk == KindNumber && s.u64ok {
 		num = U64{Value: s.u64, OK: true}
 	}
 	switch k {
@@ -426,11 +429,11 @@ func (s *scanner) afterMember(k key, vk kind) {
 	case keyID:
 		sum.ID = str
 	case keyMessages:
-		if vk == kindArray {
+		if vk == KindArray {
 			sum.MsgCount = s.arrLen
 		}
 	case keyStream:
-		sum.StreamTrue = vk == kindTrue
+		sum.StreamTrue = vk == KindTrue
 	case keyMaxTokens:
 		sum.MaxTokens = num
 	case keyMaxCompletionTokens:
@@ -438,7 +441,7 @@ func (s *scanner) afterMember(k key, vk kind) {
 	case keyRole:
 		s.msg.role = roleCode(str)
 	case keyContent:
-		if vk == kindString {
+		if vk == KindString {
 			s.msg.contentLen = uint32(str.Len)
 		}
 	case keyText:
@@ -448,7 +451,7 @@ func (s *scanner) afterMember(k key, vk kind) {
 	case keyFinishReason:
 		sum.FinishReason = str
 	case keyRefusal:
-		sum.Refusal = vk == kindString
+		sum.Refusal = vk == KindString
 	case keyPromptTokens:
 		sum.PromptTokens = num
 	case keyCompletionTokens:
