@@ -464,18 +464,12 @@ func TestTimers(t *testing.T) {
 	})
 }
 
-// TestClose runs on the fake daemon for now: on the real one over QUIC,
-// Close reported "CLOSE not acknowledged" in 13 of 60 runs, at once: the
-// daemon closes the connection right after writing its acknowledgement,
-// and the client's control stream fails before it reads it (see
-// /work/notes/h16c.md). Over WebSocket it passed.
 func TestClose(t *testing.T) {
 	leakCheck(t)
-	d := newFakeDaemon(t, fakeConfig{})
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
-			agent := "closer-" + tr
-			c := dial(t, d, tr, Options{AgentID: agent})
+			d := startDaemon(t)
+			c := dial(t, d, tr, Options{})
 			st, err := c.Stream(testCtx(t), chatRequest("hang", "x"))
 			if err != nil {
 				t.Fatal(err)
@@ -483,8 +477,10 @@ func TestClose(t *testing.T) {
 			if err := c.Close(); err != nil {
 				t.Fatalf("Close: %v", err)
 			}
-			if r := d.closeReasons(agent); len(r) != 1 || r[0] != negotiate.ReasonClientShutdown {
-				t.Fatalf("daemon got CLOSE %v", r)
+			// The daemon got CLOSE CLIENT_SHUTDOWN (and nothing else ended).
+			d.WaitMetric(t, 1, "m2md_sessions_closed_total", "reason=client_shutdown")
+			if n := d.Metric(t, "m2md_sessions_closed_total"); n != 1 {
+				t.Fatalf("%v sessions closed, want 1", n)
 			}
 			if _, err := st.Recv(); !errors.Is(err, ErrClosed) {
 				t.Fatalf("in-flight request: %v, want ErrClosed", err)
@@ -507,6 +503,9 @@ func TestClose(t *testing.T) {
 	}
 }
 
+// TestReconnect runs on the fake daemon: it needs one connection dropped
+// while the daemon stays silent. The real daemon, even crashing, tells the
+// requester agent_gone when its provider's connection goes first.
 func TestReconnect(t *testing.T) {
 	leakCheck(t)
 	d := newFakeDaemon(t, fakeConfig{})

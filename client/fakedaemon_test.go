@@ -33,8 +33,6 @@ import (
 //     record: PINGs counted (TestTimers keepalive answered), PONGs
 //     (TestPingAnswered), the reason of the client's CLOSE acknowledgement
 //     (TestServerShutdownReconnects);
-//   - TestClose, until the real daemon's CLOSE acknowledgement survives
-//     its closing of a QUIC connection (see the test);
 //   - one that drops a provider's connection while staying silent
 //     (TestReconnect: the real daemon, even crashing, may tell the
 //     requester agent_gone first).
@@ -46,7 +44,7 @@ import (
 //
 //	echo      the request frame comes back as the final reply (not decoded)
 //	garbage   a reply whose payload does not decode (CRC broken), properly protected
-//	hang      no reply (the test closes or drops the connection)
+//	hang      no reply until the test drops the connection
 //
 // Any other model is routed to a connected agent serving it (no_route when
 // none), and replies are routed back.

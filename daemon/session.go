@@ -377,6 +377,7 @@ func (se *session) readLoop() {
 					continue
 				}
 				if errors.Is(err, negotiate.ErrClosed) {
+					se.awaitCloseWritten()
 					return
 				}
 				se.protocolError("DATA not allowed now")
@@ -413,6 +414,7 @@ func (se *session) handleControl(msg transport.Message) bool {
 			return false
 		}
 		if errors.Is(err, negotiate.ErrClosed) {
+			se.awaitCloseWritten()
 			return true
 		}
 		se.protocolError("unexpected " + string(cm.Type))
@@ -456,8 +458,16 @@ func (se *session) receiveFailed(err error) {
 	se.srv.metrics.framesRefused.WithLabelValues(reason).Inc()
 	se.log.Info().Err(err).Str("refused", reason).Msg("closing: receive failed")
 	se.initiateClose(negotiate.ReasonError, why)
-	// The writer sends the CLOSE; teardown, which closes the connection,
-	// waits for that, briefly.
+	se.awaitCloseWritten()
+}
+
+// awaitCloseWritten waits, briefly, until the writer has written the CLOSE
+// (or the acknowledgement of the peer's) that is queued: teardown closes
+// the connection, and a CLOSE still queued then would be lost. A message
+// that arrives after the peer's CLOSE, while the acknowledgement waits in
+// the queue, ends the read loop; without this wait the peer's Close saw
+// its connection end with no acknowledgement.
+func (se *session) awaitCloseWritten() {
 	deadline := time.Now().Add(se.srv.cfg.CloseTimeout)
 	for !se.closeWritten.Load() && time.Now().Before(deadline) && se.ctx.Err() == nil {
 		time.Sleep(2 * time.Millisecond)
