@@ -204,10 +204,7 @@ func TestCancelWire(t *testing.T) {
 				ack.code != string(negotiate.CodeCancelled) || ack.peer != prov.sess.AgentID {
 				t.Fatalf("ack %+v", ack)
 			}
-			c := prov.recvData(5 * time.Second)
-			if !c.cancel || c.ch != got.ch || c.hdr.RequestID != got.hdr.RequestID {
-				t.Fatalf("provider got %+v, want CANCEL %d on channel %d", c, got.hdr.RequestID, got.ch)
-			}
+			expectProviderCancel(t, prov, got)
 			if n := d.Outstanding(); n != 0 {
 				t.Fatalf("outstanding %d after CANCEL", n)
 			}
@@ -217,13 +214,7 @@ func TestCancelWire(t *testing.T) {
 			req.expectSilence(100 * time.Millisecond)
 
 			// The id is free again, and a second request flows normally.
-			ch2, id2 := req.request("", body)
-			got2 := prov.recvData(5 * time.Second)
-			prov.reply(got2.ch, got2.hdr.RequestID, true, []byte(`{"ok":true}`))
-			back := req.recvData(5 * time.Second)
-			if back.ch != ch2 || back.hdr.RequestID != id2 || string(back.body) != `{"ok":true}` {
-				t.Fatalf("second request: %+v", back)
-			}
+			expectRequestFlows(t, req, prov, body)
 		})
 	}
 }
@@ -322,5 +313,28 @@ func TestQueueFullEndsRequest(t *testing.T) {
 		if i > 1000 {
 			t.Fatal("no END")
 		}
+	}
+}
+
+// expectProviderCancel checks that the provider is sent CANCEL for the
+// delivery got, on its channel.
+func expectProviderCancel(t *testing.T, prov *rawAgent, got *received) {
+	t.Helper()
+	c := prov.recvData(5 * time.Second)
+	if !c.cancel || c.ch != got.ch || c.hdr.RequestID != got.hdr.RequestID {
+		t.Fatalf("provider got %+v, want CANCEL %d on channel %d", c, got.hdr.RequestID, got.ch)
+	}
+}
+
+// expectRequestFlows sends one more request and checks that its answer
+// comes back whole: what a CANCEL ended left nothing behind.
+func expectRequestFlows(t *testing.T, req, prov *rawAgent, body []byte) {
+	t.Helper()
+	ch, id := req.request("", body)
+	got := prov.recvData(5 * time.Second)
+	prov.reply(got.ch, got.hdr.RequestID, true, []byte(`{"ok":true}`))
+	back := req.recvData(5 * time.Second)
+	if back.ch != ch || back.hdr.RequestID != id || string(back.body) != `{"ok":true}` {
+		t.Fatalf("second request: %+v", back)
 	}
 }

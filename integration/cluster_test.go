@@ -304,19 +304,10 @@ func TestClusterCancel(t *testing.T) {
 			if ack.hdr.RequestID != id || ack.code != string(negotiate.CodeCancelled) || ack.peer != prov.sess.AgentID {
 				t.Fatalf("ack %+v", ack)
 			}
-			c := prov.recvData(5 * time.Second)
-			if !c.cancel || c.ch != got.ch || c.hdr.RequestID != got.hdr.RequestID {
-				t.Fatalf("provider got %+v, want CANCEL %d on channel %d", c, got.hdr.RequestID, got.ch)
-			}
+			expectProviderCancel(t, prov, got)
 			prov.reply(got.ch, got.hdr.RequestID, true, []byte(`{"late":1}`))
 			req.expectSilence(100 * time.Millisecond)
-			ch2, id2 := req.request("", body)
-			got2 := prov.recvData(5 * time.Second)
-			prov.reply(got2.ch, got2.hdr.RequestID, true, []byte(`{"ok":true}`))
-			back := req.recvData(5 * time.Second)
-			if back.ch != ch2 || back.hdr.RequestID != id2 || string(back.body) != `{"ok":true}` {
-				t.Fatalf("second request: %+v", back)
-			}
+			expectRequestFlows(t, req, prov, body)
 		})
 	}
 }
