@@ -175,26 +175,34 @@ func startEdges(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys
 	e.agent = dialClient(t, e.d.url(tr), client.Options{
 		AgentID: "upstream-" + tr, Models: edgeModels, Handler: up, Security: mode, TLSConfig: e.d.clientTLS(t),
 	})
+	e.in, e.base = serveIngress(t, e.d, tr, mode, keys)
+	return e
+}
+
+// serveIngress runs an OpenAI ingress beside daemon d, as m2md serve wires
+// it (its cluster node id included), on an HTTP test server; it returns the
+// ingress and its URL.
+func serveIngress(t *testing.T, d *testDaemon, tr string, mode frame.Security, keys *ingress.Keys) (*ingress.Ingress, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	e.in, err = ingress.New(ctx, ingress.Config{
-		Keys: keys, Models: e.d.Models, Logger: testLogger(t),
+	in, err := ingress.New(ctx, ingress.Config{
+		Keys: keys, Models: d.Models, Node: d.Cluster().Node, Logger: testLogger(t),
 		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
-			return client.Dial(ctx, e.d.url(tr), client.Options{AgentID: id.AgentID, Security: mode, TLSConfig: e.d.clientTLS(t), Reconnect: true})
+			return client.Dial(ctx, d.url(tr), client.Options{AgentID: id.AgentID, Security: mode, TLSConfig: d.clientTLS(t), Reconnect: true})
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(e.in)
+	srv := httptest.NewServer(in)
 	t.Cleanup(func() {
 		srv.Close()
-		e.in.Close()
+		in.Close()
 		// The SDK and http.Post use the default transport's pool.
 		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
 	})
-	e.base = srv.URL
-	return e
+	return in, srv.URL
 }
 
 func (e *edges) sdk(key string, opts ...option.RequestOption) openai.Client {

@@ -64,6 +64,7 @@ func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, add
 	}
 	in, err := ingress.New(ctx, ingress.Config{
 		Keys:   keys,
+		Node:   srv.Cluster().Node,
 		Models: srv.Models,
 		Logger: log.With().Str("component", "openai").Logger(),
 		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
@@ -90,7 +91,7 @@ func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, add
 	go e.srv.Serve(ln)
 	ev := log.Info().Str("addr", ln.Addr().String()).Str("mesh", url)
 	if keys.Len() == 0 {
-		log.Warn().Str("addr", ln.Addr().String()).Msg("OpenAI ingress is open: no --openai-keys-file, so anyone who can reach this address uses the mesh as agent " + ingress.OpenIdentity)
+		log.Warn().Str("addr", ln.Addr().String()).Msg("OpenAI ingress is open: no --openai-keys-file, so anyone who can reach this address uses the mesh as agent " + ingress.NodeIdentity(ingress.Identity{AgentID: ingress.OpenIdentity}, srv.Cluster().Node).AgentID)
 	} else {
 		ev = ev.Int("keys", keys.Len())
 	}

@@ -18,5 +18,7 @@
 //
 // Keys: with Config.Keys, every request needs "Authorization: Bearer KEY"
 // and acts as the key's identity; without, the ingress is open (the daemon
-// warns at start).
+// warns at start). Beside a cluster node (Config.Node) every identity's
+// agent id gets the node id appended (NodeIdentity), so each node's
+// ingress is its own agent and every node can serve the edge.
 package ingress

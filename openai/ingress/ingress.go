@@ -42,12 +42,28 @@ type Config struct {
 	// Keys, when set, are required on every request. Without them every
 	// request acts as Identity{AgentID: OpenIdentity}.
 	Keys *Keys
+	// Node is the cluster node id of the daemon the ingress runs beside
+	// ("" without a cluster). When set, every identity's agent id on the
+	// mesh is NodeIdentity's, AGENT_ID-NODE, so that each node's ingress
+	// is its own agent: agent ids are unique across a cluster, and two
+	// nodes holding one id would refuse or replace each other.
+	Node string
 	// MaxBody bounds a request body. Default 16 MiB.
 	MaxBody int
 	// Timeout bounds one request. Default 10 min.
 	Timeout time.Duration
 	// Logger gets one line per failed request: never bodies or keys.
 	Logger zerolog.Logger
+}
+
+// NodeIdentity is the identity id acts as on the mesh when the ingress runs
+// beside cluster node node: the agent id gets "-" and the node id appended
+// (openai-ingress-n1), the org stays. Without a node it is id itself.
+func NodeIdentity(id Identity, node string) Identity {
+	if node != "" {
+		id.AgentID += "-" + node
+	}
+	return id
 }
 
 // Ingress is the HTTP handler. Close ends its sessions.
@@ -75,10 +91,15 @@ func New(ctx context.Context, cfg Config) (*Ingress, error) {
 		ids = cfg.Keys.Identities()
 	}
 	for _, id := range ids {
-		c, err := cfg.Dial(ctx, id)
+		mesh := NodeIdentity(id, cfg.Node)
+		if !negotiate.ValidAgentID(mesh.AgentID) {
+			in.Close()
+			return nil, fmt.Errorf("ingress: agent id %s-%s (the identity's id and the cluster node id) is longer than 128 characters: shorten the agent id in --openai-keys-file or --cluster-node", id.AgentID, cfg.Node)
+		}
+		c, err := cfg.Dial(ctx, mesh)
 		if err != nil {
 			in.Close()
-			return nil, fmt.Errorf("ingress: session of %s: %w", id.AgentID, err)
+			return nil, fmt.Errorf("ingress: session of %s: %w", mesh.AgentID, err)
 		}
 		in.agents[id] = c
 	}
