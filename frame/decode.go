@@ -33,6 +33,9 @@ func AppendDecode(dst, frame []byte, lim Limits) ([]byte, error) {
 	if h.Security == SecurityAEAD {
 		return dst, errorf(ErrEncrypted, "security mode %s", h.Security)
 	}
+	if h.Ext.Delta {
+		return dst, errorf(ErrDelta, "doc_id %d against base %d", h.Ext.DocID, h.Ext.BaseID)
+	}
 	at := h.PayloadOffset() + 8
 	payload := frame[at : at+int(h.PayloadLen)]
 	return appendPayload(dst, payload, h.Flags.Compressed(), h.CRC, lim)

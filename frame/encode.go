@@ -98,6 +98,13 @@ func jsonError(err error, what string) error {
 
 // appendFrame writes a binary frame; schema 0 means classify.
 func appendFrame(dst, json []byte, schema Schema, lim Limits) ([]byte, error) {
+	return appendFrameExt(dst, json, schema, nil, nil, lim)
+}
+
+// appendFrameExt writes a binary frame with, when ext is not nil, an
+// extension block (request frames only, extension.go) and, for a delta, the
+// payload to carry instead of the document.
+func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byte, lim Limits) ([]byte, error) {
 	lim = lim.Effective()
 	if len(json) > lim.MaxDecompressed {
 		return dst, errorf(ErrLimit, "document of %d bytes exceeds the %d-byte limit", len(json), lim.MaxDecompressed)
@@ -113,6 +120,9 @@ func appendFrame(dst, json []byte, schema Schema, lim Limits) ([]byte, error) {
 	}
 	if schema == 0 {
 		schema = classify(sum)
+	}
+	if ext != nil && schema != SchemaRequest {
+		return dst, errorf(ErrSchema, "extension block on schema %#02x: only a chat request (01) carries one", byte(schema))
 	}
 
 	start := len(dst)
@@ -130,7 +140,11 @@ func appendFrame(dst, json []byte, schema Schema, lim Limits) ([]byte, error) {
 	if err != nil {
 		return dst, err
 	}
-	if len(json) >= CompressThreshold {
+	if ext != nil {
+		out = appendExtension(out, *ext)
+		flags |= FlagHasExtensions
+	}
+	if len(json) >= CompressThreshold && (ext == nil || !ext.Delta) {
 		flags |= FlagCompressed
 	}
 	fixed := out[start+PrefixLen:]
@@ -146,11 +160,14 @@ func appendFrame(dst, json []byte, schema Schema, lim Limits) ([]byte, error) {
 	lenAt := len(out)
 	out = binary.LittleEndian.AppendUint32(out, 0)
 	out = binary.LittleEndian.AppendUint32(out, crc32.ChecksumIEEE(json))
-	if flags.Compressed() {
+	switch {
+	case ext != nil && ext.Delta:
+		out = append(out, delta...)
+	case flags.Compressed():
 		if out, err = appendBrotli(out, json, &frameWriters); err != nil {
 			return dst, err
 		}
-	} else {
+	default:
 		out = append(out, json...)
 	}
 	binary.LittleEndian.PutUint32(out[lenAt:], uint32(len(out)-lenAt-8))

@@ -31,8 +31,13 @@ var (
 	// the 255 bytes its length byte can describe (wire reference §12).
 	ErrFieldTooLong = errors.New("frame: header field longer than 255 bytes")
 	// ErrSchema: AppendEncodeSchema was given a schema byte the wire
-	// reference does not define.
+	// reference does not define, or an extension block was to be written
+	// on a frame that is not a chat request.
 	ErrSchema = errors.New("frame: undefined schema")
+	// ErrDelta: the frame's payload is a delta against a base document
+	// (extension block with DELTA, docs/protocol.md §4.3); decode it with
+	// package delta, which holds the base.
+	ErrDelta = errors.New("frame: delta payload needs its base")
 )
 
 func errorf(sentinel error, format string, args ...any) error {

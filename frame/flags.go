@@ -46,7 +46,9 @@ const (
 	// at least 100 bytes long, whether or not Brotli made it smaller.
 	FlagCompressed Flags = 1 << 24
 	// FlagHasExtensions is defined by the Rust reference but never set
-	// nor interpreted.
+	// nor interpreted. m2md sets it on request frames that end their
+	// variable header with an extension block (extension.go,
+	// docs/protocol.md §4.3).
 	FlagHasExtensions Flags = 1 << 25
 )
 

@@ -254,3 +254,47 @@ func FuzzReadTextHeader(f *testing.F) {
 		}
 	})
 }
+
+// FuzzExtension reads arbitrary extension blocks at the end of frame A's
+// routing header (seeds under testdata/fuzz/FuzzExtension: the valid and
+// malformed blocks of docs/protocol.md §4.3). A block that reads is
+// canonical: writing what was read gives the same bytes back, and
+// stripping it gives the frame without a block.
+func FuzzExtension(f *testing.F) {
+	for _, s := range []string{"\x00\x01\x02", "\x02\xac\x02\x07\x04", "\x03\xad\x02\xac\x02\x05", "\x01\x01\x02", "\x00\x81\x00\x03", "\x00", ""} {
+		f.Add([]byte(s))
+	}
+	routing := []byte("\x06gpt-4o\x01\x01\x02\x0a\xd7\xa3\x3b")
+	payload := []byte(frameAJSON)
+	plain, err := AppendEncode(nil, payload, Limits{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Fuzz(func(t *testing.T, block []byte) {
+		if len(routing)+len(block) > 0xffff-FixedHeaderLen {
+			return
+		}
+		v := append(append([]byte{}, routing...), block...)
+		fr := assemble(SchemaRequest, SecurityNone, FlagHasExtensions, v, payload, crc32.ChecksumIEEE(payload))
+		var h Header
+		if err := ReadHeader(fr, &h); err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v is not ErrMalformed", err)
+			}
+			return
+		}
+		if !h.Ext.Present() || h.ExtLen != len(block) || (h.Ext.Delta && h.Ext.BaseID == 0) {
+			t.Fatalf("block %x read as %+v (%d bytes)", block, h.Ext, h.ExtLen)
+		}
+		if again := appendExtension(nil, h.Ext); !bytes.Equal(again, block) {
+			t.Fatalf("block %x read as %+v, written back as %x", block, h.Ext, again)
+		}
+		if h.Ext.Delta {
+			return
+		}
+		got, err := StripExtension(fr)
+		if err != nil || !bytes.Equal(got, plain) {
+			t.Fatalf("StripExtension: %x, %v", got, err)
+		}
+	})
+}

@@ -111,6 +111,13 @@ type Header struct {
 	EstCost    float32
 	HasEstCost bool
 
+	// Ext is the m2md extension block of a request frame with
+	// HAS_EXTENSIONS (docs/protocol.md §4.3); zero when there is none.
+	Ext Extension
+	// ExtLen is the bytes the block takes at the end of the variable
+	// header (L + 1), 0 without one.
+	ExtLen int
+
 	// PayloadKnown is false for AEAD frames, whose payload_len and crc32
 	// are encrypted; PayloadLen and CRC are then zero.
 	PayloadKnown bool
@@ -193,6 +200,15 @@ func parseHeader(b []byte, total int, h *Header) error {
 	// never read payload bytes as header fields.
 	v := b[OffVarHeader:end]
 	var err error
+	if h.Flags.HasExtensions() {
+		if h.Schema != SchemaRequest {
+			return errorf(ErrMalformed, "extension: HAS_EXTENSIONS on schema %#02x; only a chat request (01) carries a block", byte(h.Schema))
+		}
+		if h.Ext, h.ExtLen, err = parseExtension(v); err != nil {
+			return err
+		}
+		v = v[:len(v)-h.ExtLen]
+	}
 	switch h.Schema {
 	case SchemaRequest, SchemaEmbeddingRequest:
 		err = h.parseRouting(v)
@@ -201,6 +217,11 @@ func parseHeader(b []byte, total int, h *Header) error {
 	}
 	if err != nil {
 		return err
+	}
+	if h.ExtLen > 0 && h.RoutingMisaligned {
+		// The block must follow the routing fields exactly: a reader that
+		// cannot place them cannot trust where the block starts either.
+		return errorf(ErrMalformed, "extension: the routing fields do not end where the block starts")
 	}
 
 	rest := total - end

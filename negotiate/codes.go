@@ -69,6 +69,12 @@ const (
 	// CodeCancelled: the final reply to a request its requester cancelled
 	// (§4.1); also what a provider answers a CANCEL with.
 	CodeCancelled ErrorCode = "cancelled"
+	// CodeBaseMissing: a delta request's base is not held where it must be
+	// (§4.3): no connected provider holds it (from the daemon), or the
+	// provider does not know it or the reconstructed document fails the
+	// frame's CRC-32 (from the provider). The requester resends the full
+	// document.
+	CodeBaseMissing ErrorCode = "base_missing"
 )
 
 // Codes the Go client sends as a provider (docs/protocol.md §4).

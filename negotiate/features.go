@@ -15,7 +15,9 @@ type Feature string
 const (
 	// FeatureCancel: CANCEL of an outstanding request (docs/protocol.md §4.2).
 	FeatureCancel Feature = "cancel"
-	// FeatureDelta: conversation deltas (reserved).
+	// FeatureDelta: conversation deltas, request frames that carry an
+	// extension block naming their document and its base, and whose payload
+	// may be a delta against that base (docs/protocol.md §4.3).
 	FeatureDelta Feature = "delta"
 	// FeatureTNSealed: TokenNative frames in hmac and aead sessions, in a
 	// sealed envelope (docs/protocol.md §4.2).

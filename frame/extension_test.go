@@ -1,0 +1,213 @@
+package frame
+
+import (
+	"bytes"
+	"errors"
+	"hash/crc32"
+	"testing"
+)
+
+// frameARouting is frame A's routing header (wire reference §3.6): model
+// "gpt-4o", one message (user), content hint 2, the cost estimate.
+const frameARouting = `06 67 70 74 2d 34 6f 01 01 02 0a d7 a3 3b`
+
+// The docs/protocol.md §4.3 examples, byte for byte.
+const (
+	// frameA with doc_id 300 and base_id 7 (flags 02: BASE).
+	frameAExtHex = `23 4d 32 4d 7c 31 7c 27 00 01 00 00 00 00 02 00
+		00 00 00 00 00 00 00 00 00 00 00 06 67 70 74 2d
+		34 6f 01 01 02 0a d7 a3 3b 02 ac 02 07 04 3e 00
+		00 00 6e 60 55 a4 7b 22 6d 6f 64 65 6c 22 3a 22
+		67 70 74 2d 34 6f 22 2c 22 6d 65 73 73 61 67 65
+		73 22 3a 5b 7b 22 72 6f 6c 65 22 3a 22 75 73 65
+		72 22 2c 22 63 6f 6e 74 65 6e 74 22 3a 22 48 69
+		22 7d 5d 7d`
+	// frameA's document as a delta 01 02 03, doc_id 301 against base 300
+	// (flags 03: DELTA|BASE); COMPRESSED clear, crc32 the document's.
+	frameADeltaHex = `23 4d 32 4d 7c 31 7c 28 00 01 00 00 00 00 02 00
+		00 00 00 00 00 00 00 00 00 00 00 06 67 70 74 2d
+		34 6f 01 01 02 0a d7 a3 3b 03 ad 02 ac 02 05 03
+		00 00 00 6e 60 55 a4 01 02 03`
+)
+
+func TestEncodeExtensionBytes(t *testing.T) {
+	doc := []byte(frameAJSON)
+	got, err := AppendEncodeExt(nil, doc, Extension{DocID: 300, BaseID: 7}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := unhex(t, frameAExtHex); !bytes.Equal(got, want) {
+		t.Fatalf("AppendEncodeExt:\n got %x\nwant %x", got, want)
+	}
+	back, err := AppendDecode(nil, got, Limits{})
+	if err != nil || string(back) != frameAJSON {
+		t.Fatalf("AppendDecode: %q, %v", back, err)
+	}
+
+	got, err = AppendEncodeDelta(nil, doc, []byte{1, 2, 3}, Extension{DocID: 301, BaseID: 300}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := unhex(t, frameADeltaHex); !bytes.Equal(got, want) {
+		t.Fatalf("AppendEncodeDelta:\n got %x\nwant %x", got, want)
+	}
+	if _, err := AppendDecode(nil, got, Limits{}); !errors.Is(err, ErrDelta) {
+		t.Fatalf("AppendDecode of a delta: %v, want ErrDelta", err)
+	}
+
+	// A long document is Brotli-compressed as usual; its delta never is.
+	long := readCorpusFile(t, "req-long-100k-01.json")
+	full, err := AppendEncodeExt(nil, long, Extension{DocID: 1}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := mustReadHeader(t, full)
+	if !h.Flags.Compressed() || !h.Flags.HasExtensions() || h.Ext != (Extension{DocID: 1}) || h.ExtLen != 3 {
+		t.Fatalf("header %+v", h)
+	}
+	if back, err := AppendDecode(nil, full, Limits{}); err != nil || !bytes.Equal(back, long) {
+		t.Fatalf("AppendDecode: %d bytes, %v", len(back), err)
+	}
+	d, err := AppendEncodeDelta(nil, long, []byte("delta"), Extension{DocID: 2, BaseID: 1}, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h = mustReadHeader(t, d)
+	if h.Flags.Compressed() || h.PayloadLen != 5 || h.CRC != crc32.ChecksumIEEE(long) || !h.Ext.Delta {
+		t.Fatalf("delta header %+v", h)
+	}
+}
+
+func TestEncodeExtensionRefused(t *testing.T) {
+	doc := []byte(frameAJSON)
+	for _, tc := range []struct {
+		name string
+		ext  Extension
+		doc  string
+		want error
+	}{
+		{"doc_id 0", Extension{BaseID: 3}, frameAJSON, ErrMalformed},
+		{"delta via AppendEncodeExt", Extension{DocID: 2, BaseID: 1, Delta: true}, frameAJSON, ErrMalformed},
+		{"response", Extension{DocID: 1}, `{"id":"chatcmpl-1","choices":[]}`, ErrSchema},
+	} {
+		if _, err := AppendEncodeExt(nil, []byte(tc.doc), tc.ext, Limits{}); !errors.Is(err, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	if _, err := AppendEncodeDelta(nil, doc, []byte{1}, Extension{DocID: 2}, Limits{}); !errors.Is(err, ErrMalformed) {
+		t.Errorf("delta without base: %v", err)
+	}
+}
+
+func TestReadExtension(t *testing.T) {
+	payload := []byte(frameAJSON)
+	crc := crc32.ChecksumIEEE(payload)
+	routing := unhex(t, frameARouting)
+	build := func(schema Schema, flags Flags, block string) []byte {
+		v := append(append([]byte{}, routing...), unhex(t, block)...)
+		return assemble(schema, SecurityNone, flags, v, payload, crc)
+	}
+	ok := []struct {
+		block string
+		want  Extension
+	}{
+		{`00 01 02`, Extension{DocID: 1}},
+		{`02 ac 02 07 04`, Extension{DocID: 300, BaseID: 7}},
+		{`03 7f 80 01 04`, Extension{DocID: 127, BaseID: 128, Delta: true}},
+		{`02 ff ff ff ff ff ff ff ff ff 01 ff ff ff ff ff ff ff ff ff 01 15`, Extension{DocID: ^uint64(0), BaseID: ^uint64(0)}},
+	}
+	for _, tc := range ok {
+		var h Header
+		if err := ReadHeader(build(SchemaRequest, FlagHasExtensions, tc.block), &h); err != nil {
+			t.Errorf("%s: %v", tc.block, err)
+			continue
+		}
+		if h.Ext != tc.want || h.ExtLen != len(unhex(t, tc.block)) || string(h.Model) != "gpt-4o" ||
+			h.MsgCount != 1 || !h.HasEstCost || h.RoutingMisaligned {
+			t.Errorf("%s: header %+v", tc.block, h)
+		}
+	}
+
+	bad := []struct {
+		name   string
+		schema Schema
+		block  string
+	}{
+		{"L 0", SchemaRequest, `00`},
+		{"L 1", SchemaRequest, `00 01`},
+		{"L 22", SchemaRequest, `02 ff ff ff ff ff ff ff ff ff 01 ff ff ff ff ff ff ff ff ff 01 00 16`},
+		{"L past the header", SchemaRequest, `02 01 14`},
+		{"unknown flag bit", SchemaRequest, `04 01 02`},
+		{"DELTA without BASE", SchemaRequest, `01 01 02`},
+		{"doc_id 0", SchemaRequest, `00 00 02`},
+		{"doc_id not minimal", SchemaRequest, `00 81 00 03`},
+		{"doc_id truncated", SchemaRequest, `00 80 02`},
+		{"doc_id 11 bytes", SchemaRequest, `00 ff ff ff ff ff ff ff ff ff ff 01 0c`},
+		{"base_id missing", SchemaRequest, `02 01 02`},
+		{"base_id 0", SchemaRequest, `02 01 00 03`},
+		{"base_id not minimal", SchemaRequest, `02 01 85 00 04`},
+		{"bytes after the fields", SchemaRequest, `00 01 09 03`},
+		{"schema 02", SchemaResponse, `00 01 02`},
+		{"schema 04", SchemaEmbeddingRequest, `00 01 02`},
+	}
+	for _, tc := range bad {
+		var h Header
+		fr := build(tc.schema, FlagHasExtensions, tc.block)
+		if err := ReadHeader(fr, &h); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: ReadHeader %v, want ErrMalformed", tc.name, err)
+		}
+		if _, err := AppendDecode(nil, fr, Limits{}); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: AppendDecode %v, want ErrMalformed", tc.name, err)
+		}
+	}
+	// The block must start where the routing fields end: not inside the
+	// cost estimate, not after a gap.
+	short := append(append([]byte{}, routing[:len(routing)-1]...), 0, 1, 2)
+	gap := append(append([]byte{}, routing...), 0xee, 0, 1, 2)
+	for _, v := range [][]byte{short, gap} {
+		if err := ReadHeader(assemble(SchemaRequest, SecurityNone, FlagHasExtensions, v, payload, crc), new(Header)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("routing fields %x: %v, want ErrMalformed", v, err)
+		}
+	}
+	// A variable header that is the block alone has no routing fields.
+	if err := ReadHeader(assemble(SchemaRequest, SecurityNone, FlagHasExtensions, unhex(t, `00 01 02`), payload, crc), new(Header)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("block without routing fields: %v", err)
+	}
+	// Without HAS_EXTENSIONS the same bytes are no block: the routing
+	// header is misaligned, which is advisory, and there is no extension.
+	h := mustReadHeader(t, build(SchemaRequest, 0, `00 01 02`))
+	if h.Ext.Present() || h.ExtLen != 0 || !h.RoutingMisaligned {
+		t.Errorf("without the flag: %+v", h)
+	}
+}
+
+func TestStripExtension(t *testing.T) {
+	plain := mustEncode(t, frameAJSON)
+	withExt := unhex(t, frameAExtHex)
+	got, err := StripExtension(withExt)
+	if err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("StripExtension: %x, %v\nwant %x", got, err, plain)
+	}
+	// Without a block: unchanged.
+	if got, err := StripExtension(plain); err != nil || !bytes.Equal(got, plain) {
+		t.Fatalf("no block: %x, %v", got, err)
+	}
+	if _, err := StripExtension(unhex(t, frameADeltaHex)); !errors.Is(err, ErrDelta) {
+		t.Fatalf("delta: %v, want ErrDelta", err)
+	}
+	if _, err := StripExtension([]byte("#M2M|1|")); !errors.Is(err, ErrTruncated) {
+		t.Fatalf("short: %v", err)
+	}
+}
+
+func TestReadExtensionAllocations(t *testing.T) {
+	fr := unhex(t, frameADeltaHex)
+	var h Header
+	if n := testing.AllocsPerRun(50, func() {
+		if err := ReadHeader(fr, &h); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Errorf("ReadHeader: %v allocations", n)
+	}
+}
