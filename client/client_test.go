@@ -343,11 +343,16 @@ func TestBadFrames(t *testing.T) {
 			if !errors.Is(err, ErrBadFrame) || !errors.Is(err, frame.ErrChecksum) {
 				t.Fatalf("got %v, want ErrBadFrame wrapping frame.ErrChecksum", err)
 			}
+			// A frame of no known form is refused as the daemon refuses
+			// one (docs/protocol.md §4), not taken for TokenNative.
+			if _, err := c.Do(testCtx(t), chatRequest("unknown-form", "x")); !errors.Is(err, ErrBadFrame) || !errors.Is(err, negotiate.ErrUnknownFrame) {
+				t.Fatalf("got %v, want ErrBadFrame wrapping negotiate.ErrUnknownFrame", err)
+			}
 			// The session carries on.
 			if _, err := c.Do(testCtx(t), chatRequest("echo", "x")); err != nil {
 				t.Fatal(err)
 			}
-			if c.Stats().BadFrames != 1 {
+			if c.Stats().BadFrames != 2 {
 				t.Fatalf("stats %+v", c.Stats())
 			}
 		})

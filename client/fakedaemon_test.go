@@ -26,8 +26,8 @@ import (
 //
 //   - one that misbehaves: leaves PINGs unanswered (TestTimers keepalive
 //     missed), leaves CLOSE unacknowledged (TestTimers close not
-//     acknowledged), sends a reply whose payload does not decode
-//     (TestBadFrames), sends control messages that break the protocol
+//     acknowledged), sends a reply whose payload does not decode or whose
+//     frame is of no known form (TestBadFrames), sends control messages that break the protocol
 //     (TestProtocolViolation);
 //   - one that shows what the client sent, which the real daemon does not
 //     record: PINGs counted (TestTimers keepalive answered), PONGs
@@ -44,6 +44,7 @@ import (
 //
 //	echo      the request frame comes back as the final reply (not decoded)
 //	garbage   a reply whose payload does not decode (CRC broken), properly protected
+//	unknown-form  a reply frame whose first byte is no form's (0x99)
 //	hang      no reply until the test drops the connection
 //
 // Any other model is routed to a connected agent serving it (no_route when
@@ -395,6 +396,10 @@ func (fs *fakeSession) handleData(msg transport.Message) {
 		}
 		reply[len(reply)-2] ^= 0x01 // a payload byte, still UTF-8: the CRC no longer matches
 		fs.sendFrame(ch, end, id, "", reply)
+	case "unknown-form":
+		// A frame whose first byte begins no form DATA carries: the
+		// real daemon refuses it and never delivers one.
+		fs.sendFrame(ch, end, id, "", []byte{0x99, 0x81, 0x01})
 	case "hang":
 		d.mu.Lock()
 		d.hangs = append(d.hangs, hang{fs, id, ch})

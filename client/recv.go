@@ -205,26 +205,32 @@ func (s *session) handleData(msg transport.Message) {
 // sequence number (docs/protocol.md §5.3). In mode none only the mode is
 // checked: sequence numbers are written but not checked there.
 // A sealed TokenNative envelope (docs/protocol.md §4.2) is opened with the
-// DATA header hdr as associated data.
+// DATA header hdr as associated data. A frame whose first byte begins no
+// form DATA carries is refused (bad_frame), as the daemon refuses it.
 func (s *session) open(ch transport.ChannelID, hdr, fr []byte) ([]byte, error) {
-	if !isM2M(fr) {
-		if s.mode == frame.SecurityNone {
-			return fr, nil
-		}
-		if !s.info.Params.Has(negotiate.FeatureTNSealed) || !negotiate.IsSealedTN(fr) {
-			return nil, fmt.Errorf("%w: unprotected non-M2M frame in a %s session", ErrBadFrame, s.mode)
-		}
-		tn, err := s.recv.OpenTokenNative(uint32(ch), hdr, fr)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
-		}
-		return tn, nil
-	}
-	plain, err := s.recv.Open(uint32(ch), fr)
+	form, err := negotiate.ReadFrameForm(fr)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
 	}
-	return plain, nil
+	switch {
+	case form == negotiate.FormM2M:
+		plain, err := s.recv.Open(uint32(ch), fr)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+		}
+		return plain, nil
+	case s.mode == frame.SecurityNone && form == negotiate.FormTokenNative:
+		return fr, nil
+	case s.mode == frame.SecurityNone:
+		return nil, fmt.Errorf("%w: %w: a sealed TokenNative envelope in a session of mode none", ErrBadFrame, negotiate.ErrUnknownFrame)
+	case form == negotiate.FormTokenNative || !s.info.Params.Has(negotiate.FeatureTNSealed):
+		return nil, fmt.Errorf("%w: unprotected non-M2M frame in a %s session", ErrBadFrame, s.mode)
+	}
+	tn, err := s.recv.OpenTokenNative(uint32(ch), hdr, fr)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+	}
+	return tn, nil
 }
 
 // isM2M reports whether fr starts like an M2M v1 frame (TokenNative frames

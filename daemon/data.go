@@ -13,84 +13,33 @@ import (
 	"github.com/m2md/m2md/transport"
 )
 
-// handleData routes one DATA message: it reads the DATA header and the
-// frame's header (never the payload), checks the frame against the
-// session's security mode and sequence, and hands a copy addressed to the
-// receiver to the receiver's writer. Every refusal is answered to the sender.
+// handleData routes one DATA message: readData reads the DATA header and
+// the frame's header (never the payload) and checks the frame against the
+// session's security mode and sequence; a copy addressed to the receiver
+// goes to the receiver's writer. Every refusal is answered to the sender.
 func (se *session) handleData(msg transport.Message, start time.Time) {
 	defer msg.Release()
 	se.srv.routing.Add(1)
 	defer se.srv.routing.Add(-1)
-	dh, fr, err := negotiate.ParseData(msg.Data)
-	if err != nil {
-		se.protocolError("malformed DATA header")
+	var in dataIn
+	ref := readData(&in, msg.Data, uint32(msg.Channel), se.recv, &se.neg.Params)
+	if ref.protocol {
+		se.protocolError(ref.message)
 		return
 	}
-	format := formatM2M
-	if fr[0] != '#' {
-		format = formatTokenNative
+	if in.form != 0 {
+		se.m.framesIn[in.format].Inc()
+		se.m.bytesIn[in.format].Add(float64(len(msg.Data)))
 	}
-	se.m.framesIn[format].Inc()
-	se.m.bytesIn[format].Add(float64(len(msg.Data)))
-
-	// max_payload bounds the frame as sent (docs/protocol.md §3.2 step 4);
-	// it is checked after verification, so an authentic frame still
-	// advances its channel's sequence and the sender's next frame is in
-	// step.
-	wireLen := len(fr)
-	var h frame.Header
-	if format == formatM2M {
-		if frame.IsTextShape(fr) {
-			// What the Rust reference emits; its Base64 would otherwise
-			// be read as the security byte and refused as bad_tag.
-			se.refuse(msg.Channel, &dh, negotiate.CodeBadFrame, "text-shape M2M frame (#M2M|1| + Base64): DATA carries the binary shape; decode the Base64 first")
-			return
-		}
-		plain, err := se.recv.Open(uint32(msg.Channel), fr)
-		if err != nil {
-			// The refused frame took no number: name the one expected, so
-			// that a sender can renumber what it sent after it.
-			se.refuse(msg.Channel, &dh, negotiate.RefusalCode(err), fmt.Sprintf("frame refused in security mode %s: %v; next sequence expected on channel %d: %d",
-				se.mode(), err, uint32(msg.Channel), se.recv.Expected(uint32(msg.Channel))))
-			return
-		}
-		fr = plain
-		if err := frame.ReadHeader(fr, &h); err != nil {
-			se.refuse(msg.Channel, &dh, negotiate.CodeBadFrame, "frame header unreadable")
-			return
-		}
-	} else if se.recv.Protected() {
-		// In hmac and aead sessions TokenNative travels sealed, and only
-		// when tn_sealed was negotiated (docs/protocol.md §4.2).
-		if !se.neg.Params.Has(negotiate.FeatureTNSealed) || !negotiate.IsSealedTN(fr) {
-			se.refuse(msg.Channel, &dh, negotiate.CodeBadTag, "a TokenNative frame in a session of mode "+se.mode()+" must be sealed (feature tn_sealed)")
-			return
-		}
-		tn, err := se.recv.OpenTokenNative(uint32(msg.Channel), msg.Data[:len(msg.Data)-len(fr)], fr)
-		if err != nil {
-			se.refuse(msg.Channel, &dh, negotiate.RefusalCode(err), fmt.Sprintf("sealed TokenNative refused in security mode %s: %v; next sequence expected on channel %d: %d",
-				se.mode(), err, uint32(msg.Channel), se.recv.Expected(uint32(msg.Channel))))
-			return
-		}
-		fr = tn
-	}
-	if format == formatTokenNative && len(fr) < 2 {
-		// Only its tokenizer byte: it decodes to the empty text, which is
-		// no request or reply body (docs/protocol.md §4). Refused here so
-		// that no receiver takes it for an empty answer.
-		se.refuse(msg.Channel, &dh, negotiate.CodeBadFrame, "TokenNative frame carries no tokens: a request or reply body is a JSON document")
+	if ref.code != "" {
+		se.refuse(msg.Channel, &in.dh, ref.code, ref.message)
 		return
 	}
-	if limit := se.neg.Params.MaxPayload; wireLen > limit {
-		se.refuse(msg.Channel, &dh, negotiate.CodeTooLarge, fmt.Sprintf("frame of %d bytes exceeds this session's max_payload %d", wireLen, limit))
+	if in.dh.IsReply() {
+		se.forwardReply(msg.Channel, &in.dh, in.fr, in.format, start)
 		return
 	}
-
-	if dh.IsReply() {
-		se.forwardReply(msg.Channel, &dh, fr, format, start)
-		return
-	}
-	se.forwardRequest(msg.Channel, &dh, fr, format, &h, start)
+	se.forwardRequest(msg.Channel, &in.dh, in.fr, in.format, &in.h, start)
 }
 
 func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHeader, fr []byte, format frameFormat, h *frame.Header, start time.Time) {

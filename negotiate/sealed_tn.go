@@ -67,7 +67,8 @@ func (s *Sealer) SealTokenNative(dst []byte, ch uint32, dataHeader, tn []byte) (
 // OpenTokenNative verifies or decrypts the envelope env received on channel
 // ch in the DATA message whose header is dataHeader, checks its sequence
 // like Open, and returns the TokenNative frame (aliasing env). Classify a
-// refusal with RefusalCode.
+// refusal with RefusalCode. An authentic envelope whose content does not
+// begin with a tokenizer byte has taken its number and is ErrUnknownFrame.
 func (s *Sealer) OpenTokenNative(ch uint32, dataHeader, env []byte) ([]byte, error) {
 	if s.key == nil {
 		return nil, fmt.Errorf("%w: sealed TokenNative in a session of mode none", security.ErrWrongMode)
@@ -89,6 +90,11 @@ func (s *Sealer) OpenTokenNative(ch uint32, dataHeader, env []byte) ([]byte, err
 	}
 	if len(tn) == 0 {
 		return nil, fmt.Errorf("%w: empty TokenNative frame", security.ErrMalformed)
+	}
+	if !IsTokenizerByte(tn[0]) {
+		// Authentic, so it took its number; but what it seals is no
+		// TokenNative frame.
+		return nil, fmt.Errorf("%w: the sealed frame begins with byte 0x%02x, not a tokenizer byte (00 cl100k, 01 o200k, 02 Llama 3)", ErrUnknownFrame, tn[0])
 	}
 	return tn, nil
 }

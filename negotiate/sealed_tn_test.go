@@ -93,3 +93,24 @@ func FuzzOpenTokenNative(f *testing.F) {
 		}
 	})
 }
+
+// An authentic envelope whose content begins with no tokenizer byte is
+// refused as bad_frame, and has taken its number (docs/protocol.md §4).
+func TestSealedTokenNativeUnknownContent(t *testing.T) {
+	hdr, _ := AppendDataHeader(nil, 0, 1, "bob")
+	for _, mode := range []frame.Security{frame.SecurityHMAC, frame.SecurityAEAD} {
+		key := seq(0x42, 32)
+		send, _ := NewSealer(mode, key, 0)
+		recv, _ := NewSealer(mode, key, 0)
+		env, err := send.SealTokenNative(nil, 4, hdr, []byte{'#', 0x81, 0x01})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := recv.OpenTokenNative(4, hdr, env); !errors.Is(err, ErrUnknownFrame) || RefusalCode(err) != CodeBadFrame {
+			t.Fatalf("%s: %v", mode, err)
+		}
+		if n := recv.Expected(4); n != 2 {
+			t.Fatalf("%s: next expected %d, want 2", mode, n)
+		}
+	}
+}

@@ -182,15 +182,15 @@ func (s *Sealer) Expected(ch uint32) uint64 {
 
 // RefusalCode is the error code that answers a frame Open refused: replay
 // for a sequence number out of step or a frame numbered for another
-// channel; bad_frame for a mode-none frame without a security byte or a
-// full channel table; bad_tag for anything else (the frame did not verify
+// channel; bad_frame for a mode-none frame without a security byte, a
+// full channel table or a frame of no known form (ErrUnknownFrame); bad_tag for anything else (the frame did not verify
 // or decrypt, is not a well-formed frame of the session's mode, or is in
 // another mode).
 func RefusalCode(err error) ErrorCode {
 	switch {
 	case errors.Is(err, ErrReplay):
 		return CodeReplay
-	case errors.Is(err, ErrTooManyChannels), errors.Is(err, frame.ErrTruncated):
+	case errors.Is(err, ErrTooManyChannels), errors.Is(err, frame.ErrTruncated), errors.Is(err, ErrUnknownFrame):
 		return CodeBadFrame
 	}
 	return CodeBadTag
