@@ -34,6 +34,9 @@ type Handler interface {
 	Reply(r *Reply)
 	// Cancel: the requester of a request this node is serving cancelled it.
 	Cancel(c *Cancel)
+	// Notice: a reply to a request this node is serving could not be
+	// delivered to its requester on the sending node.
+	Notice(n *Notice)
 }
 
 // Cluster is this node's membership of the cluster: the NATS connection
@@ -73,9 +76,15 @@ type Stats struct {
 	RemoteAgents atomic.Int64  // agents registered on other nodes
 	Sent         atomic.Uint64 // data messages published
 	Received     atomic.Uint64 // data messages received
-	Dropped      atomic.Uint64 // messages lost: NATS slow consumer, malformed, from unknown nodes
-	SendFailed   atomic.Uint64 // publishes that failed (connection down)
-	NodesDown    atomic.Uint64 // nodes declared dead
+	// Shed: requests and replies not delivered because the inbox was
+	// full; each was answered with an error (Request.Shed, Reply.Shed).
+	Shed atomic.Uint64
+	// Messages dropped without an answer: lost by the NATS client when
+	// even the inbox's headroom was full (slow consumer), undecodable, or
+	// from a node that is not (or no longer) a member.
+	SlowConsumer, Malformed, UnknownNode atomic.Uint64
+	SendFailed                           atomic.Uint64 // publishes that failed (connection down)
+	NodesDown                            atomic.Uint64 // nodes declared dead
 }
 
 type peer struct {
@@ -99,7 +108,7 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 		log:    cfg.Logger.With().Str("node", cfg.Node).Logger(),
 		h:      h,
 		prefix: "m2md." + cfg.Name + ".",
-		inbox:  make(chan *nats.Msg, cfg.Inbox),
+		inbox:  make(chan *nats.Msg, inboxCap(cfg.Inbox)),
 		done:   make(chan struct{}),
 		local:  make(map[string]Agent),
 		peers:  make(map[string]*peer),
@@ -116,7 +125,7 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 		nats.ReconnectBufSize(64 << 20),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
 			if errors.Is(err, nats.ErrSlowConsumer) {
-				c.stats.Dropped.Add(1)
+				c.stats.SlowConsumer.Add(1)
 			}
 			c.log.Warn().Err(err).Msg("cluster connection error")
 		}),
@@ -365,6 +374,16 @@ func (c *Cluster) SendReply(node string, r *Reply) error {
 	return err
 }
 
+// SendNotice tells node that a reply to its request w could not be
+// delivered here (code is the wire error code the requester got).
+func (c *Cluster) SendNotice(node string, w uint64, code, message string) error {
+	b, err := appendNotice(nil, &Notice{From: c.cfg.Node, W: w, Code: code, Message: message})
+	if err != nil {
+		return err
+	}
+	return c.publish(c.nodeSubject(node), b)
+}
+
 // SendCancel publishes a CANCEL of request w to node.
 func (c *Cluster) SendCancel(node string, w uint64) error {
 	b, err := appendCancel(nil, &Cancel{From: c.cfg.Node, W: w})
@@ -427,7 +446,11 @@ func (c *Cluster) dispatch() {
 	for {
 		select {
 		case m := <-c.inbox:
-			c.handle(m, &req, &rep)
+			// At the bound, data is answered with an error rather than
+			// delivered: the answer leaves now instead of after a backlog
+			// that grows, and the headroom above the bound (inboxCap) is
+			// what lets the answers be given before NATS drops anything.
+			c.handle(m, &req, &rep, len(c.inbox) >= c.cfg.Inbox)
 		case now := <-t.C:
 			c.checkPeers(now)
 		case <-c.done:
@@ -439,45 +462,83 @@ func (c *Cluster) dispatch() {
 	}
 }
 
-func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply) {
+// inboxCap is the capacity of the channel NATS delivers into: the bound
+// plus as much again (at least 4,096), room in which the dispatcher
+// answers what it sheds. Only a dispatcher that falls that far behind lets
+// NATS drop messages unanswered (Stats.SlowConsumer).
+func inboxCap(bound int) int { return bound + max(bound, 4096) }
+
+func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply, shed bool) {
 	b := m.Data
 	if len(b) == 0 {
-		c.stats.Dropped.Add(1)
+		c.stats.Malformed.Add(1)
 		return
 	}
 	switch b[0] {
 	case kindRequest:
-		if decodeRequest(b, req) != nil || c.peers[req.From] == nil {
-			c.stats.Dropped.Add(1)
+		if decodeRequest(b, req) != nil {
+			c.stats.Malformed.Add(1)
 			return
 		}
-		c.stats.Received.Add(1)
+		if c.peers[req.From] == nil {
+			c.stats.UnknownNode.Add(1)
+			return
+		}
+		c.received(shed)
+		req.Shed = shed
 		c.h.Request(req)
 	case kindReply:
-		if decodeReply(b, rep) != nil || c.peers[rep.From] == nil {
-			c.stats.Dropped.Add(1)
+		if decodeReply(b, rep) != nil {
+			c.stats.Malformed.Add(1)
 			return
 		}
-		c.stats.Received.Add(1)
+		if c.peers[rep.From] == nil {
+			c.stats.UnknownNode.Add(1)
+			return
+		}
+		c.received(shed)
+		rep.Shed = shed
 		c.h.Reply(rep)
 	case kindCancel:
 		var cn Cancel
-		if decodeCancel(b, &cn) != nil || c.peers[cn.From] == nil {
-			c.stats.Dropped.Add(1)
+		if decodeCancel(b, &cn) != nil {
+			c.stats.Malformed.Add(1)
+			return
+		}
+		if c.peers[cn.From] == nil {
+			c.stats.UnknownNode.Add(1)
 			return
 		}
 		c.h.Cancel(&cn)
-	case kindControl:
-		var cm ctlMsg
-		if decodeControl(b, &cm) != nil || cm.Node == c.cfg.Node {
-			if cm.Node != c.cfg.Node {
-				c.stats.Dropped.Add(1)
-			}
+	case kindNotice:
+		var n Notice
+		if decodeNotice(b, &n) != nil {
+			c.stats.Malformed.Add(1)
 			return
 		}
-		c.control(&cm)
+		if c.peers[n.From] == nil {
+			c.stats.UnknownNode.Add(1)
+			return
+		}
+		c.h.Notice(&n)
+	case kindControl:
+		var cm ctlMsg
+		if decodeControl(b, &cm) != nil {
+			c.stats.Malformed.Add(1)
+			return
+		}
+		if cm.Node != c.cfg.Node {
+			c.control(&cm)
+		}
 	default:
-		c.stats.Dropped.Add(1)
+		c.stats.Malformed.Add(1)
+	}
+}
+
+func (c *Cluster) received(shed bool) {
+	c.stats.Received.Add(1)
+	if shed {
+		c.stats.Shed.Add(1)
 	}
 }
 

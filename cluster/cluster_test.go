@@ -14,12 +14,16 @@ type recorder struct {
 	nodes    []string
 	reqs     []Request
 	reps     []Reply
+	notices  []Notice
+	// slow, if set, is how long Request takes: a dispatcher falling behind.
+	slow time.Duration
 }
 
 func (r *recorder) AgentUp(a Agent)      { r.mu.Lock(); r.up = append(r.up, a); r.mu.Unlock() }
 func (r *recorder) AgentDown(a Agent)    { r.mu.Lock(); r.down = append(r.down, a); r.mu.Unlock() }
 func (r *recorder) NodeDown(node string) { r.mu.Lock(); r.nodes = append(r.nodes, node); r.mu.Unlock() }
 func (r *recorder) Request(q *Request) {
+	time.Sleep(r.slow)
 	c := *q
 	c.Frame = append([]byte(nil), q.Frame...)
 	r.mu.Lock()
@@ -27,6 +31,7 @@ func (r *recorder) Request(q *Request) {
 	r.mu.Unlock()
 }
 func (r *recorder) Cancel(c *Cancel) {}
+func (r *recorder) Notice(n *Notice) { r.mu.Lock(); r.notices = append(r.notices, *n); r.mu.Unlock() }
 
 func (r *recorder) Reply(p *Reply) {
 	c := *p
@@ -87,6 +92,44 @@ func TestTwoNodes(t *testing.T) {
 	hb.wait(t, "b learns p1 left", func() bool { return len(hb.down) == 1 })
 	a.Close()
 	hb.wait(t, "b sees a leave", func() bool { return len(hb.nodes) == 1 && hb.nodes[0] == "a" })
+}
+
+// TestShed: a node whose dispatcher falls Inbox messages behind hands what
+// arrives beyond the bound to the Handler marked Shed (to be answered with
+// an error), in order, and NATS drops nothing: every request arrives, each
+// either delivered or shed, and the counts agree.
+func TestShed(t *testing.T) {
+	ha, hb := &recorder{slow: time.Millisecond}, &recorder{}
+	a := startNode(t, Config{Listen: "127.0.0.1:0", Node: "a", Inbox: 4}, ha)
+	b := startNode(t, Config{Listen: "127.0.0.1:0", Node: "b", Routes: []string{"nats://" + a.RouteAddr().String()}}, hb)
+	ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
+	const n = 300
+	for i := range n {
+		if err := b.SendRequest("a", &Request{W: uint64(i + 1), Requester: "r", Target: "p1", Frame: []byte{byte(i)}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ha.wait(t, "a gets every request", func() bool { return len(ha.reqs) == n })
+	shed := 0
+	for i, q := range ha.reqs {
+		if q.W != uint64(i+1) {
+			t.Fatalf("request %d has w %d: out of order", i, q.W)
+		}
+		if q.Shed {
+			shed++
+		}
+	}
+	st := a.Stats()
+	if shed == 0 || shed == n || uint64(shed) != st.Shed.Load() || st.SlowConsumer.Load() != 0 {
+		t.Fatalf("%d of %d shed; stats: shed %d, slow consumer %d", shed, n, st.Shed.Load(), st.SlowConsumer.Load())
+	}
+	if err := b.SendNotice("a", 7, "queue_full", "full"); err != nil {
+		t.Fatal(err)
+	}
+	ha.wait(t, "a gets the notice", func() bool { return len(ha.notices) == 1 })
+	if got := ha.notices[0]; got != (Notice{From: "b", W: 7, Code: "queue_full", Message: "full"}) {
+		t.Fatalf("notice %+v", got)
+	}
 }
 
 // TestConfigCheck: every misconfiguration is reported in terms of the

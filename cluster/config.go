@@ -21,8 +21,9 @@ const (
 	DefaultHeartbeat = 250 * time.Millisecond
 	DefaultDeadAfter = time.Second
 	// DefaultInbox is how many cluster messages may wait for this node's
-	// dispatcher; beyond it NATS drops them as a slow consumer (counted).
-	DefaultInbox = 1 << 16
+	// dispatcher before requests and replies are answered with an error
+	// instead of delivered (Config.Inbox).
+	DefaultInbox = 1 << 15
 )
 
 // Config configures a node. Exactly one of Listen (embedded mode) and URLs
@@ -63,8 +64,14 @@ type Config struct {
 	// long without a heartbeat before the others declare it dead and end
 	// the requests in flight to its agents. Defaults 250 ms and 1 s.
 	Heartbeat, DeadAfter time.Duration
-	// Inbox bounds the messages waiting for this node's dispatcher.
-	// Default 65,536.
+	// Inbox bounds the messages waiting for this node's dispatcher. A
+	// request or reply that finds Inbox messages waiting is not delivered:
+	// the request's requester (on its node) gets an error, as does the
+	// requester a reply was for, and the reply's provider a NOTICE. NATS
+	// buffers as much again (at least 4,096 more) so that the dispatcher
+	// can answer what it sheds; only beyond that does NATS drop messages
+	// unanswered (slow consumer, counted). Control messages are never
+	// shed. Default 32,768.
 	Inbox int
 
 	// Logger receives structured logs (never payloads or secrets).

@@ -45,8 +45,12 @@
 // session's keys; in transit they are as safe as the NATS connections
 // (authenticated routes, optional TLS).
 //
-// Handler methods run on the one dispatch goroutine and must not block. A
-// node whose dispatcher falls Inbox messages behind loses messages (NATS
-// slow consumer, counted in Stats.Dropped) rather than stalling NATS for
-// every other node.
+// Handler methods run on the one dispatch goroutine and must not block.
+// A node never stalls NATS for the others, and keeps the promise that a
+// frame it accepted is delivered or answered with an error: a request or
+// reply that finds Config.Inbox messages waiting is handed to the Handler
+// marked Shed, to be answered with an error (the requester's node ends the
+// request; a reply's provider node is told with a Notice). Only a
+// dispatcher that falls behind by twice the bound lets NATS drop messages
+// unanswered (Stats.SlowConsumer).
 package cluster

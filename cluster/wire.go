@@ -16,6 +16,7 @@ import (
 //	reply:   0x02 | w u64 | flags u8 | algo u8 | len u8 | from node | len u8 | provider | frame
 //	control: 0x03 | JSON (ctlMsg)
 //	cancel:  0x04 | w u64 | len u8 | from node
+//	notice:  0x05 | w u64 | len u8 | from node | len u8 | code | message
 //
 // w is the requesting node's id for the request (see Handler). Integers are
 // big-endian. Strings are 1 to 255 bytes, except org, which is empty for
@@ -25,6 +26,7 @@ const (
 	kindReply   = 0x02
 	kindControl = 0x03
 	kindCancel  = 0x04
+	kindNotice  = 0x05
 
 	flagEnd = 0x01
 )
@@ -41,6 +43,10 @@ type Request struct {
 	Target    string // the provider's agent id
 	Algo      int8   // 0 M2M frame, 1 TokenNative (as the daemon's DATA path)
 	Frame     []byte // valid only during the Handler call
+	// Shed (not on the wire): the node's inbox holds Config.Inbox
+	// messages or more, so the Handler answers the request with an error
+	// instead of delivering it.
+	Shed bool
 }
 
 // Reply is a provider's reply (or an error) crossing back to the requester's
@@ -52,6 +58,9 @@ type Reply struct {
 	Provider string // the provider's agent id (the requester sees it as peer)
 	Algo     int8
 	Frame    []byte // valid only during the Handler call
+	// Shed (not on the wire): as Request.Shed; the Handler ends the
+	// requester's request with an error instead of delivering the reply.
+	Shed bool
 }
 
 func appendStr(b []byte, s string) ([]byte, error) {
@@ -118,6 +127,46 @@ func appendReply(b []byte, r *Reply) ([]byte, error) {
 		}
 	}
 	return append(b, r.Frame...), nil
+}
+
+// Notice tells a provider's node that a reply to request W could not be
+// delivered to the requester on the sending node (the requester got an
+// error instead): the provider gets a NOTICE and its later replies are
+// dropped, as for a requester on its own node.
+type Notice struct {
+	From    string // the requesting node
+	W       uint64 // its id for the request
+	Code    string // the wire error code (negotiate.ErrorCode)
+	Message string
+}
+
+func appendNotice(b []byte, n *Notice) ([]byte, error) {
+	b = append(b, kindNotice)
+	b = binary.BigEndian.AppendUint64(b, n.W)
+	var err error
+	for _, s := range [...]string{n.From, n.Code} {
+		if b, err = appendStr(b, s); err != nil {
+			return b, err
+		}
+	}
+	return append(b, n.Message...), nil
+}
+
+func decodeNotice(b []byte, n *Notice) error {
+	if len(b) < 10 || b[0] != kindNotice {
+		return ErrMalformed
+	}
+	n.W = binary.BigEndian.Uint64(b[1:9])
+	var err error
+	rest := b[9:]
+	if n.From, rest, err = readStr(rest); err != nil || n.W == 0 {
+		return ErrMalformed
+	}
+	if n.Code, rest, err = readStr(rest); err != nil {
+		return err
+	}
+	n.Message = string(rest)
+	return nil
 }
 
 // Cancel is a requester's CANCEL of a request another node is serving.

@@ -29,6 +29,17 @@ func TestWireRoundTrip(t *testing.T) {
 			t.Fatalf("decoded %x", bad)
 		}
 	}
+	nin := Notice{From: "node-b", W: 9, Code: "queue_full", Message: "requester is not reading fast enough"}
+	if b, err = appendNotice(nil, &nin); err != nil {
+		t.Fatal(err)
+	}
+	var nout Notice
+	if err := decodeNotice(b, &nout); err != nil || nout != nin {
+		t.Fatalf("notice: %+v, %v", nout, err)
+	}
+	if decodeNotice(b[:12], &nout) == nil || decodeNotice(append([]byte{kindNotice}, make([]byte, 12)...), &nout) == nil {
+		t.Fatal("truncated notice decoded")
+	}
 	if _, err := appendRequest(nil, &Request{W: 1, From: "", Requester: "r", Target: "t"}); err == nil {
 		t.Fatal("empty node id encoded")
 	}
@@ -43,6 +54,8 @@ func FuzzDecode(f *testing.F) {
 	f.Add(rep)
 	cn, _ := appendCancel(nil, &Cancel{From: "a", W: 9})
 	f.Add(cn)
+	nt, _ := appendNotice(nil, &Notice{From: "b", W: 3, Code: "queue_full", Message: "m"})
+	f.Add(nt)
 	f.Add(appendControl(nil, &ctlMsg{T: "up", Node: "a", Seq: 3, Agent: &Agent{ID: "x", Session: "s", Models: []string{"m"}}}))
 	f.Add(appendControl(nil, &ctlMsg{T: "snap", Node: "a", Agents: []Agent{{ID: "x", Session: "s"}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -65,6 +78,13 @@ func FuzzDecode(f *testing.F) {
 			again, err := appendCancel(nil, &cn)
 			if err != nil || !bytes.Equal(again, b) {
 				t.Fatalf("cancel re-encodes to %x (%v), from %x", again, err, b)
+			}
+		}
+		var nt Notice
+		if decodeNotice(b, &nt) == nil {
+			again, err := appendNotice(nil, &nt)
+			if err != nil || !bytes.Equal(again, b) {
+				t.Fatalf("notice re-encodes to %x (%v), from %x", again, err, b)
 			}
 		}
 		var m ctlMsg

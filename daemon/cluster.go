@@ -261,6 +261,10 @@ func (cs *clusterState) Request(r *cluster.Request) {
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
 		rq.sendError(0, r.W, 0, code, message, r.Target)
 	}
+	if r.Shed {
+		fail(negotiate.CodeQueueFull, shedMessage(cs.c.Node()))
+		return
+	}
 	if srv.draining.Load() {
 		fail(negotiate.CodeShutdown, "daemon shutting down")
 		return
@@ -294,7 +298,15 @@ func (cs *clusterState) Request(r *cluster.Request) {
 	srv.deliverRequest(d, r.Requester, r.Frame, frameFormat(r.Algo), start)
 }
 
-// Reply hands a reply from another node to the local requester.
+// shedMessage is the error of a request or reply node shed (cluster.Request.Shed).
+func shedMessage(node string) string {
+	return "node " + node + " is overloaded: its cluster inbox is full"
+}
+
+// Reply hands a reply from another node to the local requester. A reply
+// that cannot be delivered (shed, or refused as deliverReply refuses a
+// local provider's) ends the requester's request with the error, and the
+// provider's node is told so that the provider gets its NOTICE.
 func (cs *clusterState) Reply(r *cluster.Reply) {
 	srv := cs.srv
 	cs.mu.Lock()
@@ -313,16 +325,66 @@ func (cs *clusterState) Reply(r *cluster.Reply) {
 		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeUnknownRequest)).Inc()
 		return
 	}
-	rep, err := srv.router.RouteReply(p.proxy.rs, p.delivery, r.End)
-	if err != nil {
-		if reason, ok := err.(router.Reason); ok {
-			srv.metrics.routingFailures.WithLabelValues(string(reason.Code())).Inc()
+	var code negotiate.ErrorCode
+	var message string
+	if r.Shed {
+		code, message = negotiate.CodeQueueFull, shedMessage(cs.c.Node())
+		rep, err := srv.router.Abort(p.proxy.rs, p.delivery)
+		if err == nil {
+			rep.Requester.Value().endRequestWithError(transport.ChannelID(rep.Channel), rep.RequestID, code, "a reply to this request was dropped: "+message, r.Provider)
 		}
+	} else {
+		rep, err := srv.router.RouteReply(p.proxy.rs, p.delivery, r.End)
+		if err != nil {
+			if reason, ok := err.(router.Reason); ok {
+				srv.metrics.routingFailures.WithLabelValues(string(reason.Code())).Inc()
+			}
+			return
+		}
+		code, message = srv.deliverReply(rep, p.proxy.rs, p.delivery, r.Provider, r.Frame, frameFormat(r.Algo), time.Now())
+	}
+	if code == "" {
 		return
 	}
-	if code, _ := srv.deliverReply(rep, p.proxy.rs, p.delivery, r.Provider, r.Frame, frameFormat(r.Algo), time.Now()); code != "" {
-		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
+	srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
+	if !r.End {
+		// The request has ended here: later replies are unknown.
+		n.mu.Lock()
+		delete(n.pending, r.W)
+		n.mu.Unlock()
 	}
+	_ = cs.c.SendNotice(r.From, r.W, string(code), message)
+}
+
+// Notice gives a local provider the NOTICE for a reply the requester's
+// node could not deliver, and frees its delivery (its later replies are
+// dropped), as forwardReply does for a local requester. A final reply's
+// delivery is gone already: the provider has finished and is not told.
+func (cs *clusterState) Notice(nt *cluster.Notice) {
+	for _, r := range cs.requestersOf(nt.From) {
+		if cn, err := cs.srv.router.Cancel(r.rs, nt.W, 0); err == nil {
+			cn.Provider.Value().sendError(transport.ChannelID(cn.ProviderChannel), cn.DeliveryID, negotiate.FlagNotice,
+				negotiate.ErrorCode(nt.Code), nt.Message, "")
+			return
+		}
+	}
+}
+
+// requestersOf returns the requester proxies of node (one per org).
+func (cs *clusterState) requestersOf(node string) []*session {
+	cs.mu.Lock()
+	n := cs.nodes[node]
+	cs.mu.Unlock()
+	if n == nil {
+		return nil
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	reqs := make([]*session, 0, len(n.requesters))
+	for _, r := range n.requesters {
+		reqs = append(reqs, r)
+	}
+	return reqs
 }
 
 // cancelRemote carries a requester's CANCEL to the node of the provider
@@ -349,19 +411,7 @@ func (cs *clusterState) cancelRemote(proxy *session, deliveryID uint64) {
 // Cancel acts on a CANCEL from another node: the request it forwarded (w)
 // is freed here, and its provider gets CANCEL as from a local requester.
 func (cs *clusterState) Cancel(c *cluster.Cancel) {
-	cs.mu.Lock()
-	n := cs.nodes[c.From]
-	cs.mu.Unlock()
-	if n == nil {
-		return
-	}
-	n.mu.Lock()
-	reqs := make([]*session, 0, len(n.requesters))
-	for _, r := range n.requesters {
-		reqs = append(reqs, r)
-	}
-	n.mu.Unlock()
-	for _, r := range reqs { // one per org; w is unique across them
+	for _, r := range cs.requestersOf(c.From) { // one per org; w is unique across them
 		if cn, err := cs.srv.router.Cancel(r.rs, c.W, 0); err == nil {
 			cs.srv.cancelProvider(cn.Provider.Value(), cn.DeliveryID, cn.ProviderChannel)
 			return
@@ -390,7 +440,14 @@ func (s *Server) registerClusterMetrics() {
 	gauge("m2md_cluster_remote_agents", "Agents registered on other nodes, as this node knows them.", func() float64 { return float64(st.RemoteAgents.Load()) })
 	counter("m2md_cluster_sent_total", "Requests and replies published to other nodes.", func() float64 { return float64(st.Sent.Load()) })
 	counter("m2md_cluster_received_total", "Requests and replies received from other nodes.", func() float64 { return float64(st.Received.Load()) })
-	counter("m2md_cluster_dropped_total", "Cluster messages dropped on arrival: slow consumer, malformed, or from a node not (or no longer) a member.", func() float64 { return float64(st.Dropped.Load()) })
+	for reason, v := range map[string]*atomic.Uint64{
+		"inbox_full": &st.Shed, "slow_consumer": &st.SlowConsumer, "malformed": &st.Malformed, "unknown_node": &st.UnknownNode,
+	} {
+		s.metrics.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "m2md_cluster_dropped_total", ConstLabels: prometheus.Labels{"reason": reason},
+			Help: "Requests and replies from other nodes not delivered, by reason: inbox_full (answered with an error), slow_consumer (lost by the NATS client), malformed, unknown_node (from a node not, or no longer, a member).",
+		}, func() float64 { return float64(v.Load()) }))
+	}
 	counter("m2md_cluster_send_failed_total", "Publishes that failed because the NATS connection was down (the sender got an error).", func() float64 { return float64(st.SendFailed.Load()) })
 	counter("m2md_cluster_nodes_down_total", "Nodes declared dead (no heartbeat for the dead-after time) or that left.", func() float64 { return float64(st.NodesDown.Load()) })
 }

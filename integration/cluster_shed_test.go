@@ -1,0 +1,165 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/m2md/m2md/cluster"
+	"github.com/m2md/m2md/negotiate"
+)
+
+// TestClusterReplyRefusedNotice: a reply the requester's node cannot
+// deliver (here: larger than the requester's max_payload) ends the request
+// there with the error, and the provider on the other node gets the NOTICE
+// for its delivery, as it would next to the requester; its later chunks
+// are dropped.
+func TestClusterReplyRefusedNotice(t *testing.T) {
+	nodes := startCluster(t, 2, nil, nil)
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			prov := mustDialRaw(t, nodes[1], tr, negotiate.ClientConfig{AgentID: "rnprov-" + tr})
+			req := mustDialRaw(t, nodes[0], tr, negotiate.ClientConfig{AgentID: "rnreq-" + tr, MaxPayload: 1024})
+			waitAgentAt(t, nodes[0], "", prov.sess.AgentID, nodes[1])
+			_, id := req.request(prov.sess.AgentID, corpus(t, "req-stream-01.json"))
+			got := prov.recvData(5 * time.Second)
+			prov.reply(got.ch, got.hdr.RequestID, false, chunk("s", 0))
+			if r := req.recvData(5 * time.Second); r.hdr.RequestID != id || !bytes.Equal(r.body, chunk("s", 0)) {
+				t.Fatalf("first chunk: id %d body %.60q", r.hdr.RequestID, r.body)
+			}
+			prov.reply(got.ch, got.hdr.RequestID, false, incompressible(t, 4096))
+			req.expectError(5*time.Second, id, string(negotiate.CodeTooLarge), false)
+			prov.expectError(5*time.Second, got.hdr.RequestID, string(negotiate.CodeTooLarge), true)
+			prov.reply(got.ch, got.hdr.RequestID, true, chunk("s", 2))
+			req.expectSilence(100 * time.Millisecond)
+		})
+	}
+}
+
+// incompressible is a JSON document of about n bytes that Brotli cannot
+// shrink.
+func incompressible(t testing.TB, n int) []byte {
+	b := make([]byte, n*3/4)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Appendf(nil, `{"data":%q}`, base64.StdEncoding.EncodeToString(b))
+}
+
+// TestClusterShed: at-most-once with errors across nodes. With a cluster
+// inbox of one message, bursts of requests (shed at the provider's node)
+// and of stream chunks (shed at the requester's node) overflow it: every
+// request still ends exactly once, with its reply or with queue_full, a
+// stream's chunks arrive in order up to its error, the provider of a shed
+// chunk gets the NOTICE, and each node counts what it shed while NATS drops
+// nothing.
+func TestClusterShed(t *testing.T) {
+	nodes := startCluster(t, 2, func(c *cluster.Config) { c.Inbox = 1 }, nil)
+	prov := mustDialRaw(t, nodes[1], "ws", negotiate.ClientConfig{AgentID: "shprov"})
+	req := mustDialRaw(t, nodes[0], "ws", negotiate.ClientConfig{AgentID: "shreq"})
+	waitAgentAt(t, nodes[0], "", prov.sess.AgentID, nodes[1])
+	body := corpus(t, "req-chat-1k-01.json")
+
+	// Bursts of requests; the provider answers what it gets.
+	provDone := make(chan error, 1)
+	stop := make(chan struct{})
+	go func() {
+		for {
+			r, cm, err := prov.recv(100 * time.Millisecond)
+			switch {
+			case errors.Is(err, errControl) && cm.Type == negotiate.TypePing:
+				prov.sendControl(negotiate.AppendPong(nil, prov.sess.ID, time.Now()))
+			case errors.Is(err, context.DeadlineExceeded):
+			case err != nil:
+				provDone <- err
+				return
+			case !r.hdr.IsReply():
+				if err := prov.send(r.ch, negotiate.FlagReply|negotiate.FlagEnd, r.hdr.RequestID, "", prov.protect(r.ch, encode(t, body))); err != nil {
+					provDone <- err
+					return
+				}
+			}
+			select {
+			case <-stop:
+				provDone <- nil
+				return
+			default:
+			}
+		}
+	}()
+	const burst = 32
+	shed := 0
+	for round := 0; round < 20 && shed == 0; round++ {
+		want := map[uint64]bool{}
+		for range burst {
+			_, id := req.request(prov.sess.AgentID, body)
+			want[id] = true
+		}
+		for len(want) > 0 {
+			r := req.recvData(10 * time.Second)
+			if !want[r.hdr.RequestID] || !r.hdr.IsEnd() {
+				t.Fatalf("round %d: id %d end %v: not one final answer per request", round, r.hdr.RequestID, r.hdr.IsEnd())
+			}
+			delete(want, r.hdr.RequestID)
+			switch r.code {
+			case "":
+			case string(negotiate.CodeQueueFull):
+				shed++
+			default:
+				t.Fatalf("round %d: request %d: error %q", round, r.hdr.RequestID, r.code)
+			}
+		}
+	}
+	close(stop)
+	if err := <-provDone; err != nil {
+		t.Fatal(err)
+	}
+	if shed == 0 {
+		t.Fatal("20 bursts of 32 requests and nothing shed with an inbox of 1")
+	}
+
+	// Streams: chunks in order, then either END or queue_full (and the
+	// provider's NOTICE).
+	const chunks = 200
+	stopped := false
+	for round := 0; round < 10 && !stopped; round++ {
+		_, id := req.request(prov.sess.AgentID, corpus(t, "req-stream-01.json"))
+		dl := prov.recvData(5 * time.Second)
+		for k := range chunks {
+			prov.reply(dl.ch, dl.hdr.RequestID, k == chunks-1, chunk("x", k))
+		}
+		for k := 0; ; k++ {
+			r := req.recvData(5 * time.Second)
+			if r.hdr.RequestID != id {
+				t.Fatalf("round %d: reply to %d, want %d", round, r.hdr.RequestID, id)
+			}
+			if r.code == string(negotiate.CodeQueueFull) && r.hdr.IsEnd() {
+				stopped = true
+				prov.expectError(5*time.Second, dl.hdr.RequestID, string(negotiate.CodeQueueFull), true)
+				break
+			}
+			if !bytes.Equal(r.body, chunk("x", k)) || r.hdr.IsEnd() != (k == chunks-1) {
+				t.Fatalf("round %d: chunk %d: end %v code %q body %.60q", round, k, r.hdr.IsEnd(), r.code, r.body)
+			}
+			if r.hdr.IsEnd() {
+				break
+			}
+		}
+	}
+	if !stopped {
+		t.Fatal("10 streams of 200 chunks and no chunk shed with an inbox of 1")
+	}
+	for _, d := range nodes {
+		if n := metric(t, d, "m2md_cluster_dropped_total", "reason=slow_consumer"); n != 0 {
+			t.Errorf("node %s: NATS dropped %v messages unanswered", d.Cluster().Node, n)
+		}
+	}
+	if n := metric(t, nodes[0], "m2md_cluster_dropped_total", "reason=inbox_full") + metric(t, nodes[1], "m2md_cluster_dropped_total", "reason=inbox_full"); n < float64(shed+1) {
+		t.Errorf("nodes counted %v shed messages, want at least %d", n, shed+1)
+	}
+}
