@@ -622,6 +622,15 @@ func (s *setup) drive(ctx context.Context, cfg *LoadConfig, clk clock, ps []prep
 	for i := range dones {
 		dones[i] = make(chan string, 1)
 	}
+	chain := &closedChain{ctx: ctx, stop: winEnd, payload: payload}
+	for _, r := range s.requesters {
+		r.chain.Store(chain)
+	}
+	defer func() {
+		for _, r := range s.requesters {
+			r.chain.Store(nil)
+		}
+	}()
 	closedLoop(ctx, clk, cfg.Concurrency, winEnd, func(ctx context.Context, w int, t int64) bool {
 		return s.requesters[w%len(s.requesters)].roundTrip(ctx, t, payload(), dones[w])
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/m2md/m2md/security"
@@ -78,6 +79,17 @@ type requester struct {
 	sender  sync.WaitGroup
 	wg      sync.WaitGroup
 	stopped chan struct{}
+	// chain, set while a closed loop runs, lets the reader send a worker's
+	// next request itself (complete).
+	chain atomic.Pointer[closedChain]
+}
+
+// closedChain is what the reader needs to go on with a closed loop's
+// worker: the loop's context, its end on the clock and the payload picker.
+type closedChain struct {
+	ctx     context.Context
+	stop    int64
+	payload func() int
 }
 
 type job struct {
@@ -124,7 +136,7 @@ func (r *requester) start(openLoop bool) {
 				// Requests already due go out together: one Cork around
 				// what the queue holds now, never a wait for more.
 				r.conn.Cork()
-				r.send(j.intended, j.payload, nil)
+				r.send(j.intended, j.payload, nil, noChannel)
 			more:
 				for range batchMax - 1 {
 					select {
@@ -132,7 +144,7 @@ func (r *requester) start(openLoop bool) {
 						if !ok {
 							break more
 						}
-						r.send(j.intended, j.payload, nil)
+						r.send(j.intended, j.payload, nil, noChannel)
 					default:
 						break more
 					}
@@ -147,7 +159,7 @@ func (r *requester) start(openLoop bool) {
 // send ends with exactly one value on done, whatever happens. It reports
 // false when the connection is gone, so that the worker stops.
 func (r *requester) roundTrip(ctx context.Context, intended int64, payload int, done chan string) bool {
-	r.send(intended, payload, done)
+	r.send(intended, payload, done, noChannel)
 	select {
 	case reason := <-done:
 		return reason != reasonConnectionLost && reason != reasonSessionClosed
@@ -156,17 +168,30 @@ func (r *requester) roundTrip(ctx context.Context, intended int64, payload int, 
 	}
 }
 
-// send sends one request. It reports whether the request is in flight;
-// if not, its failure has been recorded.
-func (r *requester) send(intended int64, payload int, done chan string) bool {
+// noChannel tells send to acquire the request's channel itself.
+const noChannel = ^transport.ChannelID(0)
+
+// send sends one request, on pre if the caller has acquired its channel
+// (QUIC), else on one it acquires. It reports whether the request is in
+// flight; if not, its failure has been recorded.
+func (r *requester) send(intended int64, payload int, done chan<- string, pre transport.ChannelID) bool {
 	id, ok := r.acquire(intended, payload, done)
 	if !ok {
+		if pre != noChannel {
+			r.conn.ReleaseChannel(pre)
+		}
 		r.rec.failure(intended, "generator_in_flight_limit")
 		r.wake(callSlot{done: done}, "generator_in_flight_limit")
 		return false
 	}
 	var ch transport.ChannelID
-	if r.perReq {
+	if pre != noChannel {
+		ch = pre
+		r.mu.Lock()
+		s := &r.slots[int(id&slotMask)-1]
+		s.ch, s.hasCh = ch, true
+		r.mu.Unlock()
+	} else if r.perReq {
 		// The context only matters when every stream the daemon allows is
 		// taken; a per-request timeout would cost a timer per request.
 		c, err := r.conn.AcquireChannel(r.ctx)
@@ -216,7 +241,7 @@ func (r *requester) send(intended int64, payload int, done chan string) bool {
 	return true
 }
 
-func (r *requester) acquire(intended int64, payload int, done chan string) (uint64, bool) {
+func (r *requester) acquire(intended int64, payload int, done chan<- string) (uint64, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := len(r.free)
@@ -339,10 +364,40 @@ func (r *requester) complete(info replyInfo, in int) {
 	}
 	if reason == "" {
 		r.rec.success(c.intended, now, c.out, in)
+		if r.sendNext(c.done, now) {
+			return
+		}
 	} else {
 		r.rec.failure(c.intended, reason)
 	}
 	r.wake(c, reason)
+}
+
+// sendNext sends, from the reader, the next request of the closed loop's
+// worker waiting on done, as the worker would once woken, and reports
+// whether it did. The reader answers everything already received inside
+// one Cork (receiveBatches), so the next requests of all the workers
+// whose replies came together leave in one system call, and no worker
+// goroutine is woken per round trip. The request takes over done: the
+// worker wakes when a request of its chain fails or the loop is over.
+// Where the worker would wait (for the loop's end, or for a QUIC stream
+// when the daemon's limit is reached) the worker is woken instead, as the
+// reader must never wait.
+func (r *requester) sendNext(done chan<- string, now int64) bool {
+	ch := r.chain.Load()
+	if ch == nil || done == nil || now >= ch.stop || ch.ctx.Err() != nil {
+		return false
+	}
+	pre := noChannel
+	if r.perReq {
+		c, err := r.conn.AcquireChannel(polled)
+		if err != nil {
+			return false
+		}
+		pre = c
+	}
+	r.send(now, ch.payload(), done, pre)
+	return true
 }
 
 // sweep gives up on requests without a final reply after the timeout. Their
