@@ -1,0 +1,268 @@
+package delta
+
+import (
+	"encoding/binary"
+	"math/bits"
+	"slices"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/bufpool"
+)
+
+// Base is a base document: a request as its requester sent it and the
+// response it received, kept as the dictionary D = request ‖ response
+// (docs/protocol.md §4.3). A Base is immutable and safe for concurrent use.
+type Base struct {
+	d      []byte
+	reqLen int
+}
+
+// NewBase copies request and response into a new Base. response is the
+// JSON of the request's final reply (for a stream, its chunks' JSON
+// concatenated in order).
+func NewBase(request, response []byte) *Base {
+	d := make([]byte, 0, len(request)+len(response))
+	d = append(append(d, request...), response...)
+	return &Base{d: d, reqLen: len(request)}
+}
+
+// Request returns the base request's JSON. It aliases the Base: do not
+// modify it.
+func (b *Base) Request() []byte { return b.d[:b.reqLen:b.reqLen] }
+
+// Response returns the base response's JSON. It aliases the Base.
+func (b *Base) Response() []byte { return b.d[b.reqLen:len(b.d):len(b.d)] }
+
+// Size is the bytes the Base holds, len(D).
+func (b *Base) Size() int { return len(b.d) }
+
+// The zstd frame parameters of a delta (docs/protocol.md §4.3): one frame,
+// Single_Segment (so Frame_Content_Size is present and the decoder's
+// window is the content), no dictionary id (the dictionary is implied),
+// no content checksum (the frame's CRC-32 checks the document), and the
+// 4-byte magic number omitted on the wire.
+var magic = [4]byte{0x28, 0xb5, 0x2f, 0xfd}
+
+const (
+	fhdSingleSegment = 1 << 5
+	fhdReserved      = 1 << 3
+	fhdChecksum      = 1 << 2
+	fhdDictID        = 3
+)
+
+// Level is the zstd level deltas are encoded with (docs/benchmarks.md
+// compares them). A decoder does not need to know it.
+var level = zstd.SpeedFastest
+
+const (
+	// MaxSpan bounds len(D) + len(document) for encoding: the encoder's
+	// window must span both for every match to reach the base, and its
+	// history buffer is that large. Longer conversations travel in full.
+	MaxSpan = 16 << 20
+	// minWindowLog is the smallest encoder window pooled (64 KiB).
+	minWindowLog = 16
+	maxWindowLog = 24 // MaxSpan
+)
+
+// encoders pools zstd encoders by window size: one class per power of two
+// from 2^minWindowLog to 2^maxWindowLog.
+var encoders [maxWindowLog - minWindowLog + 1]sync.Pool
+
+func windowClass(span int) int {
+	log := bits.Len(uint(span - 1))
+	if log < minWindowLog {
+		log = minWindowLog
+	}
+	return log - minWindowLog
+}
+
+func getEncoder(class int) (*zstd.Encoder, error) {
+	if e, ok := encoders[class].Get().(*zstd.Encoder); ok {
+		return e, nil
+	}
+	return zstd.NewWriter(nil,
+		zstd.WithEncoderLevel(level),
+		zstd.WithEncoderConcurrency(1),
+		zstd.WithWindowSize(1<<(class+minWindowLog)),
+		zstd.WithLowerEncoderMem(true),
+		zstd.WithEncoderCRC(false),
+		zstd.WithSingleSegment(true),
+		zstd.WithZeroFrames(true),
+		zstd.WithEncoderDictRaw(0, nil),
+	)
+}
+
+// AppendEncode appends to dst the delta payload of doc against base: a
+// zstd frame without its magic number. doc must not be empty.
+// len(doc)+base.Size() must not exceed MaxSpan (ErrTooLarge).
+func AppendEncode(dst, doc []byte, base *Base) ([]byte, error) {
+	if len(doc) == 0 {
+		return dst, errorf(ErrCorrupt, "empty document")
+	}
+	span := len(doc) + len(base.d)
+	if span > MaxSpan {
+		return dst, errorf(ErrTooLarge, "base of %d bytes and document of %d exceed %d", len(base.d), len(doc), MaxSpan)
+	}
+	class := windowClass(span)
+	enc, err := getEncoder(class)
+	if err != nil {
+		return dst, errorf(ErrCorrupt, "zstd encoder: %v", err)
+	}
+	if err := enc.ResetWithOptions(nil, zstd.WithEncoderDictRaw(0, base.d)); err != nil {
+		return dst, errorf(ErrCorrupt, "zstd encoder: %v", err)
+	}
+	start := len(dst)
+	dst = enc.EncodeAll(doc, dst)
+	// The pooled encoder keeps its reference to the base until its next
+	// use or until the pool drops it at a garbage collection: resetting
+	// it to no dictionary would cost another pass over its tables.
+	encoders[class].Put(enc)
+	n := copy(dst[start:], dst[start+len(magic):])
+	return dst[:start+n], nil
+}
+
+var decoders = sync.Pool{New: func() any {
+	d, err := zstd.NewReader(nil,
+		zstd.WithDecoderConcurrency(1),
+		zstd.WithDecodeAllCapLimit(true),
+		zstd.WithDecoderMaxMemory(frame.DefaultMaxDecompressed),
+	)
+	if err != nil {
+		return err
+	}
+	return d
+}}
+
+// contentSize reads the frame header of a delta payload (magic omitted)
+// and returns Frame_Content_Size, refusing the parameters §4.3 excludes.
+func contentSize(p []byte) (uint64, error) {
+	if len(p) == 0 {
+		return 0, errorf(ErrCorrupt, "empty payload")
+	}
+	fhd := p[0]
+	switch {
+	case fhd&fhdSingleSegment == 0:
+		return 0, errorf(ErrCorrupt, "zstd frame is not single-segment")
+	case fhd&fhdReserved != 0:
+		return 0, errorf(ErrCorrupt, "zstd frame header reserved bit set")
+	case fhd&fhdDictID != 0:
+		return 0, errorf(ErrCorrupt, "zstd frame names a dictionary id")
+	}
+	var size uint64
+	switch n := fcsLen(fhd); {
+	case len(p) < 1+n:
+		return 0, errorf(ErrCorrupt, "zstd frame header truncated")
+	case n == 1:
+		size = uint64(p[1])
+	case n == 2:
+		size = uint64(binary.LittleEndian.Uint16(p[1:])) + 256
+	case n == 4:
+		size = uint64(binary.LittleEndian.Uint32(p[1:]))
+	default:
+		size = binary.LittleEndian.Uint64(p[1:])
+	}
+	return size, nil
+}
+
+// fcsLen is the Frame_Content_Size field's length for a single-segment
+// frame header descriptor.
+func fcsLen(fhd byte) int {
+	return [4]int{1, 2, 4, 8}[fhd>>6]
+}
+
+// frameLen walks the blocks of the zstd frame in p (magic omitted) and
+// returns its length, so that nothing can follow it.
+func frameLen(p []byte) (int, error) {
+	pos := 1 + fcsLen(p[0])
+	for {
+		if len(p)-pos < 3 {
+			return 0, errorf(ErrCorrupt, "zstd block header truncated")
+		}
+		h := uint32(p[pos]) | uint32(p[pos+1])<<8 | uint32(p[pos+2])<<16
+		pos += 3
+		size := int(h >> 3)
+		switch h >> 1 & 3 {
+		case 1: // RLE: one byte stands for size bytes
+			size = 1
+		case 3:
+			return 0, errorf(ErrCorrupt, "zstd reserved block type")
+		}
+		if size > len(p)-pos {
+			return 0, errorf(ErrCorrupt, "zstd block of %d bytes runs past the payload", size)
+		}
+		pos += size
+		if h&1 != 0 {
+			break
+		}
+	}
+	if p[0]&fhdChecksum != 0 {
+		pos += 4
+	}
+	return pos, nil
+}
+
+// AppendDecode appends to dst the document that payload, a delta against
+// base, stands for. The output is bounded by lim.MaxDecompressed before
+// anything is allocated (the frame states its content size). It does not
+// check the CRC-32 or that the document is JSON: AppendDecodeFrame does.
+// On error dst is returned unchanged.
+func AppendDecode(dst, payload []byte, base *Base, lim frame.Limits) ([]byte, error) {
+	if base == nil {
+		return dst, errorf(ErrNoBase, "no base to decode against")
+	}
+	lim = lim.Effective()
+	size, err := contentSize(payload)
+	if err != nil {
+		return dst, err
+	}
+	if size > uint64(lim.MaxDecompressed) {
+		return dst, errorf(frame.ErrLimit, "delta states a document of %d bytes, over the %d-byte limit", size, lim.MaxDecompressed)
+	}
+	if size == 0 {
+		return dst, errorf(ErrCorrupt, "delta of an empty document")
+	}
+	n, err := frameLen(payload)
+	if err != nil {
+		return dst, err
+	}
+	if n != len(payload) {
+		return dst, errorf(ErrCorrupt, "%d bytes after the zstd frame", len(payload)-n)
+	}
+
+	in := bufpool.Get(len(magic) + len(payload))
+	defer bufpool.Put(in)
+	*in = append(append((*in)[:0], magic[:]...), payload...)
+
+	v := decoders.Get()
+	dec, ok := v.(*zstd.Decoder)
+	if !ok {
+		return dst, errorf(ErrCorrupt, "zstd decoder: %v", v)
+	}
+	defer func() {
+		// Drop the reference to the base before pooling the decoder.
+		_ = dec.ResetWithOptions(nil, zstd.WithDecoderDictDelete())
+		decoders.Put(dec)
+	}()
+	// The output is bounded three times over: by its stated size (checked
+	// above; the decoder refuses to exceed it), by the capacity given
+	// (WithDecodeAllCapLimit), and by the memory limit, which the decoder
+	// compares with the stated size plus what dst already holds (and with
+	// its 1 KiB minimum window).
+	start := len(dst)
+	maxMem := uint64(start) + max(size, zstd.MinWindowSize)
+	if err := dec.ResetWithOptions(nil, zstd.WithDecoderDictRaw(0, base.d), zstd.WithDecoderMaxMemory(maxMem)); err != nil {
+		return dst, errorf(ErrCorrupt, "zstd decoder: %v", err)
+	}
+	out := slices.Grow(dst, int(size))
+	out, err = dec.DecodeAll(*in, out)
+	if err != nil {
+		return dst[:start], errorf(ErrCorrupt, "%v", err)
+	}
+	if uint64(len(out)-start) != size {
+		return dst[:start], errorf(ErrCorrupt, "decoded %d bytes, the frame says %d", len(out)-start, size)
+	}
+	return out, nil
+}
