@@ -89,6 +89,18 @@ func BenchmarkRouteRequest(b *testing.B) {
 			return Request{ID: id, Channel: id & 7, Peer: peers[id%benchProviders]}
 		})
 	})
+	// A conversation's turn preferring its provider (docs/protocol.md §4.3),
+	// and a delta requiring it.
+	b.Run("prefer", func(b *testing.B) {
+		benchRequests(b, func(id uint64) Request {
+			return Request{ID: id, Channel: id & 7, Model: model, HasRoutingHeader: true, Prefer: peers[id%benchProviders]}
+		})
+	})
+	b.Run("require", func(b *testing.B) {
+		benchRequests(b, func(id uint64) Request {
+			return Request{ID: id, Channel: id & 7, Model: model, HasRoutingHeader: true, Prefer: peers[id%benchProviders], Require: true}
+		})
+	})
 }
 
 func BenchmarkRouteReply(b *testing.B) {

@@ -47,6 +47,22 @@
 //   - A frame without a routing header (TokenNative, or an M2M frame of a
 //     schema other than 01 and 04) and no peer: ErrBadFrame.
 //
+// # Affinity
+//
+// A request of a known conversation (docs/protocol.md §4.3) names, in
+// Request.Prefer, the provider that received the conversation's base (the
+// daemon keeps that map, from frame headers). Routing by model then takes
+// the preferred provider, if it serves the model and is not the requester,
+// while outstanding(preferred) ≤ AffinityFactor (2) × outstanding(least
+// loaded) + 1 and below the cap; otherwise the least loaded as above
+// (Delivery.Affinity says which: AffinityKept or AffinitySpread). The
+// provider that already holds the conversation's prefix (in its KV cache,
+// and its copy of the base) is worth a short queue, not a long one. A delta
+// frame can only be read by the holder of its base, so it sets
+// Request.Require: the preferred provider or nothing, ErrBaseMissing when
+// it is gone or no longer serves the model (ErrProviderBusy at its cap).
+// Preferring costs one agent lookup and allocates nothing.
+//
 // On success the router has recorded the delivery under a fresh delivery id,
 // non-zero and unique among the provider's outstanding deliveries, which the
 // daemon writes as the request_id of the DATA it sends to the provider (with

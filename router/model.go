@@ -18,18 +18,27 @@ type modelRoute[S any] struct {
 // after the last chosen wins, however the others are loaded. Concurrent picks
 // may start from the same place and choose the same provider; that only
 // makes the loads differ for the next pick.
-func (m *modelRoute[S]) pick(self *Session[S], max int) (*Session[S], error) {
+//
+// prefer, when it is among the providers (and not self), wins over the least
+// loaded while its outstanding deliveries are at most AffinityFactor times
+// the least loaded's plus one, and below max (package doc, "Affinity").
+func (m *modelRoute[S]) pick(self *Session[S], max int, prefer *Session[S]) (*Session[S], error) {
 	n := len(m.providers)
 	j := int(m.last.Load()) + 1
 	best := -1
 	var bestLoad int64
+	preferLoad := int64(-1)
 	for range n {
 		if j >= n {
 			j = 0
 		}
 		if p := m.providers[j]; p != self {
-			if load := p.outstanding.Load(); best < 0 || load < bestLoad {
+			load := p.outstanding.Load()
+			if best < 0 || load < bestLoad {
 				best, bestLoad = j, load
+			}
+			if p == prefer {
+				preferLoad = load
 			}
 		}
 		j++
@@ -37,12 +46,22 @@ func (m *modelRoute[S]) pick(self *Session[S], max int) (*Session[S], error) {
 	switch {
 	case best < 0:
 		return nil, ErrNoRoute
+	case preferLoad >= 0 && preferLoad < int64(max) && preferLoad <= AffinityFactor*bestLoad+1:
+		// The round robin position stays: the preferred provider's
+		// conversation is not a turn taken from the others.
+		return prefer, nil
 	case bestLoad >= int64(max):
 		return nil, ErrProviderBusy
 	}
 	m.last.Store(int32(best))
 	return m.providers[best], nil
 }
+
+// AffinityFactor bounds how much busier than the least loaded provider the
+// provider holding a conversation may be and still take its next request:
+// it does while outstanding(preferred) ≤ AffinityFactor × outstanding(least
+// loaded) + 1. Beyond that, reusing its cache is not worth the queueing.
+const AffinityFactor = 2
 
 // remove drops s from the providers, keeping the others' order, and reports
 // whether none remain.

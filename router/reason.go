@@ -42,6 +42,10 @@ const (
 	// ErrSessionClosed: the calling session was removed (or replaced); the
 	// daemon discards its DATA without answering.
 	ErrSessionClosed
+	// ErrBaseMissing: a request that only its preferred provider may take
+	// (Request.Require: a delta frame) finds it gone or no longer serving
+	// the model.
+	ErrBaseMissing
 
 	numReasons = iota + 1 // index 0 is unused
 )
@@ -60,6 +64,7 @@ var reasonInfo = [numReasons]struct {
 	ErrProviderBusy:     {negotiate.CodeProviderBusy, "the provider has too many outstanding requests"},
 	ErrBadFrame:         {negotiate.CodeBadFrame, "request id 0, or a frame without routing header and no peer"},
 	ErrSessionClosed:    {negotiate.CodeSessionClosed, "the session is no longer registered"},
+	ErrBaseMissing:      {negotiate.CodeBaseMissing, "no connected provider of the model holds the base of this delta"},
 }
 
 // Reasons lists every Reason, in declaration order.

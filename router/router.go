@@ -57,13 +57,36 @@ type Request struct {
 	// 04 (EmbeddingRequest), the only frames that name a model; TokenNative
 	// and other schemas travel only when addressed.
 	HasRoutingHeader bool
+	// Prefer is the agent id of the provider that holds this request's
+	// conversation (the daemon's affinity map), empty if none; only read
+	// when routing by model. See "Affinity" in the package doc.
+	Prefer []byte
+	// Require: only Prefer may take the request (a delta frame, which only
+	// the holder of its base can read); ErrBaseMissing when Prefer is not
+	// registered in the requester's org or does not serve the model.
+	Require bool
 }
+
+// Affinity says how Prefer was used, for the daemon's metrics.
+type Affinity uint8
+
+const (
+	// AffinityNone: the request preferred no provider.
+	AffinityNone Affinity = iota
+	// AffinityKept: the request went to the provider it preferred.
+	AffinityKept
+	// AffinitySpread: the preferred provider was gone, did not serve the
+	// model, or was too loaded; the least loaded provider took the request.
+	AffinitySpread
+)
 
 // Delivery is where a request goes: the daemon sends it to Provider with
 // request_id = ID and peer = the requester's agent id.
 type Delivery[S any] struct {
 	Provider *Session[S]
 	ID       uint64
+	// Affinity is how the request's Prefer was used.
+	Affinity Affinity
 }
 
 // Reply is where a provider's reply goes: to Requester on Channel, with
@@ -280,15 +303,27 @@ func (r *Router[S]) routeRequest(requester *Session[S], req *Request) (Delivery[
 	r.mu.RLock()
 	var provider *Session[S]
 	var err error
+	aff := AffinityNone
 	ns := requester.ns // the requester's org: no route leaves it
 	if len(req.Peer) > 0 {
 		if provider = ns.agents[string(req.Peer)]; provider == nil {
 			err = ErrUnknownAgent
 		}
+	} else if req.Require {
+		provider, err = ns.required(requester, req, r.cfg.MaxDeliveries)
+		aff = AffinityKept
 	} else if route := ns.models[string(req.Model)]; route == nil {
 		err = ErrNoRoute
 	} else {
-		provider, err = route.pick(requester, r.cfg.MaxDeliveries)
+		var prefer *Session[S]
+		if len(req.Prefer) > 0 {
+			prefer = ns.agents[string(req.Prefer)]
+			aff = AffinitySpread
+		}
+		provider, err = route.pick(requester, r.cfg.MaxDeliveries, prefer)
+		if prefer != nil && provider == prefer {
+			aff = AffinityKept
+		}
 	}
 	var id uint64
 	if err == nil {
@@ -301,7 +336,20 @@ func (r *Router[S]) routeRequest(requester *Session[S], req *Request) (Delivery[
 		return Delivery[S]{}, err
 	}
 	requester.bind(req.ID, provider, id)
-	return Delivery[S]{Provider: provider, ID: id}, nil
+	return Delivery[S]{Provider: provider, ID: id, Affinity: aff}, nil
+}
+
+// required returns the provider a Require request must go to: the
+// registered session req.Prefer, serving req.Model, not the requester.
+func (ns *namespace[S]) required(requester *Session[S], req *Request, max int) (*Session[S], error) {
+	p := ns.agents[string(req.Prefer)]
+	if p == nil || p == requester || !req.HasRoutingHeader || !p.serves(req.Model) {
+		return nil, ErrBaseMissing
+	}
+	if p.outstanding.Load() >= int64(max) {
+		return nil, ErrProviderBusy
+	}
+	return p, nil
 }
 
 // SetProviderChannel records the channel the daemon sends delivery

@@ -566,6 +566,7 @@ func TestReasons(t *testing.T) {
 		ErrRequesterGone: "requester_gone", ErrUnknownRequest: "unknown_request",
 		ErrDuplicateRequest: "duplicate_request", ErrTooManyRequests: "too_many_requests",
 		ErrProviderBusy: "provider_busy", ErrBadFrame: "bad_frame", ErrSessionClosed: "session_closed",
+		ErrBaseMissing: "base_missing",
 	}
 	all := Reasons()
 	if len(all) != len(want) {

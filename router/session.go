@@ -82,6 +82,16 @@ func (s *Session[S]) AgentID() string { return s.agentID }
 // registration order). The slice is shared; do not modify it.
 func (s *Session[S]) Models() []string { return s.models }
 
+// serves reports whether s serves model.
+func (s *Session[S]) serves(model []byte) bool {
+	for _, m := range s.models {
+		if m == string(model) {
+			return true
+		}
+	}
+	return false
+}
+
 // Closed reports whether the session was removed.
 func (s *Session[S]) Closed() bool { return s.closed.Load() }
 
