@@ -7,7 +7,7 @@ import (
 
 func preferring(id uint64, model, prefer string, require bool) Request {
 	r := byModel(id, model)
-	r.Prefer, r.Require = []byte(prefer), require
+	r.Prefer, r.Require = prefer, require
 	return r
 }
 
@@ -119,7 +119,7 @@ func TestPreferAllocatesNothing(t *testing.T) {
 	r, ss := setup(t, Config{}, agentSpec{id: "req"},
 		agentSpec{id: "p1", models: []string{"m"}}, agentSpec{id: "p2", models: []string{"m"}})
 	id := uint64(0)
-	prefer, model := []byte("p2"), []byte("m")
+	prefer, model := "p2", []byte("m")
 	cycle := func() {
 		for _, require := range []bool{false, true} {
 			id++

@@ -91,14 +91,18 @@ func BenchmarkRouteRequest(b *testing.B) {
 	})
 	// A conversation's turn preferring its provider (docs/protocol.md §4.3),
 	// and a delta requiring it.
+	names := make([]string, len(peers))
+	for i, p := range peers {
+		names[i] = string(p)
+	}
 	b.Run("prefer", func(b *testing.B) {
 		benchRequests(b, func(id uint64) Request {
-			return Request{ID: id, Channel: id & 7, Model: model, HasRoutingHeader: true, Prefer: peers[id%benchProviders]}
+			return Request{ID: id, Channel: id & 7, Model: model, HasRoutingHeader: true, Prefer: names[id%benchProviders]}
 		})
 	})
 	b.Run("require", func(b *testing.B) {
 		benchRequests(b, func(id uint64) Request {
-			return Request{ID: id, Channel: id & 7, Model: model, HasRoutingHeader: true, Prefer: peers[id%benchProviders], Require: true}
+			return Request{ID: id, Channel: id & 7, Model: model, HasRoutingHeader: true, Prefer: names[id%benchProviders], Require: true}
 		})
 	})
 }

@@ -60,7 +60,7 @@ type Request struct {
 	// Prefer is the agent id of the provider that holds this request's
 	// conversation (the daemon's affinity map), empty if none; only read
 	// when routing by model. See "Affinity" in the package doc.
-	Prefer []byte
+	Prefer string
 	// Require: only Prefer may take the request (a delta frame, which only
 	// the holder of its base can read); ErrBaseMissing when Prefer is not
 	// registered in the requester's org or does not serve the model.
@@ -316,8 +316,8 @@ func (r *Router[S]) routeRequest(requester *Session[S], req *Request) (Delivery[
 		err = ErrNoRoute
 	} else {
 		var prefer *Session[S]
-		if len(req.Prefer) > 0 {
-			prefer = ns.agents[string(req.Prefer)]
+		if req.Prefer != "" {
+			prefer = ns.agents[req.Prefer]
 			aff = AffinitySpread
 		}
 		provider, err = route.pick(requester, r.cfg.MaxDeliveries, prefer)
@@ -342,7 +342,7 @@ func (r *Router[S]) routeRequest(requester *Session[S], req *Request) (Delivery[
 // required returns the provider a Require request must go to: the
 // registered session req.Prefer, serving req.Model, not the requester.
 func (ns *namespace[S]) required(requester *Session[S], req *Request, max int) (*Session[S], error) {
-	p := ns.agents[string(req.Prefer)]
+	p := ns.agents[req.Prefer]
 	if p == nil || p == requester || !req.HasRoutingHeader || !p.serves(req.Model) {
 		return nil, ErrBaseMissing
 	}
