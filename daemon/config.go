@@ -20,7 +20,7 @@ import (
 // to every client that lists them in HELLO (docs/protocol.md §3.6).
 func Features() []negotiate.Feature { return slices.Clone(features) }
 
-var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureTNSealed}
+var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureDelta, negotiate.FeatureTNSealed}
 
 // The daemon's own defaults. Every one is a Config field and an `m2md
 // serve` flag. The protocol's defaults and ranges (max_payload, the
@@ -121,6 +121,12 @@ type Config struct {
 	// MaxPayload is the largest DATA message the daemon accepts, 1 KiB to
 	// 16 MiB. Default negotiate.MaxPayloadLimit (16 MiB).
 	MaxPayload int
+	// AffinityEntries bounds the conversation affinity map (docs/protocol.md
+	// §4.3, docs/operations.md "Conversation affinity"): how many documents
+	// (org, requester, doc_id) the daemon remembers the provider of, least
+	// recently used first out. Default DefaultAffinityEntries (65,536, about
+	// 13 MiB when full).
+	AffinityEntries int
 	// MaxOutstanding bounds a session's requests in flight, as requester and
 	// as provider. It is also how many QUIC streams an agent may open.
 	MaxOutstanding int
@@ -258,6 +264,7 @@ func (c Config) withDefaults() (Config, error) {
 	}{
 		{"max-sessions", &c.MaxSessions, DefaultMaxSessions},
 		{"max-outstanding", &c.MaxOutstanding, DefaultMaxOutstanding},
+		{"affinity-entries", &c.AffinityEntries, DefaultAffinityEntries},
 		{"send-queue", &c.SendQueueLen, DefaultSendQueueLen},
 		{"receive-budget", &c.ReceiveBudget, 0}, // derived from MaxPayload in New
 	} {

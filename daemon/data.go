@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"time"
@@ -55,7 +56,25 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 		Model:            h.Model,
 		HasRoutingHeader: format == formatM2M && (h.Schema == frame.SchemaRequest || h.Schema == frame.SchemaEmbeddingRequest),
 	}
+	ext := h.Ext // zero unless an M2M frame with the block (only from delta sessions)
+	if ext.BaseID != 0 && len(dh.Peer) == 0 {
+		// The conversation's provider: required for a delta, which only
+		// the holder of its base can read; preferred for a full request.
+		req.Prefer, _ = srv.affinity.lookup(se.neg.Org, se.agent, ext.BaseID)
+		req.Require = ext.Delta
+	}
 	d, err := srv.router.RouteRequest(se.rs, req)
+	if ext.BaseID != 0 && len(dh.Peer) == 0 {
+		srv.countDeltaRoute(d.Affinity, err)
+	}
+	if err == nil && ext.DocID != 0 {
+		// Only a provider that can take this document's deltas is worth
+		// remembering. A proxy of another node's agent is remembered: that
+		// node answers base_missing if its agent cannot (cluster.go).
+		if prov := d.Provider.Value(); prov.delta || prov.remote != nil {
+			srv.affinity.record(se.neg.Org, se.agent, ext.DocID, d.Provider.AgentID())
+		}
+	}
 	if err != nil {
 		var reason router.Reason
 		if errors.As(err, &reason) && reason == router.ErrSessionClosed {
@@ -97,6 +116,9 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 		fail(negotiate.CodeBadFrame, "provider's session is protected without tn_sealed, so it cannot take a TokenNative frame")
 		return
 	}
+	// A request with the extension block goes to a provider without
+	// feature delta without it (docs/protocol.md §4.3); a delta cannot.
+	strip := format == formatM2M && hasExtension(fr) && !prov.delta
 	if n, limit := prov.outLen(fr, format), prov.neg.Params.MaxPayload; n > limit {
 		// Sent anyway, it would break the provider's connection (its read
 		// limit is max_payload + 512) or hand it more than it agreed to.
@@ -125,6 +147,23 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 		fail(negotiate.CodeBadFrame, "request cannot be addressed")
 		return
 	}
+	if strip {
+		// In the copy, which the writer protects afresh for the provider.
+		b := *m.buf
+		stripped, err := frame.StripExtension(b[m.frameOff:])
+		if err != nil {
+			m.free()
+			prov.conn.ReleaseChannel(pch)
+			if errors.Is(err, frame.ErrDelta) {
+				srv.metrics.deltaRoutes[2].Inc()
+				fail(negotiate.CodeBaseMissing, "provider "+prov.agent+" did not negotiate feature delta, so it cannot hold the base of this delta: resend the full document")
+			} else {
+				fail(negotiate.CodeBadFrame, "request's extension block cannot be removed for provider "+prov.agent)
+			}
+			return
+		}
+		*m.buf = b[:m.frameOff+len(stripped)]
+	}
 	if !prov.enqueue(m) {
 		m.free()
 		prov.conn.ReleaseChannel(pch)
@@ -132,6 +171,25 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 		return
 	}
 	srv.metrics.routingSeconds.Observe(time.Since(start).Seconds())
+}
+
+// hasExtension reports whether the M2M frame fr (in clear, header already
+// read) has HAS_EXTENSIONS set: one byte test, so that frames without the
+// block pay nothing more.
+func hasExtension(fr []byte) bool {
+	return frame.Flags(binary.LittleEndian.Uint32(fr[frame.OffFlags:])).HasExtensions()
+}
+
+// countDeltaRoute counts a routed request that named a base.
+func (srv *Server) countDeltaRoute(a router.Affinity, err error) {
+	switch {
+	case err == nil && a == router.AffinityKept:
+		srv.metrics.deltaRoutes[0].Inc()
+	case err == nil:
+		srv.metrics.deltaRoutes[1].Inc()
+	case errors.Is(err, router.ErrBaseMissing):
+		srv.metrics.deltaRoutes[2].Inc()
+	}
 }
 
 // endedCtx is a context that has already ended: AcquireChannel with it

@@ -77,6 +77,9 @@ func readData(in *dataIn, msg []byte, ch uint32, recv *negotiate.Sealer, params 
 		if err := frame.ReadHeader(fr, &in.h); err != nil {
 			return refusal{code: negotiate.CodeBadFrame, message: "frame header unreadable"}
 		}
+		if in.h.ExtLen > 0 && !params.Has(negotiate.FeatureDelta) {
+			return refusal{code: negotiate.CodeBadFrame, message: "frame carries the extension block of feature delta, which this session did not negotiate (docs/protocol.md §4.3)"}
+		}
 	case !recv.Protected():
 		if form == negotiate.FormSealedTN {
 			return refusal{code: negotiate.CodeBadFrame, message: "a sealed TokenNative envelope in a session of mode none: there TokenNative travels as it is"}

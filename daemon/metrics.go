@@ -45,7 +45,16 @@ var (
 		"error_dropped", dropErrorRateLimited, "control_full", "after_close", "too_many_channels", "protect_failed",
 	}
 	limitLabels   = []string{limitSessionsPerIP, limitNewSessionsPerIP, limitMessageRate, limitByteRate, limitHandshakes, limitHandshakesPerIP}
-	cancelResults = []string{"forwarded", "forwarded_remote", "remote_lost", "provider_without_cancel", "provider_queue_full", "not_outstanding"}
+	deltaRouteResults = []string{deltaAffinity, deltaSpread, deltaBaseMissing}
+	cancelResults     = []string{"forwarded", "forwarded_remote", "remote_lost", "provider_without_cancel", "provider_queue_full", "not_outstanding"}
+)
+
+// Results of m2md_delta_routes_total: a request naming a base went to the
+// base's provider, to another (spread), or got base_missing.
+const (
+	deltaAffinity    = "affinity"
+	deltaSpread      = "spread"
+	deltaBaseMissing = "base_missing"
 )
 
 // Refusal reasons of messages the transport would not deliver: above the
@@ -123,6 +132,8 @@ type metrics struct {
 	sessionsClosed    *prometheus.CounterVec
 	limited           *prometheus.CounterVec
 	cancels           *prometheus.CounterVec
+	// deltaRoutes is resolved per result: the hot path adds to a Counter.
+	deltaRoutes [3]prometheus.Counter // affinity, spread, base_missing
 }
 
 func newMetrics() *metrics {
@@ -200,6 +211,12 @@ func newMetrics() *metrics {
 	preset(m.sessionsClosed, closeReasons)
 	preset(m.limited, limitLabels)
 	preset(m.cancels, cancelResults)
+	deltaRoutes := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "m2md_delta_routes_total", Help: "Requests naming a base document (feature delta), by result: affinity (went to the provider that received the base), spread (that provider was gone, or too loaded for a full request: the least loaded took it), base_missing (a delta whose base's provider is gone: the requester resends the full document).",
+	}, []string{"result"})
+	for i, r := range deltaRouteResults {
+		m.deltaRoutes[i] = deltaRoutes.WithLabelValues(r)
+	}
 	m.registry.MustRegister(
 		build,
 		collectors.NewGoCollector(),
@@ -207,6 +224,7 @@ func newMetrics() *metrics {
 		m.sessions, m.sessionsTotal, m.handshakeFailures, m.handshakeSeconds,
 		m.framesIn, m.framesOut, m.writeBatches, m.bytesIn, m.bytesOut,
 		m.routingFailures, m.framesRefused, m.queueDrops, m.routingSeconds, m.sessionsClosed, m.limited, m.cancels,
+		deltaRoutes,
 	)
 	return m
 }

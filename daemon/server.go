@@ -29,6 +29,9 @@ type Server struct {
 	metrics *metrics
 	neg     *negotiate.Server
 	router  *router.Router[*session]
+	// affinity maps conversations' documents to the provider that received
+	// them (affinity.go).
+	affinity *affinityMap
 	// cluster is nil unless Config.Cluster enables one.
 	cluster *clusterState
 
@@ -103,6 +106,7 @@ func New(cfg Config) (*Server, error) {
 		metrics:  newMetrics(),
 		neg:      neg,
 		router:   router.New[*session](router.Config{MaxRequests: cfg.MaxOutstanding, MaxDeliveries: cfg.MaxOutstanding}),
+		affinity: newAffinityMap(cfg.AffinityEntries),
 		ready:    make(chan struct{}),
 		crash:    make(chan struct{}),
 		sessions: make(map[*session]struct{}),

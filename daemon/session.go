@@ -26,6 +26,9 @@ type session struct {
 	rs        *router.Session[*session]
 	log       zerolog.Logger
 	m         *sessionMetrics
+	// delta: the session negotiated feature delta (docs/protocol.md §4.3):
+	// it may send and receive request frames with the extension block.
+	delta bool
 	// remote is set on the router's proxies of other cluster nodes'
 	// agents and on the requesters standing for each node
 	// (daemon/cluster.go): they have no connection, and what is routed to
@@ -208,6 +211,7 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 		transport: conn.Transport(),
 		neg:       neg,
 		agent:     neg.AgentID,
+		delta:     p.Has(negotiate.FeatureDelta),
 		m:         s.metrics.forTransport(conn.Transport()),
 		machine:   negotiate.NewMachine(negotiate.RoleServer, time.Now()),
 		queue:     newSendQueue(s.cfg.SendQueueLen, max(s.cfg.MaxPayload*2, 4<<20)),

@@ -58,6 +58,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", daemon.DefaultMaxSessions, "concurrent sessions before HELLO gets SERVER_BUSY")
 	byteSizeVar(fs, &cfg.MaxPayload, "max-payload", negotiate.MaxPayloadLimit, negotiate.MaxPayloadLimit, "largest DATA message, e.g. 1MiB or 65536 (at most 16MiB)")
 	fs.IntVar(&cfg.MaxOutstanding, "max-outstanding", daemon.DefaultMaxOutstanding, "requests in flight per session")
+	fs.IntVar(&cfg.AffinityEntries, "affinity-entries", daemon.DefaultAffinityEntries, "conversation documents whose provider the daemon remembers (feature delta, docs/protocol.md §4.3)")
 	byteSizeVar(fs, &cfg.ReceiveBudget, "receive-budget", 0, 0, "bytes one connection's received messages may hold while read and routed (0: max payload + 512 + 1 MiB)")
 	fs.DurationVar(&cfg.MessageTimeout, "message-timeout", daemon.DefaultMessageTimeout, "a message must arrive whole within this of its first byte")
 	fs.DurationVar(&cfg.QUICIdleTimeout, "quic-idle-timeout", daemon.DefaultQUICIdleTimeout, "close a QUIC connection silent this long (keep-alives every fifth of it)")
