@@ -232,3 +232,43 @@ func TestDeltaWithoutFeature(t *testing.T) {
 		})
 	}
 }
+
+// In a cluster the requester's node keeps the affinity map: a provider on
+// another node receives the conversation's deltas, that node removes the
+// block for its agent without the feature (and refuses a delta for it with
+// base_missing), and a base whose provider left is base_missing at once.
+func TestClusterDeltaAffinity(t *testing.T) {
+	nodes := startCluster(t, 2, nil, nil)
+	body := corpus(t, "req-chat-1k-01.json")
+	resp := corpus(t, "resp-chat-06.json")
+	fakeDelta := []byte("a delta for the provider on the other node")
+	p := mustDialRaw(t, nodes[1], "quic", negotiate.ClientConfig{AgentID: "cdp", Security: frame.SecurityAEAD, Models: []string{"gpt-4o"}, Features: deltaFeat})
+	q := mustDialRaw(t, nodes[1], "ws", negotiate.ClientConfig{AgentID: "cdq", Security: frame.SecurityHMAC})
+	req := mustDialRaw(t, nodes[0], "ws", negotiate.ClientConfig{AgentID: "cdreq", Security: frame.SecurityHMAC, Features: deltaFeat})
+	waitAgentAt(t, nodes[0], "", "cdp", nodes[1])
+	waitAgentAt(t, nodes[0], "", "cdq", nodes[1])
+
+	id := req.requestExt("", body, frame.Extension{DocID: 1})
+	r := expectAt(t, p, frame.Extension{DocID: 1}, nil)
+	p.reply(r.ch, r.hdr.RequestID, true, resp)
+	expectReply(t, req, id)
+	id = req.requestDelta("", body, fakeDelta, 2, 1)
+	r = expectAt(t, p, frame.Extension{DocID: 2, BaseID: 1, Delta: true}, fakeDelta)
+	p.reply(r.ch, r.hdr.RequestID, true, resp)
+	expectReply(t, req, id)
+
+	// The agent without the feature, addressed across the cluster.
+	req.requestExt("cdq", body, frame.Extension{DocID: 3})
+	got := q.recvData(5 * time.Second)
+	var h frame.Header
+	if err := frame.ReadHeader(got.frame, &h); err != nil || h.ExtLen != 0 || !bytes.Equal(got.body, body) {
+		t.Fatalf("cdq got a block of %d bytes (%v)", h.ExtLen, err)
+	}
+	id = req.requestDelta("cdq", body, fakeDelta, 4, 3)
+	expectCode(t, req, id, "base_missing")
+
+	p.conn.Close()
+	waitAgentGone(t, nodes, "cdp")
+	id = req.requestDelta("", body, fakeDelta, 5, 2)
+	expectCode(t, req, id, "base_missing")
+}
