@@ -95,7 +95,7 @@ func ParseControl(msg []byte) (*ControlMessage, error) {
 	if len(msg) > MaxControlSize {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrControlTooLarge, len(msg), MaxControlSize)
 	}
-	root, err := parseJSON(msg[1:], jsonscan.Limits{MaxDepth: maxControlDepth, MaxArray: maxControlItems, MaxString: MaxControlSize})
+	root, err := parseJSON(msg[1:], jsonscan.Limits{MaxDepth: maxControlDepth, MaxArray: maxControlItems, MaxMembers: maxControlItems, MaxString: MaxControlSize})
 	if err != nil {
 		return nil, err
 	}

@@ -98,7 +98,7 @@ func (o jsonObj) span(name string) span {
 	members := o.v.doc.Children(o.v.Node)
 	for i := range members {
 		if o.v.doc.HasName(&members[i], name) {
-			return span{members[i].Start, members[i].End}
+			return span{int(members[i].Start), int(members[i].End)}
 		}
 	}
 	return span{}

@@ -30,15 +30,15 @@
 // Errors are *Error values wrapping one of ErrMalformed, ErrLimit,
 // ErrNotUTF8 and ErrNonASCII; they never quote the payload.
 //
-// T1 output must match serde_json byte for byte, so this package carries
-// its own small JSON parser and writer with serde's semantics: object keys
-// sorted by their UTF-8 bytes, the last duplicate key winning, integers kept
+// T1 output must match serde_json byte for byte. The JSON is read by
+// internal/jsonscan's Doc.Parse, which follows serde_json: integers kept
 // exactly when they fit u64/i64, other numbers parsed with serde's default
-// (not always correctly rounded) algorithm and written as serde_json 1.0.149
-// writes them (zmij: shortest digits, 1.0, 0.00001, 1e+16, 1e-6; older
-// serde_json releases used ryu and wrote 1e16), and strings escaped only
-// where serde escapes them. Peak memory for T1 is about 20 bytes per JSON value plus the
-// input and output, so a pathological 16 MiB array of one-digit numbers
-// costs on the order of 160 MiB; realistic messages cost a few times their
-// size.
+// (not always correctly rounded) algorithm. This package writes with serde's
+// semantics: object keys sorted by their UTF-8 bytes, the last duplicate key
+// winning, numbers written as serde_json 1.0.149 writes them (zmij: shortest
+// digits, 1.0, 0.00001, 1e+16, 1e-6; older serde_json releases used ryu and
+// wrote 1e16), and strings escaped only where serde escapes them. Peak
+// memory for T1 is 32 bytes per JSON value plus the input and output, so a
+// pathological 16 MiB of one-digit numbers in arrays costs on the order of
+// 256 MiB; realistic messages cost a few times their size.
 package legacy

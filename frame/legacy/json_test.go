@@ -5,8 +5,6 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"testing"
-
-	"github.com/m2md/m2md/frame"
 )
 
 // Expected strings from zmij's own test suite (tests/test.rs), the
@@ -65,30 +63,6 @@ func TestAppendFloatLayout(t *testing.T) {
 		back, err := strconv.ParseFloat(got, 64)
 		if err != nil || back != f {
 			t.Fatalf("appendFloat(%v) = %s does not round-trip", f, got)
-		}
-	}
-}
-
-// serde's best-effort float parsing is correctly rounded whenever the
-// significand and the power of ten are both exact; check the port there.
-func TestParseFloatMatchesStrconvWhenExact(t *testing.T) {
-	rng := rand.New(rand.NewPCG(3, 4))
-	var p parser
-	lim := frame.Limits{}.Effective()
-	for i := 0; i < 100_000; i++ {
-		sig := rng.Uint64N(1 << 53)
-		exp := rng.IntN(45) - 22
-		lit := strconv.FormatUint(sig, 10) + "e" + strconv.Itoa(exp)
-		if rng.IntN(2) == 0 {
-			lit = "-" + lit
-		}
-		n, err := p.parseDocument([]byte(lit), lim)
-		if err != nil {
-			t.Fatalf("%s: %v", lit, err)
-		}
-		want, _ := strconv.ParseFloat(lit, 64)
-		if n.kind != kindFloat || n.float() != want {
-			t.Fatalf("%s parsed to %v, want %v", lit, n.float(), want)
 		}
 	}
 }

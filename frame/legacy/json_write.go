@@ -1,6 +1,9 @@
 package legacy
 
-import "unicode/utf8"
+import (
+	"math"
+	"strconv"
+)
 
 // serde_json's string escaping: only '"', '\\' and U+0000–U+001F are
 // escaped, with the short forms \b \t \n \f \r and lower-case \u00xx for the
@@ -50,70 +53,68 @@ func appendQuoted(dst, s []byte) []byte {
 	return append(dst, '"')
 }
 
-// appendReescaped writes a validated, still-escaped JSON string body (the
-// bytes between the quotes of the input) the way serde_json would write the
-// decoded string, without materialising the decoded form.
-func appendReescaped(dst, raw []byte) []byte {
-	dst = append(dst, '"')
-	run := 0
-	for i := 0; i < len(raw); {
-		if raw[i] != '\\' {
-			i++
-			continue
+// appendFloat formats a finite f64 the way serde_json 1.0.149 writes it.
+// That version formats with zmij, whose output is ryu's layout with an
+// explicit sign on every exponent: the shortest digits that round-trip,
+// plain notation with a ".0" on integral values when the decimal exponent is
+// in [-5, 15] (1.0, 0.00001, 1000000000000000.0), otherwise d.ddde±x
+// (1e+16, 1.5e+300, 1e-6). serde_json up to 1.0.146 used ryu, which writes
+// no '+' (1e16); see zmij's tests/ryu_comparison.rs.
+func appendFloat(dst []byte, f float64) []byte {
+	if f == 0 {
+		if math.Signbit(f) {
+			return append(dst, "-0.0"...)
 		}
-		dst = append(dst, raw[run:i]...)
-		r, n := decodeEscape(raw, i)
-		if r < utf8.RuneSelf {
-			dst = appendEscapedByte(dst, byte(r))
-		} else {
-			dst = utf8.AppendRune(dst, r)
-		}
-		i += n
-		run = i
+		return append(dst, "0.0"...)
 	}
-	dst = append(dst, raw[run:]...)
-	return append(dst, '"')
-}
-
-// appendUnescaped appends the decoded form of a validated string body.
-func appendUnescaped(dst, raw []byte) []byte {
-	run := 0
-	for i := 0; i < len(raw); {
-		if raw[i] != '\\' {
-			i++
-			continue
-		}
-		dst = append(dst, raw[run:i]...)
-		r, n := decodeEscape(raw, i)
-		dst = utf8.AppendRune(dst, r)
-		i += n
-		run = i
+	var tmp [32]byte
+	// strconv's shortest form is Ryū's: "d.ddddde±XX".
+	s := strconv.AppendFloat(tmp[:0], f, 'e', -1, 64)
+	if s[0] == '-' {
+		dst = append(dst, '-')
+		s = s[1:]
 	}
-	return append(dst, raw[run:]...)
-}
-
-// decodeEscape decodes the escape at raw[i] (a backslash), which scanString
-// has already validated, and returns the rune and the escape's length.
-func decodeEscape(raw []byte, i int) (rune, int) {
-	switch raw[i+1] {
-	case 'b':
-		return '\b', 2
-	case 'f':
-		return '\f', 2
-	case 'n':
-		return '\n', 2
-	case 'r':
-		return '\r', 2
-	case 't':
-		return '\t', 2
-	case 'u':
-		r, _ := hex4(raw, i+2)
-		if r >= 0xD800 && r <= 0xDBFF {
-			r2, _ := hex4(raw, i+8)
-			return (r-0xD800)<<10 | (r2 - 0xDC00) + 0x10000, 12
+	var digits [17]byte
+	n := 0
+	i := 0
+	for ; s[i] != 'e'; i++ {
+		if s[i] != '.' {
+			digits[n] = s[i]
+			n++
 		}
-		return r, 6
-	default: // '"', '\\', '/'
-		return rune(raw[i+1]), 2
+	}
+	e, _ := strconv.Atoi(string(s[i+1:]))
+	d := digits[:n]
+	length := n
+	kk := e + 1      // 10^(kk-1) <= |f| < 10^kk
+	k := kk - length // |f| = digits × 10^k
+	switch {
+	case 0 <= k && kk <= 16: // 1234e7 -> 12340000000.0
+		dst = append(dst, d...)
+		for j := length; j < kk; j++ {
+			dst = append(dst, '0')
+		}
+		return append(dst, '.', '0')
+	case 0 < kk && kk <= 16: // 1234e-2 -> 12.34
+		dst = append(dst, d[:kk]...)
+		dst = append(dst, '.')
+		return append(dst, d[kk:]...)
+	case -5 < kk && kk <= 0: // 1234e-6 -> 0.001234
+		dst = append(dst, '0', '.')
+		for j := kk; j < 0; j++ {
+			dst = append(dst, '0')
+		}
+		return append(dst, d...)
+	default: // 1e30 -> 1e+30, 1234e30 -> 1.234e+33
+		dst = append(dst, d[0])
+		if length > 1 {
+			dst = append(dst, '.')
+			dst = append(dst, d[1:]...)
+		}
+		dst = append(dst, 'e')
+		if kk-1 >= 0 {
+			dst = append(dst, '+')
+		}
+		return strconv.AppendInt(dst, int64(kk-1), 10)
 	}
 }

@@ -3,6 +3,7 @@ package legacy
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"math"
 	"slices"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/jsonscan"
 )
 
 // PrefixT1 starts a T1 message: the prefix, then compact JSON.
@@ -52,7 +54,7 @@ func EncodeT1(dst, jsonText []byte, opts T1Options) ([]byte, error) {
 	st := getT1State()
 	defer putT1State(st)
 
-	root, err := st.p.parseDocument(jsonText, lim)
+	root, err := st.parse(jsonText, lim)
 	if err != nil {
 		return dst, err
 	}
@@ -98,7 +100,7 @@ func DecodeT1(dst, src []byte, limits frame.Limits) ([]byte, error) {
 		st.expanded = expandT1Patterns(slices.Grow(st.expanded[:0], n), body)
 		text = st.expanded
 	}
-	root, err := st.p.parseDocument(text, lim)
+	root, err := st.parse(text, lim)
 	if err != nil {
 		return dst, err
 	}
@@ -114,9 +116,10 @@ func DecodeT1(dst, src []byte, limits frame.Limits) ([]byte, error) {
 // t1State is the per-call working memory, pooled so that steady-state
 // encoding and decoding allocate nothing but the output.
 type t1State struct {
-	p        parser
+	doc      jsonscan.Doc
 	entries  []entry // members of the objects being written, as a stack
-	scratch  []byte  // decoded string values for table lookups
+	keys     []byte  // decoded keys that contained escapes
+	scratch  []byte  // decoded string values
 	expanded []byte  // pattern-expanded input
 	w        []byte  // output being written
 	outStart int
@@ -129,8 +132,7 @@ type t1State struct {
 type entry struct {
 	out  []byte
 	orig []byte
-	pos  int32 // member ordinal in the input object
-	idx  int32 // index into p.nodes, or -1-k for restored default k
+	idx  int32 // member ordinal in the input object, or -1-k for restored default k
 }
 
 var t1Pool = sync.Pool{New: func() any { return new(t1State) }}
@@ -142,14 +144,44 @@ const maxPooledBytes = 1 << 20
 
 func putT1State(st *t1State) {
 	st.w = nil
-	st.p.src = nil
-	if cap(st.p.nodes) > maxPooledBytes/20 || cap(st.p.stack) > maxPooledBytes/20 ||
-		cap(st.entries) > maxPooledBytes/64 || cap(st.p.arena) > maxPooledBytes ||
-		cap(st.scratch) > maxPooledBytes || cap(st.expanded) > maxPooledBytes {
+	if st.doc.Size() > maxPooledBytes || cap(st.entries) > maxPooledBytes/56 ||
+		cap(st.keys) > maxPooledBytes || cap(st.scratch) > maxPooledBytes || cap(st.expanded) > maxPooledBytes {
 		return
 	}
+	st.doc.Release()
 	st.entries = st.entries[:0]
 	t1Pool.Put(st)
+}
+
+// parse reads src with internal/jsonscan, whose numbers are serde_json's,
+// and maps its errors to this package's.
+func (st *t1State) parse(src []byte, lim frame.Limits) (jsonscan.Node, error) {
+	st.keys = st.keys[:0]
+	root, err := st.doc.Parse(src, jsonscan.Limits{MaxDepth: lim.MaxDepth, MaxString: lim.MaxString, MaxArray: lim.MaxArray})
+	if err == nil {
+		return root, nil
+	}
+	var e *jsonscan.Error
+	if !errors.As(err, &e) {
+		return root, newError(codecT1, ErrMalformed, -1, err.Error())
+	}
+	kind := ErrLimit
+	if errors.Is(err, jsonscan.ErrSyntax) {
+		kind = ErrMalformed
+	}
+	return root, newError(codecT1, kind, e.Offset, e.Reason)
+}
+
+// key returns the decoded name of an object's member.
+func (st *t1State) key(m jsonscan.Node) []byte {
+	name := st.doc.Name(m)
+	if !name.Escaped {
+		return name.Raw
+	}
+	// Earlier keys stay valid when keys grows: append never changes them.
+	start := len(st.keys)
+	st.keys = name.AppendDecoded(st.keys)
+	return st.keys[start:]
 }
 
 func (st *t1State) checkSize() error {
@@ -160,33 +192,35 @@ func (st *t1State) checkSize() error {
 }
 
 // stringValue returns the decoded bytes of a string node.
-func (st *t1State) stringValue(n node) []byte {
-	raw := st.p.src[n.a:n.b]
-	if !n.esc {
-		return raw
+func (st *t1State) stringValue(n jsonscan.Node) []byte {
+	s := st.doc.Str(n)
+	if !s.Escaped {
+		return s.Raw
 	}
-	st.scratch = appendUnescaped(st.scratch[:0], raw)
+	st.scratch = s.AppendDecoded(st.scratch[:0])
 	return st.scratch
 }
 
-func (st *t1State) writeScalar(n node) error {
-	switch n.kind {
-	case kindNull:
+func (st *t1State) writeScalar(n jsonscan.Node) error {
+	switch n.Kind {
+	case jsonscan.KindNull:
 		st.w = append(st.w, "null"...)
-	case kindFalse:
+	case jsonscan.KindFalse:
 		st.w = append(st.w, "false"...)
-	case kindTrue:
+	case jsonscan.KindTrue:
 		st.w = append(st.w, "true"...)
-	case kindInt:
-		st.w = append(st.w, st.p.src[n.a:n.b]...)
-	case kindFloat:
-		st.w = appendFloat(st.w, n.float())
-	case kindString:
-		if n.esc {
-			st.w = appendReescaped(st.w, st.p.src[n.a:n.b])
+	case jsonscan.KindNumber:
+		if f, integer := n.Number(); integer {
+			st.w = append(st.w, st.doc.Text(n)...) // serde's u64/i64: the literal is its canonical text
+		} else {
+			st.w = appendFloat(st.w, f)
+		}
+	case jsonscan.KindString:
+		if s := st.doc.Str(n); s.Escaped {
+			st.w = appendQuoted(st.w, st.stringValue(n))
 		} else {
 			st.w = append(st.w, '"')
-			st.w = append(st.w, st.p.src[n.a:n.b]...)
+			st.w = append(st.w, s.Raw...)
 			st.w = append(st.w, '"')
 		}
 	}
@@ -194,7 +228,7 @@ func (st *t1State) writeScalar(n node) error {
 }
 
 // mappedString writes a string node through a value table if ctx selects one.
-func (st *t1State) mappedString(n node, table map[string][]byte) (bool, error) {
+func (st *t1State) mappedString(n jsonscan.Node, table map[string][]byte) (bool, error) {
 	if table == nil {
 		return false, nil
 	}
@@ -210,25 +244,25 @@ func isKey(k []byte, a, b string) bool { return string(k) == a || string(k) == b
 
 // --- encoding (Rust TokenCodec::compress_value) ---
 
-func (st *t1State) compressValue(n node, ctx []byte) error {
-	switch n.kind {
-	case kindObject:
+func (st *t1State) compressValue(n jsonscan.Node, ctx []byte) error {
+	switch n.Kind {
+	case jsonscan.KindObject:
 		return st.compressObject(n)
-	case kindArray:
+	case jsonscan.KindArray:
 		// Elements inherit the array's key, so strings in an array under
 		// "role" or "model" are mapped too.
 		st.w = append(st.w, '[')
-		for i := uint32(0); i < n.b; i++ {
+		for i, e := range st.doc.Children(n) {
 			if i > 0 {
 				st.w = append(st.w, ',')
 			}
-			if err := st.compressValue(st.p.nodes[n.a+i], ctx); err != nil {
+			if err := st.compressValue(e, ctx); err != nil {
 				return err
 			}
 		}
 		st.w = append(st.w, ']')
 		return st.checkSize()
-	case kindString:
+	case jsonscan.KindString:
 		var table map[string][]byte
 		switch {
 		case isKey(ctx, "role", "r"):
@@ -243,15 +277,16 @@ func (st *t1State) compressValue(n node, ctx []byte) error {
 	return st.writeScalar(n)
 }
 
-func (st *t1State) compressObject(n node) error {
+func (st *t1State) compressObject(n jsonscan.Node) error {
 	base := len(st.entries)
-	for i := uint32(0); i < n.b; i++ {
-		orig := st.p.key(st.p.nodes[n.a+i])
+	members := st.doc.Children(n)
+	for i, m := range members {
+		orig := st.key(m)
 		out := orig
 		if abbr, ok := t1KeyAbbrev[string(orig)]; ok {
 			out = abbr
 		}
-		st.entries = append(st.entries, entry{out: out, orig: orig, pos: int32(i), idx: int32(n.a + i)})
+		st.entries = append(st.entries, entry{out: out, orig: orig, idx: int32(i)})
 	}
 	ents := st.entries[base:]
 	slices.SortFunc(ents, compareEntries)
@@ -270,7 +305,7 @@ func (st *t1State) compressObject(n node) error {
 			for k+1 < len(ents) && bytes.Equal(ents[k+1].out, ents[j].out) && bytes.Equal(ents[k+1].orig, ents[j].orig) {
 				k++
 			}
-			if !st.droppedOnEncode(ents[k]) {
+			if !st.droppedOnEncode(string(ents[k].orig), members[ents[k].idx]) {
 				winner = k
 			}
 			j = k + 1
@@ -283,7 +318,7 @@ func (st *t1State) compressObject(n node) error {
 			first = false
 			st.w = appendQuoted(st.w, e.out)
 			st.w = append(st.w, ':')
-			if err := st.compressValue(st.p.nodes[e.idx], e.orig); err != nil {
+			if err := st.compressValue(members[e.idx], e.orig); err != nil {
 				return err
 			}
 		}
@@ -294,51 +329,49 @@ func (st *t1State) compressObject(n node) error {
 	return st.checkSize()
 }
 
-// droppedOnEncode is Rust's remove_nulls plus is_default_value.
-func (st *t1State) droppedOnEncode(e entry) bool {
-	v := st.p.nodes[e.idx]
-	if v.kind == kindNull {
+// droppedOnEncode is Rust's remove_nulls plus is_default_value, for the
+// member v read under the key orig.
+func (st *t1State) droppedOnEncode(orig string, v jsonscan.Node) bool {
+	if v.Kind == jsonscan.KindNull {
 		return true
 	}
-	isNumber := v.kind == kindInt || v.kind == kindFloat
-	switch string(e.orig) {
+	f, integer := v.Number()
+	isNumber := v.Kind == jsonscan.KindNumber
+	switch orig {
 	case "temperature", "T", "top_p", "p":
-		if isNumber {
-			f := st.p.numberAsF64(v)
-			return math.Abs(f-1) < 0.001
-		}
+		return isNumber && math.Abs(f-1) < 0.001 // as_f64()
 	case "n":
-		return v.kind == kindInt && string(st.p.src[v.a:v.b]) == "1" // as_i64() == Some(1)
+		return isNumber && integer && string(st.doc.Text(v)) == "1" // as_i64() == Some(1)
 	case "stream", "s":
-		return v.kind == kindFalse
+		return v.Kind == jsonscan.KindFalse
 	case "frequency_penalty", "f", "presence_penalty", "P":
 		// as_i64() == Some(0) || as_f64() == Some(0.0); -0 parses as the float -0.0.
-		return (v.kind == kindInt && string(st.p.src[v.a:v.b]) == "0") || (v.kind == kindFloat && v.float() == 0)
+		return isNumber && f == 0
 	case "logit_bias", "lb":
-		return v.kind == kindObject && v.b == 0
+		return v.Kind == jsonscan.KindObject && len(st.doc.Children(v)) == 0
 	}
 	return false
 }
 
 // --- decoding (Rust TokenCodec::expand_value + restore_defaults) ---
 
-func (st *t1State) expandValue(n node, ctx []byte, restore bool) error {
-	switch n.kind {
-	case kindObject:
+func (st *t1State) expandValue(n jsonscan.Node, ctx []byte, restore bool) error {
+	switch n.Kind {
+	case jsonscan.KindObject:
 		return st.expandObject(n, restore)
-	case kindArray:
+	case jsonscan.KindArray:
 		st.w = append(st.w, '[')
-		for i := uint32(0); i < n.b; i++ {
+		for i, e := range st.doc.Children(n) {
 			if i > 0 {
 				st.w = append(st.w, ',')
 			}
-			if err := st.expandValue(st.p.nodes[n.a+i], ctx, restore); err != nil {
+			if err := st.expandValue(e, ctx, restore); err != nil {
 				return err
 			}
 		}
 		st.w = append(st.w, ']')
 		return st.checkSize()
-	case kindString:
+	case jsonscan.KindString:
 		var table map[string][]byte
 		switch {
 		case isKey(ctx, "role", "r"):
@@ -353,11 +386,12 @@ func (st *t1State) expandValue(n node, ctx []byte, restore bool) error {
 	return st.writeScalar(n)
 }
 
-func (st *t1State) expandObject(n node, restore bool) error {
+func (st *t1State) expandObject(n jsonscan.Node, restore bool) error {
 	base := len(st.entries)
 	isRequest := false
-	for i := uint32(0); i < n.b; i++ {
-		orig := st.p.key(st.p.nodes[n.a+i])
+	members := st.doc.Children(n)
+	for i, m := range members {
+		orig := st.key(m)
 		out := orig
 		if full, ok := t1KeyExpand[string(orig)]; ok {
 			out = full
@@ -365,7 +399,7 @@ func (st *t1State) expandObject(n node, restore bool) error {
 		if restore && (string(out) == "messages" || string(out) == "model") {
 			isRequest = true
 		}
-		st.entries = append(st.entries, entry{out: out, orig: orig, pos: int32(i), idx: int32(n.a + i)})
+		st.entries = append(st.entries, entry{out: out, orig: orig, idx: int32(i)})
 	}
 	if isRequest {
 		members := len(st.entries)
@@ -395,7 +429,7 @@ func (st *t1State) expandObject(n node, restore bool) error {
 		st.w = append(st.w, ':')
 		if e.idx < 0 {
 			st.w = append(st.w, t1Defaults[-1-e.idx].value...)
-		} else if err := st.expandValue(st.p.nodes[e.idx], e.out, childRestore); err != nil {
+		} else if err := st.expandValue(members[e.idx], e.out, childRestore); err != nil {
 			return err
 		}
 		i = j + 1
@@ -421,7 +455,7 @@ func compareEntries(a, b entry) int {
 	if c := bytes.Compare(a.orig, b.orig); c != 0 {
 		return c
 	}
-	return cmp.Compare(a.pos, b.pos)
+	return cmp.Compare(a.idx, b.idx)
 }
 
 // --- pattern table ---

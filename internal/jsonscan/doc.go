@@ -24,8 +24,11 @@
 //
 // Doc.Parse reads a whole document into a tree of Nodes, for callers that
 // need every value and their own rules about them (the negotiate package's
-// control messages, which refuse duplicate members it defines): same
-// validation and limits, and Limits.MaxArray bounds an object's members too.
+// control messages, which refuse duplicate members it defines, and the
+// legacy T1 codec, which rewrites every value): same validation and limits,
+// Limits.MaxMembers bounds an object's members, and each number carries
+// the value serde_json reads (Node.Number), so the T1 codec writes back
+// the floats a Rust encoder would write.
 //
 // Limits (nesting depth, bytes of one string as written, elements of one
 // array) are enforced during the scan, so hostile input fails at the first

@@ -13,6 +13,10 @@ type Limits struct {
 	MaxString int
 	// MaxArray bounds the elements of one array. Default 10,000.
 	MaxArray int
+	// MaxMembers bounds the members of one object, in Parse only. Zero or
+	// negative: no bound but the input's size (Validate and Scan never
+	// bound members).
+	MaxMembers int
 }
 
 // Defaults applied to zero fields of Limits.
@@ -36,6 +40,9 @@ func (l Limits) effective() Limits {
 	}
 	if l.MaxArray <= 0 {
 		l.MaxArray = DefaultMaxArray
+	}
+	if l.MaxMembers <= 0 {
+		l.MaxMembers = -1
 	}
 	return l
 }

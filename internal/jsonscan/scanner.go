@@ -2,11 +2,9 @@ package jsonscan
 
 import (
 	"encoding/binary"
-	"math"
 	"math/bits"
 	"strconv"
 	"unicode/utf8"
-	"unsafe"
 )
 
 // Kind is the type of a JSON value.
@@ -37,6 +35,8 @@ type scanner struct {
 	str    Str
 	u64    uint64
 	u64ok  bool
+	num    float64 // serde_json's as_f64 of the last number
+	numInt bool    // serde_json keeps the last number as an integer
 	arrLen int
 
 	sum  *Summary // nil when only validating or finding keys
@@ -163,7 +163,7 @@ func (s *scanner) object(depth int, c ctx) error {
 		return nil
 	}
 	for {
-		if c == ctxTree && len(s.tree.stack)-base == s.lim.MaxArray {
+		if c == ctxTree && len(s.tree.stack)-base == s.lim.MaxMembers {
 			return &Error{Err: ErrArrayTooLong, Offset: s.pos, Reason: "object has more than " + strconv.Itoa(s.lim.MaxArray) + " members"}
 		}
 		if s.pos >= len(s.data) || s.data[s.pos] != '"' {
@@ -384,81 +384,6 @@ func (s *scanner) escape(i int) (n, w int, err error) {
 		return 4, 12, nil
 	}
 	return utf8.RuneLen(r), 6, nil
-}
-
-// number scans the number at s.pos and records in s.u64/s.u64ok whether it
-// is a u64 in serde_json's sense.
-func (s *scanner) number() error {
-	data := s.data
-	start := s.pos
-	i := start
-	neg := false
-	if data[i] == '-' {
-		neg = true
-		i++
-	}
-	if i >= len(data) {
-		return syntaxErr(i, "unexpected end of input in number")
-	}
-	var v uint64
-	overflow := false
-	switch c := data[i]; {
-	case c == '0':
-		i++
-	case c >= '1' && c <= '9':
-		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
-			d := uint64(data[i] - '0')
-			if v > (math.MaxUint64-d)/10 {
-				overflow = true
-			}
-			v = v*10 + d
-			i++
-		}
-	default:
-		return syntaxErr(i, "invalid number")
-	}
-	intDigits := i - start
-	integer := true
-	if i < len(data) && data[i] == '.' {
-		integer = false
-		i++
-		d := i
-		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return syntaxErr(i, "expected a digit after '.'")
-		}
-	}
-	exp := false
-	if i < len(data) && (data[i] == 'e' || data[i] == 'E') {
-		integer, exp = false, true
-		i++
-		if i < len(data) && (data[i] == '+' || data[i] == '-') {
-			i++
-		}
-		d := i
-		for i < len(data) && data[i] >= '0' && data[i] <= '9' {
-			i++
-		}
-		if i == d {
-			return syntaxErr(i, "expected a digit in exponent")
-		}
-	}
-	s.pos = i
-	s.u64, s.u64ok = v, integer && !neg && !overflow
-	// serde_json refuses numbers that overflow a float64 ("number out of
-	// range"). Only an exponent or a very long mantissa can do that, so the
-	// exact check runs only then. strconv copies the string if it keeps it,
-	// so the unsafe view of the input is safe.
-	if exp || intDigits > 300 {
-		num := data[start:i]
-		f, err := strconv.ParseFloat(unsafe.String(&num[0], len(num)), 64)
-		if err != nil && math.IsInf(f, 0) {
-			return syntaxErr(start, "number out of range")
-		}
-	}
-	return nil
 }
 
 // simpleEscape marks the characters that form a two-byte escape.

@@ -1,21 +1,36 @@
 package jsonscan
 
-import "math"
+import (
+	"math"
+	"unsafe"
+)
 
 // Node is one value of a document read by Parse. Its strings are read
-// through the Doc: Doc.Name, Doc.Str, Doc.Text.
+// through the Doc: Doc.Name, Doc.Str, Doc.Text. It is 32 bytes, so a
+// document costs its input plus 32 bytes a value.
 type Node struct {
 	Kind Kind
+	// A member's name is escaped; a string value is escaped; a number is
+	// one serde_json keeps as an integer.
+	nameEsc, strEsc, numInt bool
 	// Start and End delimit the value as written in the input (a string's
 	// quotes included), e.g. to blank it in place.
-	Start, End int
+	Start, End int32
 
-	// A member's name, as written between its quotes, and its decoded
-	// length; a string value's decoded length (its span is Start+1..End-1).
-	nameEsc, strEsc    bool
-	nameStart, nameEnd int32
-	nameLen, strLen    int32
-	first, count       int32 // children: Doc.nodes[first : first+count]
+	// A member's name, as written between its quotes, and its decoded length.
+	nameStart, nameEnd, nameLen int32
+	// Children: Doc.nodes[a : a+b]. A string value: its decoded length in a.
+	// A number: its float64 bits.
+	a, b uint32
+}
+
+// Number returns a KindNumber node's value as serde_json's as_f64 gives it,
+// and whether serde_json keeps the number as an integer (a literal without
+// fraction or exponent that fits a u64, or an i64 when negative), in which
+// case Doc.Text is its canonical form. Out-of-range numbers were refused by
+// Parse, as serde_json refuses them.
+func (n Node) Number() (f float64, integer bool) {
+	return math.Float64frombits(uint64(n.a)<<32 | uint64(n.b)), n.numInt
 }
 
 // Doc is a document read by Parse: a tree of Nodes held in one slice, with
@@ -28,8 +43,8 @@ type Doc struct {
 }
 
 // Parse validates data within lim, as Validate does, and records every
-// value. lim.MaxArray also bounds the members of one object. Duplicate
-// member names are kept, in order: what they mean is the caller's rule.
+// value; lim.MaxMembers bounds the members of one object. Duplicate member
+// names are kept, in order: what they mean is the caller's rule.
 func (d *Doc) Parse(data []byte, lim Limits) (Node, error) {
 	if len(data) > math.MaxInt32 {
 		return Node{}, &Error{Err: ErrSyntax, Reason: "document larger than 2 GiB"}
@@ -49,7 +64,10 @@ func (d *Doc) Parse(data []byte, lim Limits) (Node, error) {
 // Children returns the elements of an array or the members of an object,
 // in document order.
 func (d *Doc) Children(n Node) []Node {
-	return d.nodes[n.first : n.first+n.count : n.first+n.count]
+	if n.Kind != KindArray && n.Kind != KindObject {
+		return nil
+	}
+	return d.nodes[n.a : n.a+n.b : n.a+n.b]
 }
 
 // Text returns the node as written: a number's literal.
@@ -62,7 +80,7 @@ func (d *Doc) Str(n Node) Str {
 	if n.Kind != KindString {
 		return Str{}
 	}
-	return Str{Raw: d.data[n.Start+1 : n.End-1 : n.End-1], Len: int(n.strLen), Escaped: n.strEsc, IsString: true}
+	return Str{Raw: d.data[n.Start+1 : n.End-1 : n.End-1], Len: int(n.a), Escaped: n.strEsc, IsString: true}
 }
 
 // Name returns the name of an object's member.
@@ -73,16 +91,19 @@ func (d *Doc) Name(n Node) Str {
 // push records the value the scanner has just finished; name, written at
 // nameAt, when it is an object's member.
 func (d *Doc) push(s *scanner, k Kind, start int, name Str, nameAt int) {
-	n := Node{Kind: k, Start: start, End: s.pos}
+	n := Node{Kind: k, Start: int32(start), End: int32(s.pos)}
 	if name.IsString {
 		n.nameStart, n.nameEnd = int32(nameAt), int32(nameAt+len(name.Raw))
 		n.nameLen, n.nameEsc = int32(name.Len), name.Escaped
 	}
 	switch k {
 	case KindString:
-		n.strLen, n.strEsc = int32(s.str.Len), s.str.Escaped
+		n.a, n.strEsc = uint32(s.str.Len), s.str.Escaped
+	case KindNumber:
+		bits := math.Float64bits(s.num)
+		n.a, n.b, n.numInt = uint32(bits>>32), uint32(bits), s.numInt
 	case KindArray, KindObject:
-		n.first, n.count = d.last.first, d.last.count
+		n.a, n.b = d.last.a, d.last.b
 	}
 	d.stack = append(d.stack, n)
 }
@@ -90,7 +111,7 @@ func (d *Doc) push(s *scanner, k Kind, start int, name Str, nameAt int) {
 // close moves the children of the container that has just ended, which
 // begin at stack[base], to nodes.
 func (d *Doc) close(base int) {
-	d.last = Node{first: int32(len(d.nodes)), count: int32(len(d.stack) - base)}
+	d.last = Node{a: uint32(len(d.nodes)), b: uint32(len(d.stack) - base)}
 	d.nodes = append(d.nodes, d.stack[base:]...)
 	d.stack = d.stack[:base]
 }
@@ -105,4 +126,16 @@ func (d *Doc) HasName(n *Node, name string) bool {
 		return string(d.data[n.nameStart:n.nameEnd]) == name
 	}
 	return d.Name(*n).Equal(name)
+}
+
+// Size reports the bytes of node storage d keeps for reuse, so a pool can
+// drop a Doc grown by one huge document.
+func (d *Doc) Size() int {
+	return (cap(d.nodes) + cap(d.stack)) * int(unsafe.Sizeof(Node{}))
+}
+
+// Release forgets the input (so a pooled Doc does not pin it) and keeps
+// the storage for the next Parse.
+func (d *Doc) Release() {
+	*d = Doc{nodes: d.nodes[:0], stack: d.stack[:0]}
 }

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"math"
+	"math/rand/v2"
 	"reflect"
+	"strconv"
 	"testing"
 )
 
@@ -68,8 +71,9 @@ func TestParseLimits(t *testing.T) {
 		lim  Limits
 		want error
 	}{
-		{`{"a":1,"b":2,"c":3}`, Limits{MaxArray: 2}, ErrArrayTooLong},
-		{`{"a":1,"b":2}`, Limits{MaxArray: 2}, nil},
+		{`{"a":1,"b":2,"c":3}`, Limits{MaxMembers: 2}, ErrArrayTooLong},
+		{`{"a":1,"b":2}`, Limits{MaxMembers: 2}, nil},
+		{`{"a":1,"b":2,"c":3}`, Limits{MaxArray: 2}, nil},
 		{`[1,2,3]`, Limits{MaxArray: 2}, ErrArrayTooLong},
 		{`[[[]]]`, Limits{MaxDepth: 2}, ErrDepth},
 		{`{"abcd":1}`, Limits{MaxString: 3}, ErrStringTooLong},
@@ -104,5 +108,90 @@ func checkTree(t *testing.T, data []byte) {
 	}
 	if got := treeValue(&d, root); !reflect.DeepEqual(got, want) {
 		t.Fatalf("%q: tree %#v, encoding/json %#v", data, got, want)
+	}
+	checkNumbers(t, &d, root)
+}
+
+// checkNumbers checks every number's Node.Number against strconv: integers
+// exactly, floats up to serde's rounding (its default parser is not always
+// correctly rounded above 2^53).
+func checkNumbers(t *testing.T, d *Doc, n Node) {
+	for _, c := range d.Children(n) {
+		checkNumbers(t, d, c)
+	}
+	if n.Kind != KindNumber {
+		return
+	}
+	lit := string(d.Text(n))
+	f, integer := n.Number()
+	if integer {
+		var exact float64
+		if u, err := strconv.ParseUint(lit, 10, 64); err == nil {
+			exact = float64(u)
+		} else if i, err := strconv.ParseInt(lit, 10, 64); err == nil && lit != "-0" {
+			exact = float64(i)
+		} else {
+			t.Fatalf("%s is an integer to Number but not to strconv", lit)
+		}
+		if f != exact {
+			t.Fatalf("%s: Number %v, want %v", lit, f, exact)
+		}
+		return
+	}
+	want, _ := strconv.ParseFloat(lit, 64)
+	if diff := math.Abs(f - want); diff > 1e-15*math.Abs(want) && diff >= 1e-300 {
+		t.Fatalf("%s: Number %v, strconv %v", lit, f, want)
+	}
+}
+
+// serde's best-effort float parsing is correctly rounded whenever the
+// significand and the power of ten are both exact; check the port there.
+func TestNumberMatchesStrconvWhenExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	var d Doc
+	for i := 0; i < 100_000; i++ {
+		sig := rng.Uint64N(1 << 53)
+		exp := rng.IntN(45) - 22
+		lit := strconv.FormatUint(sig, 10) + "e" + strconv.Itoa(exp)
+		if rng.IntN(2) == 0 {
+			lit = "-" + lit
+		}
+		n, err := d.Parse([]byte(lit), Limits{})
+		if err != nil {
+			t.Fatalf("%s: %v", lit, err)
+		}
+		want, _ := strconv.ParseFloat(lit, 64)
+		if f, integer := n.Number(); integer || f != want {
+			t.Fatalf("%s parsed to %v (integer %v), want %v", lit, f, integer, want)
+		}
+	}
+}
+
+func TestNumberIntegers(t *testing.T) {
+	for _, tc := range []struct {
+		lit     string
+		f       float64
+		integer bool
+	}{
+		{"0", 0, true},
+		{"-0", math.Copysign(0, -1), false},
+		{"18446744073709551615", 18446744073709551615, true},
+		{"18446744073709551616", 18446744073709551616, false},
+		{"-9223372036854775808", -9223372036854775808, true},
+		{"-9223372036854775809", -9223372036854775809, false},
+		{"1.0", 1, false},
+		{"1e2", 100, false},
+		{"1e-99999999999", 0, false},
+		{"9007199254740991.0", 9007199254740990, false}, // serde_json issues #692, #1170
+	} {
+		var d Doc
+		n, err := d.Parse([]byte(tc.lit), Limits{})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.lit, err)
+		}
+		f, integer := n.Number()
+		if f != tc.f || math.Signbit(f) != math.Signbit(tc.f) || integer != tc.integer {
+			t.Errorf("%s: Number() = %v, %v; want %v, %v", tc.lit, f, integer, tc.f, tc.integer)
+		}
 	}
 }
