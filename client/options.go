@@ -198,7 +198,7 @@ func newConfig(rawURL string, o Options) (*config, error) {
 		}
 		c.AgentID = "agent-" + hex.EncodeToString(b[:])
 	}
-	if !negotiate.ValidAgentID(c.AgentID) {
+	if security.ValidateID(c.AgentID) != nil {
 		return nil, fmt.Errorf("client: agent id %q: want 1-128 characters of [A-Za-z0-9_-]", c.AgentID)
 	}
 	if c.MaxConcurrentHandlers <= 0 {

@@ -309,7 +309,7 @@ func decodeCapabilities(o jsonObj, signed *span) (*Capabilities, error) {
 	if c.AgentID, _, err = o.str("agent_id", true); err != nil {
 		return nil, err
 	}
-	if !ValidAgentID(c.AgentID) {
+	if security.ValidateID(c.AgentID) != nil {
 		return nil, o.errorf("agent_id", "%q is not 1-128 characters of [A-Za-z0-9_-]", truncateForError(c.AgentID))
 	}
 	if c.AgentType, _, err = o.str("agent_type", true); err != nil {
@@ -428,7 +428,7 @@ func decodeSecurity(o jsonObj, s *SecurityCaps, signed *span) error {
 	if err != nil {
 		return err
 	}
-	if ok && !ValidAgentID(org) {
+	if ok && security.ValidateID(org) != nil {
 		return o.errorf("org", "%q is not 1-128 characters of [A-Za-z0-9_-]", truncateForError(org))
 	}
 	s.Org = org

@@ -109,7 +109,7 @@ func (c ServerConfig) effective() (ServerConfig, error) {
 	if c.AgentID == "" {
 		c.AgentID = DaemonAgentType
 	}
-	if !ValidAgentID(c.AgentID) {
+	if security.ValidateID(c.AgentID) != nil {
 		return c, fmt.Errorf("%w: AgentID %q is not 1-128 characters of [A-Za-z0-9_-]", ErrConfig, c.AgentID)
 	}
 	if len(c.Algorithms) == 0 {
@@ -138,7 +138,7 @@ func (c ServerConfig) effective() (ServerConfig, error) {
 		return c, fmt.Errorf("%w: MinSecurity %d", ErrConfig, c.MinSecurity)
 	}
 	for org, secret := range c.OrgSecrets {
-		if !ValidAgentID(org) {
+		if security.ValidateID(org) != nil {
 			return c, fmt.Errorf("%w: org %q is not 1-128 characters of [A-Za-z0-9_-]", ErrConfig, org)
 		}
 		if len(secret) < 16 {
@@ -234,7 +234,7 @@ type ClientConfig struct {
 }
 
 func (c ClientConfig) effective() (ClientConfig, error) {
-	if !ValidAgentID(c.AgentID) {
+	if security.ValidateID(c.AgentID) != nil {
 		return c, fmt.Errorf("%w: AgentID %q is not 1-128 characters of [A-Za-z0-9_-]", ErrConfig, c.AgentID)
 	}
 	if c.AgentType == "" {
@@ -275,7 +275,7 @@ func (c ClientConfig) effective() (ClientConfig, error) {
 		return c, fmt.Errorf("%w: Org and AgentKey go together", ErrConfig)
 	}
 	if c.Org != "" {
-		if !ValidAgentID(c.Org) {
+		if security.ValidateID(c.Org) != nil {
 			return c, fmt.Errorf("%w: Org %q is not 1-128 characters of [A-Za-z0-9_-]", ErrConfig, c.Org)
 		}
 		if len(c.AgentKey) != 32 {

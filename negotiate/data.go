@@ -3,6 +3,8 @@ package negotiate
 import (
 	"errors"
 	"fmt"
+
+	"github.com/m2md/m2md/security"
 )
 
 // DataFlags are the DATA header's flag bits (docs/protocol.md §4).
@@ -29,7 +31,7 @@ func (f DataFlags) valid() bool {
 // DATA header limits.
 const (
 	// MaxPeerLen is the longest peer agent id in a DATA header.
-	MaxPeerLen = MaxAgentIDLen
+	MaxPeerLen = security.MaxIDLen
 	// MaxDataHeaderLen is the longest DATA header: kind, flags, a 10-byte
 	// request id, the peer length and a 128-byte peer.
 	MaxDataHeaderLen = 1 + 1 + maxUvarintLen + 1 + MaxPeerLen
@@ -69,7 +71,7 @@ func AppendDataHeader(dst []byte, flags DataFlags, requestID uint64, peer string
 		return dst, fmt.Errorf("%w: peer of %d bytes exceeds %d", ErrBadDataHeader, len(peer), MaxPeerLen)
 	}
 	for i := 0; i < len(peer); i++ {
-		if !idChars[peer[i]] {
+		if !security.IDByte(peer[i]) {
 			return dst, fmt.Errorf("%w: peer byte %#02x outside [A-Za-z0-9_-]", ErrBadDataHeader, peer[i])
 		}
 	}
@@ -129,7 +131,7 @@ func ParseData(msg []byte) (DataHeader, []byte, error) {
 	}
 	peer := msg[pos : pos+peerLen : pos+peerLen]
 	for _, c := range peer {
-		if !idChars[c] {
+		if !security.IDByte(c) {
 			return h, nil, fmt.Errorf("%w: peer byte %#02x outside [A-Za-z0-9_-]", ErrBadDataHeader, c)
 		}
 	}

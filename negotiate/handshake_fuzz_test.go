@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/security"
 )
 
 // FuzzHello feeds arbitrary first messages to a daemon with and without
@@ -47,7 +48,7 @@ func FuzzHello(f *testing.F) {
 				}
 				continue
 			}
-			if r.Type != TypeAccept || r.SessionID != sess.ID || !ValidAgentID(sess.AgentID) ||
+			if r.Type != TypeAccept || r.SessionID != sess.ID || security.ValidateID(sess.AgentID) != nil ||
 				sess.Params.MaxPayload < MinPayloadLimit || sess.Params.MaxPayload > MaxPayloadLimit ||
 				len(sess.Params.Algorithms) == 0 || (s == auth && !sess.Params.Authenticated) {
 				t.Fatalf("accepted with %v, reply %+v", sess, r)

@@ -5,37 +5,6 @@ import (
 	"io"
 )
 
-// MaxAgentIDLen is the longest agent id (and org id).
-const MaxAgentIDLen = 128
-
-// idChars marks the bytes allowed in agent ids, org ids and the DATA peer:
-// [A-Za-z0-9_-]. A table keeps the DATA parser branch-free per byte.
-var idChars = func() (t [256]bool) {
-	for c := '0'; c <= '9'; c++ {
-		t[c] = true
-	}
-	for c := 'a'; c <= 'z'; c++ {
-		t[c] = true
-		t[c-'a'+'A'] = true
-	}
-	t['_'], t['-'] = true, true
-	return t
-}()
-
-// ValidAgentID reports whether s is 1-128 characters of [A-Za-z0-9_-], the
-// rule for agent ids and org ids (wire reference §4.4).
-func ValidAgentID(s string) bool {
-	if len(s) == 0 || len(s) > MaxAgentIDLen {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if !idChars[s[i]] {
-			return false
-		}
-	}
-	return true
-}
-
 // Session ids: "sess_" and 20 characters of [A-Za-z0-9] (about 119 bits).
 const (
 	sessionIDPrefix  = "sess_"

@@ -2,23 +2,8 @@ package negotiate
 
 import (
 	"bytes"
-	"strings"
 	"testing"
 )
-
-// wire reference §11 "IDs".
-func TestValidAgentID(t *testing.T) {
-	for _, id := range []string{"agent-001", "my_agent_123", "acme-corp", "a", strings.Repeat("a", 128), "A-Z_09"} {
-		if !ValidAgentID(id) {
-			t.Errorf("%q refused", id)
-		}
-	}
-	for _, id := range []string{"", "agent 001", "agent@001", "agent/001", strings.Repeat("a", 129), "agent.1", "ägent", "a\x00"} {
-		if ValidAgentID(id) {
-			t.Errorf("%q accepted", id)
-		}
-	}
-}
 
 func TestSessionID(t *testing.T) {
 	seen := map[string]bool{}

@@ -51,7 +51,7 @@ func TestAgentKeyVector(t *testing.T) {
 }
 
 func TestValidateID(t *testing.T) {
-	for _, id := range []string{"agent-001", "my_agent_123", "acme-corp", "a", strings.Repeat("a", 128), "sess_AbC123"} {
+	for _, id := range []string{"agent-001", "my_agent_123", "acme-corp", "a", strings.Repeat("a", 128), "sess_AbC123", "A-Z_09"} {
 		if err := ValidateID(id); err != nil {
 			t.Errorf("%q refused: %v", id, err)
 		}
@@ -66,6 +66,7 @@ func TestValidateID(t *testing.T) {
 		{"agent/001", ErrIDInvalidChar},
 		{"a:b", ErrIDInvalidChar},
 		{"a|b", ErrIDInvalidChar},
+		{"agent.1", ErrIDInvalidChar},
 		{"agent\x00", ErrIDInvalidChar},
 		{"agént", ErrIDInvalidChar},
 		{strings.Repeat("a", 129), ErrIDTooLong},

@@ -20,16 +20,29 @@ func ValidateID(id string) error {
 		return fmt.Errorf("%w: %w: %d bytes, at most %d", ErrInvalidID, ErrIDTooLong, len(id), MaxIDLen)
 	}
 	for i := 0; i < len(id); i++ {
-		if !idByte(id[i]) {
+		if !IDByte(id[i]) {
 			return fmt.Errorf("%w: %w: byte %#02x at offset %d", ErrInvalidID, ErrIDInvalidChar, id[i], i)
 		}
 	}
 	return nil
 }
 
-func idByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-'
-}
+// IDByte reports whether c may appear in an id: [A-Za-z0-9_-]. The DATA
+// header's peer uses the same alphabet (docs/protocol.md §4).
+func IDByte(c byte) bool { return idBytes[c] }
+
+// idBytes is a table so that parsing a DATA header's peer costs one load a byte.
+var idBytes = func() (t [256]bool) {
+	for c := '0'; c <= '9'; c++ {
+		t[c] = true
+	}
+	for c := 'a'; c <= 'z'; c++ {
+		t[c] = true
+		t[c-'a'+'A'] = true
+	}
+	t['_'], t['-'] = true, true
+	return t
+}()
 
 // validateIDs validates several ids, naming the first bad one's role.
 func validateIDs(pairs ...string) error {

@@ -7,7 +7,7 @@ import (
 	"io"
 	"strings"
 
-	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
 )
 
 // Identity is who an API key acts as on the mesh: an agent id, and the org
@@ -71,7 +71,7 @@ func ParseKeys(r io.Reader, name string) (*Keys, error) {
 		if len(f) == 3 {
 			id.Org = f[2]
 		}
-		if !negotiate.ValidAgentID(id.AgentID) || (id.Org != "" && !negotiate.ValidAgentID(id.Org)) {
+		if security.ValidateID(id.AgentID) != nil || (id.Org != "" && security.ValidateID(id.Org) != nil) {
 			return nil, fmt.Errorf("%s:%d: agent id and org are 1-128 characters of [A-Za-z0-9_-]", name, line)
 		}
 		h := sha256.Sum256([]byte(f[0]))
