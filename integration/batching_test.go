@@ -180,7 +180,7 @@ func TestStalledBatchClosed(t *testing.T) {
 		c.MessagesPerMinute, c.BytesPerSecond = -1, -1
 	})
 	fr := paddedFrame(t, 16<<10)
-	prov := dialRawConfig(t, d, "ws", negotiate.ClientConfig{AgentID: "stalled", Models: []string{"gpt-4o"}},
+	prov := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "stalled", Models: []string{"gpt-4o"}},
 		transport.Config{ReceiveQueue: 2, ReceiveBudget: 64 << 10})
 	defer prov.conn.Close() // never reads
 	req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "stall-req"})

@@ -156,7 +156,7 @@ func TestRepliesJustBeforeClose(t *testing.T) {
 // mistaken for the provider having gone.
 func TestProviderOutOfChannels(t *testing.T) {
 	d := startDaemon(t, nil)
-	prov := dialRawConfig(t, d, "quic", negotiate.ClientConfig{AgentID: "narrow", Models: []string{"gpt-4o"}}, transport.Config{MaxIncomingChannels: 2})
+	prov := mustDialRaw(t, d, "quic", negotiate.ClientConfig{AgentID: "narrow", Models: []string{"gpt-4o"}}, transport.Config{MaxIncomingChannels: 2})
 	req := mustDialRaw(t, d, "quic", negotiate.ClientConfig{AgentID: "narrow-req"})
 	var held []*received
 	for range 2 {

@@ -63,10 +63,17 @@ type rawAgent struct {
 	nextReq uint64
 }
 
-// dialRaw connects and completes the handshake with cc.
-func dialRaw(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig) (*rawAgent, error) {
+// dialRaw connects and completes the handshake with cc. tc, if given, is
+// the agent's own transport configuration (e.g. a small
+// MaxIncomingChannels: how many deliveries a QUIC provider can have in
+// flight).
+func dialRaw(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig, tc ...transport.Config) (*rawAgent, error) {
 	t.Helper()
-	conn, err := dialTransport(t, d, tr, transport.Config{})
+	var cfg transport.Config
+	if len(tc) > 0 {
+		cfg = tc[0]
+	}
+	conn, err := dialTransport(t, d, tr, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -106,9 +113,9 @@ func dialRaw(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig) 
 	return a, nil
 }
 
-func mustDialRaw(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig) *rawAgent {
+func mustDialRaw(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig, tc ...transport.Config) *rawAgent {
 	t.Helper()
-	a, err := dialRaw(t, d, tr, cc)
+	a, err := dialRaw(t, d, tr, cc, tc...)
 	if err != nil {
 		t.Fatalf("dial %s: %v", tr, err)
 	}

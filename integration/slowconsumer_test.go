@@ -58,7 +58,7 @@ func TestSlowConsumerMemoryBounded(t *testing.T) {
 			// its receive queue, so the streams it allows bound what it
 			// absorbs; 100 is plenty for an agent and keeps that bounded. A
 			// small receive queue makes the stall bite sooner.
-			prov := dialRawConfig(t, d, tr, negotiate.ClientConfig{AgentID: "sink", Models: []string{"gpt-4o"}},
+			prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "sink", Models: []string{"gpt-4o"}},
 				transport.Config{MaxIncomingChannels: 100, ReceiveQueue: 2, ReceiveBudget: 64 << 10})
 			defer prov.conn.Close() // never reads
 			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "flood"})
@@ -254,7 +254,7 @@ func TestStalledWriterClosed(t *testing.T) {
 			fr := paddedFrame(t, 1<<20-1024)
 			// A small receive queue, so that little is absorbed before the
 			// transport stops reading and the daemon's writer blocks.
-			prov := dialRawConfig(t, d, tr, negotiate.ClientConfig{AgentID: "stalled", Models: []string{"gpt-4o"}},
+			prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "stalled", Models: []string{"gpt-4o"}},
 				transport.Config{MaxIncomingChannels: 100, ReceiveQueue: 2, ReceiveBudget: 64 << 10})
 			defer prov.conn.Close() // never reads
 			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "stall-req"})

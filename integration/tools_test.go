@@ -57,37 +57,6 @@ func dialQuick(d *testDaemon, tr string, timeout time.Duration) (transport.Conn,
 	return transport.DialWS(ctx, d.url("ws"), nil, transport.Config{HandshakeTimeout: timeout})
 }
 
-// dialRawConfig is dialRaw with the agent's own transport configuration
-// (e.g. a small MaxIncomingChannels: how many deliveries a QUIC provider
-// can have in flight).
-func dialRawConfig(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig, tc transport.Config) *rawAgent {
-	t.Helper()
-	conn, err := dialTransport(t, d, tr, tc)
-	if err != nil {
-		t.Fatalf("dial %s: %v", tr, err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	hs, err := negotiate.NewHello(cc, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := conn.Send(ctx, transport.ControlChannel, hs.Message()); err != nil {
-		t.Fatal(err)
-	}
-	msg, err := conn.Receive(ctx)
-	if err != nil {
-		t.Fatalf("no ACCEPT: %v", err)
-	}
-	sess, err := hs.Accept(msg.Data)
-	msg.Release()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return newRawAgent(t, conn, sess)
-}
-
 // exchange sends msg on the control channel and returns the daemon's
 // parsed answer (ACCEPT or REJECT).
 func exchange(t testing.TB, conn transport.Conn, msg []byte) *negotiate.ControlMessage {
