@@ -118,22 +118,6 @@ func HelloProof(agentKey, hello0 []byte) ([32]byte, error) {
 	return proof, nil
 }
 
-// VerifyHelloProof recomputes the HELLO proof over hello0 (see HelloProof)
-// and compares it with proof in constant time. A mismatch (or a proof that
-// is not 32 bytes) fails with ErrVerificationFailed. The timestamp window
-// and the replay cache of §5.2 are the caller's: they need a clock and
-// state this function does not have.
-func VerifyHelloProof(agentKey, hello0, proof []byte) error {
-	want, err := HelloProof(agentKey, hello0)
-	if err != nil {
-		return err
-	}
-	if !hmac.Equal(want[:], proof) {
-		return fmt.Errorf("%w: hello proof does not match", ErrVerificationFailed)
-	}
-	return nil
-}
-
 // BlankProof is what a 32-byte proof or key confirmation is replaced with
 // in the bytes it is computed over: the JSON string of the Base64 of 32
 // zero bytes, quotes included. It has the length of every real value, so
