@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -51,6 +52,7 @@ type reply struct {
 	frame []byte // the plain frame, inside msg
 	peer  []byte // inside msg
 	end   bool
+	batch bool  // the frame's JSON is a batch of chunks (negotiate.SplitBatch)
 	err   error // the frame was refused (ErrBadFrame)
 }
 
@@ -205,7 +207,9 @@ type Stream struct {
 	cl   *call
 	err  error // sticky: io.EOF after the final reply, or the failure
 	once sync.Once
-	call call // cl points here: one allocation per request
+	// pending are the chunks of a batch reply not yet returned.
+	pending [][]byte
+	call    call // cl points here: one allocation per request
 }
 
 // Recv returns the next reply's JSON, decoded. After the final reply it
@@ -227,12 +231,27 @@ func (st *Stream) recv() (body []byte, end bool, err error) {
 	if st.err != nil {
 		return nil, false, st.err
 	}
+	if len(st.pending) > 0 {
+		body = st.pending[0]
+		st.pending[0] = nil
+		st.pending = st.pending[1:]
+		return body, false, nil
+	}
 	r, err := st.cl.next(st.ctx)
 	if err != nil {
 		st.finish(err)
 		return nil, false, err
 	}
 	body, err = st.cl.s.decodeReply(r, st.lim())
+	if err == nil && r.batch {
+		// Several stream chunks in one reply (docs/protocol.md §4.4).
+		st.pending, err = negotiate.SplitBatch(st.pending[:0], body)
+		if err != nil {
+			err = fmt.Errorf("%w: %w", ErrBadFrame, err)
+		} else {
+			body, st.pending = st.pending[0], st.pending[1:]
+		}
+	}
 	switch {
 	case err != nil:
 		st.finish(err)
@@ -252,7 +271,7 @@ func (st *Stream) Buffered() int {
 	}
 	st.cl.mu.Lock()
 	defer st.cl.mu.Unlock()
-	return len(st.cl.queue)
+	return len(st.pending) + len(st.cl.queue)
 }
 
 func (st *Stream) lim() frame.Limits { return st.cl.s.decLim }

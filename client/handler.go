@@ -54,6 +54,13 @@ type Request struct {
 type ResponseWriter interface {
 	// Chunk sends a stream chunk (a reply without END).
 	Chunk(json []byte) error
+	// Chunks sends stream chunks, in order, as Chunk would one by one.
+	// When the requester takes batches (both sessions negotiated feature
+	// batch, docs/protocol.md §4.4) they travel together in as few
+	// replies as fit: one Brotli stream and one message instead of one
+	// per chunk. A relay passes on what it has already received, never
+	// waiting for more, so that a token-paced stream is not delayed.
+	Chunks(jsons ...[]byte) error
 	// Respond sends the final reply (END).
 	Respond(json []byte) error
 	// Error sends an error reply (schema 0x10, END) with an OpenAI-style
@@ -72,6 +79,10 @@ type delivery struct {
 	ctx  context.Context
 	stop context.CancelCauseFunc
 
+	// batch: the daemon marked the delivery BATCH (the requester takes
+	// batches of chunks).
+	batch bool
+
 	mu   sync.Mutex
 	done bool // the final reply was sent
 }
@@ -86,6 +97,54 @@ func (d *delivery) cancel(cause error) { d.stop(cause) }
 
 func (d *delivery) Chunk(json []byte) error {
 	return d.write(negotiate.FlagReply, json, "", "")
+}
+
+// maxBatchJSON bounds the JSON of one batch reply: far below any
+// max_payload, and large enough that the chunks a relay has buffered
+// travel in one reply.
+const maxBatchJSON = 64 << 10
+
+func (d *delivery) Chunks(jsons ...[]byte) error {
+	for len(jsons) > 0 {
+		// As many chunks as fit maxBatchJSON; a chunk too large for a
+		// batch goes alone.
+		n, size := 1, len(jsons[0])+2
+		for n < len(jsons) && size+len(jsons[n])+1 <= maxBatchJSON {
+			size += len(jsons[n]) + 1
+			n++
+		}
+		var err error
+		if n == 1 || !d.batch {
+			for _, j := range jsons[:n] {
+				if err = d.Chunk(j); err != nil {
+					break
+				}
+			}
+		} else {
+			err = d.writeBatch(jsons[:n], size)
+		}
+		if err != nil {
+			return err
+		}
+		jsons = jsons[n:]
+	}
+	return nil
+}
+
+func (d *delivery) writeBatch(jsons [][]byte, size int) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.done {
+		return ErrResponded
+	}
+	if d.ctx.Err() != nil {
+		return d.cancelledErr()
+	}
+	err := d.s.sendBatch(d.ch, d.id, jsons, size)
+	if err != nil && d.ctx.Err() != nil {
+		return d.cancelledErr()
+	}
+	return err
 }
 
 func (d *delivery) Respond(json []byte) error {

@@ -182,6 +182,11 @@ func (s *session) handleData(msg transport.Message) {
 		s.protocolError(err)
 		return
 	}
+	if hdr.IsBatch() && (hdr.IsNotice() || !s.info.Params.Has(negotiate.FeatureBatch)) {
+		msg.Release()
+		s.protocolError(fmt.Errorf("%w: BATCH in a session without feature batch", negotiate.ErrBadDataHeader))
+		return
+	}
 	st := &s.c.stats
 	st.framesReceived.Add(1)
 	st.wireReceived.Add(uint64(len(msg.Data)))
@@ -259,7 +264,7 @@ func (s *session) handleReply(hdr negotiate.DataHeader, msg transport.Message, p
 		s.conn.ReleaseChannel(cl.ch)
 	}
 	s.c.stats.replies.Add(1)
-	cl.push(reply{msg: msg, frame: plain, peer: hdr.Peer, end: hdr.IsEnd(), err: ferr})
+	cl.push(reply{msg: msg, frame: plain, peer: hdr.Peer, end: hdr.IsEnd(), batch: hdr.IsBatch(), err: ferr})
 }
 
 // handleNotice stops the handler of the delivery the notice is about.
@@ -322,6 +327,7 @@ func (s *session) handleRequest(hdr negotiate.DataHeader, msg transport.Message,
 		return
 	}
 	d := newDelivery(s, id, ch, string(hdr.Peer))
+	d.batch = hdr.IsBatch()
 	s.mu.Lock()
 	switch {
 	case s.ended:

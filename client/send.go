@@ -161,6 +161,38 @@ func (s *session) sendJSON(ch transport.ChannelID, flags negotiate.DataFlags, id
 	return nil
 }
 
+// sendBatch sends stream chunks as one batch reply (REPLY|BATCH, schema
+// 03 whose JSON is negotiate.AppendBatch's array; size its length).
+func (s *session) sendBatch(ch transport.ChannelID, id uint64, jsons [][]byte, size int) error {
+	o, err := newOutgoing(negotiate.FlagReply|negotiate.FlagBatch, id, "", size)
+	if err != nil {
+		return err
+	}
+	defer o.free()
+	ab := bufpool.Get(size)
+	defer bufpool.Put(ab)
+	arr := negotiate.AppendBatch((*ab)[:0], jsons)
+	b, err := frame.AppendEncodeSchema(*o.buf, arr, frame.SchemaStream, s.encLim)
+	if err != nil {
+		if errors.Is(err, frame.ErrLimit) {
+			return fmt.Errorf("%w: %w", ErrTooLarge, err)
+		}
+		return fmt.Errorf("client: encode: %w", err)
+	}
+	// The array is JSON (the encoder checked it); it splits into as many
+	// chunks as were joined only if each is one JSON value ("1,2" would
+	// come out as two).
+	if parts, err := negotiate.SplitBatch(nil, arr); err != nil || len(parts) != len(jsons) {
+		return fmt.Errorf("client: encode: a chunk of the batch is not one JSON value")
+	}
+	*o.buf = b
+	if err := s.sendMessage(ch, o); err != nil {
+		return err
+	}
+	s.c.stats.jsonSent.Add(uint64(size - len(jsons) - 1))
+	return nil
+}
+
 // sendError sends an error reply (REPLY|END, schema 0x10) to request id.
 func (s *session) sendError(ch transport.ChannelID, id uint64, code negotiate.ErrorCode, text string) error {
 	o, err := newOutgoing(negotiate.FlagReply|negotiate.FlagEnd, id, "", len(code)+len(text)+64)

@@ -295,7 +295,7 @@ func (cs *clusterState) Request(r *cluster.Request) {
 		}
 		return
 	}
-	srv.deliverRequest(d, r.Requester, r.Frame, frameFormat(r.Algo), start)
+	srv.deliverRequest(d, r.Requester, false, r.Frame, frameFormat(r.Algo), start)
 }
 
 // shedMessage is the error of a request or reply node shed (cluster.Request.Shed).
@@ -341,7 +341,7 @@ func (cs *clusterState) Reply(r *cluster.Reply) {
 			}
 			return
 		}
-		code, message = srv.deliverReply(rep, p.proxy.rs, p.delivery, r.Provider, r.Frame, frameFormat(r.Algo), time.Now())
+		code, message = srv.deliverReply(rep, p.proxy.rs, p.delivery, r.Provider, false, r.Frame, frameFormat(r.Algo), time.Now())
 	}
 	if code == "" {
 		return

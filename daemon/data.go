@@ -99,12 +99,13 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 		se.forwardRemote(dh, fr, format, d, start)
 		return
 	}
-	srv.deliverRequest(d, se.agent, fr, format, start)
+	srv.deliverRequest(d, se.agent, se.neg.Params.Has(negotiate.FeatureBatch), fr, format, start)
 }
 
 // deliverRequest hands a routed request to its (local) provider, addressed
-// from requester; on failure the requester gets the error.
-func (srv *Server) deliverRequest(d router.Delivery[*session], requester string, fr []byte, format frameFormat, start time.Time) {
+// from requester; on failure the requester gets the error. batch: the
+// requester takes batched stream chunks (its session negotiated batch).
+func (srv *Server) deliverRequest(d router.Delivery[*session], requester string, batch bool, fr []byte, format frameFormat, start time.Time) {
 	prov := d.Provider.Value()
 	fail := func(code negotiate.ErrorCode, message string) {
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
@@ -141,7 +142,11 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 		return
 	}
 	srv.router.SetProviderChannel(d.Provider, d.ID, uint64(pch))
-	m, ok := buildData(pch, 0, d.ID, requester, fr, format)
+	var flags negotiate.DataFlags
+	if batch && prov.neg.Params.Has(negotiate.FeatureBatch) {
+		flags = negotiate.FlagBatch
+	}
+	m, ok := buildData(pch, flags, d.ID, requester, fr, format)
 	if !ok {
 		prov.conn.ReleaseChannel(pch)
 		fail(negotiate.CodeBadFrame, "request cannot be addressed")
@@ -236,7 +241,7 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 		}
 		return
 	}
-	if code, message := srv.deliverReply(rep, se.rs, dh.RequestID, se.agent, fr, format, start); code != "" {
+	if code, message := srv.deliverReply(rep, se.rs, dh.RequestID, se.agent, dh.IsBatch(), fr, format, start); code != "" {
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
 		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, code, message, "")
 	}
@@ -247,9 +252,16 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 // it returns the code and message for the provider's NOTICE, having ended
 // the requester's request with an error when the reply cannot reach it
 // whole.
-func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Session[*session], deliveryID uint64, provider string, fr []byte, format frameFormat, start time.Time) (negotiate.ErrorCode, string) {
+func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Session[*session], deliveryID uint64, provider string, batch bool, fr []byte, format frameFormat, start time.Time) (negotiate.ErrorCode, string) {
 	req := rep.Requester.Value()
 	end := rep.End
+	if batch && (req.remote != nil || !req.neg.Params.Has(negotiate.FeatureBatch)) {
+		// The delivery was not marked BATCH: the provider broke the rule.
+		if _, err := srv.router.Abort(provRS, deliveryID); err == nil {
+			req.endRequestWithError(transport.ChannelID(rep.Channel), rep.RequestID, negotiate.CodeBadFrame, "provider sent a batch of stream chunks to a requester that does not take them", provider)
+		}
+		return negotiate.CodeBadFrame, "a batch of stream chunks to a delivery not marked BATCH"
+	}
 	if req.remote != nil {
 		if !req.replyRemote(rep.RequestID, end, provider, format, fr) {
 			if !end {
@@ -263,6 +275,9 @@ func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Sessi
 	flags := negotiate.FlagReply
 	if end {
 		flags |= negotiate.FlagEnd
+	}
+	if batch {
+		flags |= negotiate.FlagBatch
 	}
 	// endRequest ends the requester's request with an error when it would
 	// miss part of the answer, rather than let it wait for an END that

@@ -41,6 +41,11 @@ func readData(in *dataIn, msg []byte, ch uint32, recv *negotiate.Sealer, params 
 	if err != nil {
 		return refusal{protocol: true, message: "malformed DATA header"}
 	}
+	if dh.IsBatch() && (!dh.IsReply() || !params.Has(negotiate.FeatureBatch)) {
+		// Only the daemon marks a request BATCH, and only a session with
+		// the feature sends a batch (docs/protocol.md §4.4).
+		return refusal{protocol: true, message: "BATCH flag on a request, or in a session without feature batch"}
+	}
 	in.dh = dh
 	form, err := negotiate.ReadFrameForm(fr)
 	if err != nil {
@@ -95,6 +100,9 @@ func readData(in *dataIn, msg []byte, ch uint32, recv *negotiate.Sealer, params 
 				params.SecurityMode, err, ch, recv.Expected(ch))}
 		}
 		fr = tn
+	}
+	if in.format == formatTokenNative && dh.IsBatch() {
+		return refusal{code: negotiate.CodeBadFrame, message: "a batch of stream chunks is an M2M v1 frame, not TokenNative (docs/protocol.md §4.4)"}
 	}
 	if in.format == formatTokenNative && len(fr) < 2 {
 		// Only its tokenizer byte: it decodes to the empty text, which is

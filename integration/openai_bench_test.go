@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -116,9 +117,15 @@ func BenchmarkOpenAIEdgeCost(b *testing.B) {
 					return nil
 				}
 				for range b.N {
-					maxRate := closedLoop(b, do, 32, 2*time.Second)
+					// CPU per request, the whole process's (client, edges,
+					// daemon and upstream share it): on a shared machine
+					// the rate depends on what the others run, this less.
+					cpu0 := processCPU()
+					maxRate, n := closedLoop(b, do, 32, 2*time.Second)
+					cpuPerReq := float64(processCPU()-cpu0) / float64(max(n, 1))
 					h := openLoop(b, do, maxRate/2, 3*time.Second)
 					b.ReportMetric(maxRate, "max-req/s")
+					b.ReportMetric(cpuPerReq/1e3, "cpu-µs/req")
 					b.ReportMetric(float64(h.ValueAtQuantile(50))/1e3, "p50-µs@half")
 					b.ReportMetric(float64(h.ValueAtQuantile(99))/1e3, "p99-µs@half")
 				}
@@ -127,9 +134,18 @@ func BenchmarkOpenAIEdgeCost(b *testing.B) {
 	}
 }
 
+// processCPU is the process's user and system CPU time in nanoseconds.
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
+
 // closedLoop runs workers that send back to back for d and returns the
-// completed requests per second.
-func closedLoop(b *testing.B, do func() error, workers int, d time.Duration) float64 {
+// completed requests per second, and their number.
+func closedLoop(b *testing.B, do func() error, workers int, d time.Duration) (float64, int64) {
 	var n atomic.Int64
 	var wg sync.WaitGroup
 	stop := time.Now().Add(d)
@@ -147,7 +163,7 @@ func closedLoop(b *testing.B, do func() error, workers int, d time.Duration) flo
 		}()
 	}
 	wg.Wait()
-	return float64(n.Load()) / d.Seconds()
+	return float64(n.Load()) / d.Seconds(), n.Load()
 }
 
 // openLoop starts requests at rate per second for d, each on its own

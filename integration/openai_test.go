@@ -126,6 +126,15 @@ func (u *testUpstream) chat(w http.ResponseWriter, r *http.Request) {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
+	case model == "burst-stream":
+		// Every event at once: the upstream agent relays them as batches.
+		var sse bytes.Buffer
+		for _, name := range streamChunks {
+			fmt.Fprintf(&sse, "data: %s\n\n", corpus(u.t, name))
+		}
+		sse.WriteString("data: [DONE]\n\n")
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write(sse.Bytes())
 	case stream:
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, name := range streamChunks {
@@ -158,7 +167,7 @@ type edges struct {
 	agent    *client.Client
 }
 
-var edgeModels = []string{"gpt-4o", "gpt-4o-mini", "text-embedding-3-small", "rate-limited", "context-too-long", "hang", "broken", "slow-stream"}
+var edgeModels = []string{"gpt-4o", "gpt-4o-mini", "text-embedding-3-small", "rate-limited", "context-too-long", "hang", "broken", "slow-stream", "burst-stream"}
 
 func startEdges(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys, mutate func(*daemon.Config)) *edges {
 	t.Helper()
@@ -276,28 +285,36 @@ func TestOpenAIEdges(t *testing.T) {
 					t.Fatalf("upstream got Authorization %q, want the agent's own key", auth)
 				}
 
-				// Streamed: every chunk byte for byte, in order, then [DONE].
-				params = chatParams("gpt-4o-mini")
-				params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
-				st := c.Chat.Completions.NewStreaming(ctx, params)
-				i := 0
-				var acc openai.ChatCompletionAccumulator
-				for st.Next() {
-					ch := st.Current()
-					if i >= len(streamChunks) || ch.RawJSON() != string(corpus(t, streamChunks[i])) {
-						t.Fatalf("chunk %d differs:\n%s", i, ch.RawJSON())
+				// Streamed: every chunk byte for byte, in order, then [DONE];
+				// flushed event by event, or written at once and relayed in
+				// batches (feature batch: fewer replies than chunks).
+				for _, model := range []string{"gpt-4o-mini", "burst-stream"} {
+					params = chatParams(model)
+					params.StreamOptions = openai.ChatCompletionStreamOptionsParam{IncludeUsage: openai.Bool(true)}
+					frames := e.agent.Stats().FramesSent
+					st := c.Chat.Completions.NewStreaming(ctx, params)
+					i := 0
+					var acc openai.ChatCompletionAccumulator
+					for st.Next() {
+						ch := st.Current()
+						if i >= len(streamChunks) || ch.RawJSON() != string(corpus(t, streamChunks[i])) {
+							t.Fatalf("%s: chunk %d differs:\n%s", model, i, ch.RawJSON())
+						}
+						acc.AddChunk(ch)
+						i++
 					}
-					acc.AddChunk(ch)
-					i++
-				}
-				if err := st.Err(); err != nil || i != len(streamChunks) {
-					t.Fatalf("stream: %d chunks, err %v", i, err)
-				}
-				if acc.Usage.TotalTokens == 0 {
-					t.Fatal("usage chunk lost")
-				}
-				if got, _ := e.upstream.last(); !bytes.Equal(got, sent.last()) {
-					t.Fatal("streamed request not byte for byte")
+					if err := st.Err(); err != nil || i != len(streamChunks) {
+						t.Fatalf("%s: %d chunks, err %v", model, i, err)
+					}
+					if acc.Usage.TotalTokens == 0 {
+						t.Fatal("usage chunk lost")
+					}
+					if got, _ := e.upstream.last(); !bytes.Equal(got, sent.last()) {
+						t.Fatal("streamed request not byte for byte")
+					}
+					if n := e.agent.Stats().FramesSent - frames; model == "burst-stream" && n > uint64(len(streamChunks)/2) {
+						t.Fatalf("%d replies for %d chunks written at once: not batched", n, len(streamChunks))
+					}
 				}
 
 				// Embeddings.

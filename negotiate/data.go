@@ -19,13 +19,19 @@ const (
 	// request_id is the delivery id the agent received, not one it chose.
 	// Only together with FlagReply and FlagEnd.
 	FlagNotice DataFlags = 1 << 2
+	// FlagBatch (feature batch, docs/protocol.md §4.4): on a request the
+	// daemon delivers, the requester takes batched stream chunks; on a
+	// reply (never with FlagEnd), the frame's JSON is an array of stream
+	// chunks (AppendBatch, SplitBatch).
+	FlagBatch DataFlags = 1 << 3
 
-	knownDataFlags = FlagReply | FlagEnd | FlagNotice
+	knownDataFlags = FlagReply | FlagEnd | FlagNotice | FlagBatch
 )
 
 func (f DataFlags) valid() bool {
 	return f&^knownDataFlags == 0 && (f&FlagEnd == 0 || f&FlagReply != 0) &&
-		(f&FlagNotice == 0 || f&(FlagReply|FlagEnd) == FlagReply|FlagEnd)
+		(f&FlagNotice == 0 || f&(FlagReply|FlagEnd) == FlagReply|FlagEnd) &&
+		(f&FlagBatch == 0 || f&FlagEnd == 0)
 }
 
 // DATA header limits.
@@ -53,6 +59,9 @@ func (h *DataHeader) IsReply() bool { return h.Flags&FlagReply != 0 }
 
 // IsNotice reports FlagNotice.
 func (h *DataHeader) IsNotice() bool { return h.Flags&FlagNotice != 0 }
+
+// IsBatch reports FlagBatch.
+func (h *DataHeader) IsBatch() bool { return h.Flags&FlagBatch != 0 }
 
 // IsEnd reports FlagEnd.
 func (h *DataHeader) IsEnd() bool { return h.Flags&FlagEnd != 0 }

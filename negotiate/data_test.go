@@ -38,6 +38,8 @@ func TestDataRoundTrip(t *testing.T) {
 		{"max peer", 0, 1, strings.Repeat("z", 128), "02000180" + strings.Repeat("7a", 128)},
 		{"protocol.md §4 example", FlagReply | FlagEnd, 300, "P", "0203ac020150"},
 		{"notice", FlagReply | FlagEnd | FlagNotice, 7, "", "02070700"},
+		{"batch-taking delivery", FlagBatch, 77, "ingress", "02084d07696e6772657373"},
+		{"batch reply", FlagReply | FlagBatch, 5, "", "02090500"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg, err := AppendData([]byte("prefix"), tc.flags, tc.id, tc.peer, frame)
@@ -56,7 +58,7 @@ func TestDataRoundTrip(t *testing.T) {
 			if h.Flags != tc.flags || h.RequestID != tc.id || string(h.Peer) != tc.peer || !bytes.Equal(f, frame) {
 				t.Fatalf("parsed %+v frame %d bytes", h, len(f))
 			}
-			if h.IsReply() != (tc.flags&FlagReply != 0) || h.IsEnd() != (tc.flags&FlagEnd != 0) || h.IsNotice() != (tc.flags&FlagNotice != 0) {
+			if h.IsReply() != (tc.flags&FlagReply != 0) || h.IsEnd() != (tc.flags&FlagEnd != 0) || h.IsNotice() != (tc.flags&FlagNotice != 0) || h.IsBatch() != (tc.flags&FlagBatch != 0) {
 				t.Fatal("flag accessors")
 			}
 		})
@@ -75,6 +77,9 @@ func TestParseDataRejects(t *testing.T) {
 		{"no flags", "02", ErrBadDataHeader},
 		{"unknown flag bit", "0204010023", ErrBadDataHeader},
 		{"high flag bit", "0280010023", ErrBadDataHeader},
+		{"unknown flag bit 4", "0210010023", ErrBadDataHeader},
+		{"BATCH with END", "020b010023", ErrBadDataHeader},
+		{"BATCH with NOTICE", "020f010023", ErrBadDataHeader},
 		{"END without REPLY", "0202010023", ErrBadDataHeader},
 		{"NOTICE without END", "0205010023", ErrBadDataHeader},
 		{"NOTICE without REPLY", "0206010023", ErrBadDataHeader},

@@ -13,6 +13,9 @@ type Feature string
 
 // Reserved feature names.
 const (
+	// FeatureBatch: several stream chunks in one reply (docs/protocol.md
+	// §4.4).
+	FeatureBatch Feature = "batch"
 	// FeatureCancel: CANCEL of an outstanding request (docs/protocol.md §4.2).
 	FeatureCancel Feature = "cancel"
 	// FeatureDelta: conversation deltas, request frames that carry an

@@ -87,3 +87,43 @@ func FuzzEventReader(f *testing.F) {
 		}
 	})
 }
+
+// ready says whether next would return an event without reading the body:
+// the relay batches only what has arrived whole.
+func TestEventReaderReady(t *testing.T) {
+	for _, tc := range []struct {
+		name, buffered string
+		want           bool
+	}{
+		{"whole event", "data: {\"a\":1}\n\n", true},
+		{"CRLF", "data: x\r\n\r\n", true},
+		{"no blank line yet", "data: {\"a\":1}\n", false},
+		{"half a line", "data: {\"a\"", false},
+		{"comment block, then half an event", ": keep-alive\n\ndata: x\n", false},
+		{"comment block, then an event", ": keep-alive\n\ndata: x\n\n", true},
+		{"other fields only", "event: ping\nid: 3\n\n", false},
+		{"data without colon", "data\n\n", true},
+		{"field that starts like data", "database: x\n\n", false},
+		{"nothing", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// One event first, so that the rest is what the reader has
+			// buffered beyond it.
+			pr, pw := io.Pipe()
+			e := newEventReader(pr, 1<<20)
+			go func() { pw.Write([]byte("data: first\n\n" + tc.buffered)) }()
+			if d, err := e.next(); err != nil || string(d) != "first" {
+				t.Fatalf("first event: %q %v", d, err)
+			}
+			if got := e.ready(); got != tc.want {
+				t.Fatalf("ready() = %v with %q buffered", got, tc.buffered)
+			}
+			pw.Close()
+			if tc.want {
+				if _, err := e.next(); err != nil {
+					t.Fatalf("next after ready: %v", err)
+				}
+			}
+		})
+	}
+}

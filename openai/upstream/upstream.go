@@ -207,12 +207,51 @@ func (u *Upstream) ServeM2M(ctx context.Context, req *client.Request, w client.R
 	}
 }
 
+// Bounds of the events relayed together.
+const (
+	maxBatch      = 256
+	maxBatchBytes = 64 << 10
+)
+
 // relayStream turns the SSE events of body into stream chunks, one per
-// event, and "[DONE]" into the final reply Done.
+// event, and "[DONE]" into the final reply Done. Events that have already
+// arrived whole go on together (Chunks: one reply for all of them where
+// the requester takes batches); the relay never waits for an event to
+// pass on those it has.
 func (u *Upstream) relayStream(ctx, rctx context.Context, w client.ResponseWriter, req *client.Request, body io.Reader) {
 	events := newEventReader(body, u.cfg.MaxResponse)
+	batch, size := make([][]byte, 0, 16), 0
+	flush := func() bool {
+		if len(batch) == 0 {
+			return true
+		}
+		err := w.Chunks(batch...)
+		batch = batch[:0]
+		if err != nil {
+			if ctx.Err() == nil {
+				u.fail(w, req, openai.CodeBadUpstreamReply, "an upstream stream event is not JSON", err)
+			}
+			return false
+		}
+		return true
+	}
 	for {
 		data, err := events.next()
+		if err == nil && string(data) != "[DONE]" {
+			batch = append(batch, data)
+			size += len(data)
+			if len(batch) < maxBatch && size < maxBatchBytes && events.ready() {
+				continue
+			}
+			size = 0
+			if !flush() {
+				return
+			}
+			continue
+		}
+		if !flush() {
+			return
+		}
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				u.fail(w, req, openai.CodeBadUpstreamReply, "the upstream's stream ended without [DONE]", nil)
@@ -225,16 +264,8 @@ func (u *Upstream) relayStream(ctx, rctx context.Context, w client.ResponseWrite
 			u.failTransport(ctx, w, req, err, rctx)
 			return
 		}
-		if string(data) == "[DONE]" {
-			w.Respond([]byte(openai.Done))
-			return
-		}
-		if err := w.Chunk(data); err != nil {
-			if ctx.Err() == nil {
-				u.fail(w, req, openai.CodeBadUpstreamReply, "an upstream stream event is not JSON", err)
-			}
-			return
-		}
+		w.Respond([]byte(openai.Done))
+		return
 	}
 }
 
@@ -343,6 +374,30 @@ func (e *eventReader) next() ([]byte, error) {
 		}
 		e.data = append(e.data, value...)
 		e.has = true
+	}
+}
+
+// ready reports whether the next event has arrived whole, so that next
+// returns it without reading from the body: the buffered bytes hold a data
+// line and, after it, the blank line that dispatches it.
+func (e *eventReader) ready() bool {
+	buf, _ := e.r.Peek(e.r.Buffered())
+	has := false
+	for {
+		i := bytes.IndexByte(buf, '\n')
+		if i < 0 {
+			return false
+		}
+		line := bytes.TrimSuffix(buf[:i], []byte("\r"))
+		buf = buf[i+1:]
+		switch {
+		case len(line) == 0:
+			if has {
+				return true
+			}
+		case bytes.HasPrefix(line, []byte("data")) && (len(line) == 4 || line[4] == ':'):
+			has = true
+		}
 	}
 }
 
