@@ -58,6 +58,8 @@ func FuzzReadData(f *testing.F) {
 		}
 	}
 	f.Add(byte(0), byte(0), uint32(0), byte(0), []byte{0x02, 0x08, 0x01, 0x00, 0x00})
+	f.Add(byte(2), byte(2), uint32(4), byte(1), append(hdr(negotiate.FlagReply|negotiate.FlagBatch, 77, ""), m2m...))
+	f.Add(byte(0), byte(2), uint32(4), byte(0), append(hdr(negotiate.FlagReply|negotiate.FlagBatch, 77, ""), 0x00, 0x81, 0x01))
 	f.Fuzz(func(t *testing.T, mode, features byte, ch uint32, seal byte, msg []byte) {
 		sm := fuzzModes[int(mode)%len(fuzzModes)]
 		send, err := negotiate.NewSealer(sm, fuzzKey, 0)
@@ -71,6 +73,9 @@ func FuzzReadData(f *testing.F) {
 		params := negotiate.Negotiated{SecurityMode: sm, MaxPayload: 2048}
 		if features&1 != 0 {
 			params.Features = []negotiate.Feature{negotiate.FeatureTNSealed}
+		}
+		if features&2 != 0 {
+			params.Features = append(params.Features, negotiate.FeatureBatch)
 		}
 		msg = bytes.Clone(msg)
 		sealed := false
@@ -92,9 +97,12 @@ func FuzzReadData(f *testing.F) {
 		ref := readData(&in, msg, ch, recv, &params)
 		after := recv.Expected(ch)
 
-		_, fr, perr := negotiate.ParseData(msg)
-		if ref.protocol != (perr != nil) {
-			t.Fatalf("protocol error %v, ParseData %v", ref.protocol, perr)
+		dh, fr, perr := negotiate.ParseData(msg)
+		// BATCH is the daemon's to set on a request, and a batch reply
+		// needs the feature (docs/protocol.md §4.4).
+		badBatch := perr == nil && dh.IsBatch() && (!dh.IsReply() || !params.Has(negotiate.FeatureBatch))
+		if ref.protocol != (perr != nil || badBatch) {
+			t.Fatalf("protocol error %v, ParseData %v, BATCH misused %v", ref.protocol, perr, badBatch)
 		}
 		if ref.protocol {
 			if ref.code != "" || after != before {
@@ -141,6 +149,9 @@ func FuzzReadData(f *testing.F) {
 				t.Fatalf("accepted M2M v1 frame's header: %v", err)
 			}
 		case formatTokenNative:
+			if in.dh.IsBatch() {
+				t.Fatal("TokenNative batch accepted")
+			}
 			if len(in.fr) < 2 || !negotiate.IsTokenizerByte(in.fr[0]) {
 				t.Fatalf("accepted as TokenNative: %x", in.fr[:min(len(in.fr), 16)])
 			}
