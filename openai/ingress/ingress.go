@@ -17,6 +17,7 @@ import (
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/openai"
+	"github.com/m2md/m2md/security"
 )
 
 // Defaults of Config.
@@ -92,7 +93,7 @@ func New(ctx context.Context, cfg Config) (*Ingress, error) {
 	}
 	for _, id := range ids {
 		mesh := NodeIdentity(id, cfg.Node)
-		if !negotiate.ValidAgentID(mesh.AgentID) {
+		if security.ValidateID(mesh.AgentID) != nil {
 			in.Close()
 			return nil, fmt.Errorf("ingress: agent id %s-%s (the identity's id and the cluster node id) is longer than 128 characters: shorten the agent id in --openai-keys-file or --cluster-node", id.AgentID, cfg.Node)
 		}
