@@ -19,6 +19,9 @@ import (
 // method is called from one goroutine, in the order the messages arrived, so
 // a node's replies (and a stream's chunks) reach the daemon in the order the
 // node sent them. Methods must not block: they route and queue, never wait.
+// The strings of a Request, Reply, Cancel or Notice alias the message's
+// bytes (never written to, so they stay valid); clone one kept for long so
+// that it does not keep the whole message alive.
 type Handler interface {
 	// AgentUp: a - registered on another node - is now the newest
 	// registration of its id that node knows of.
@@ -315,7 +318,7 @@ func (c *Cluster) nodeSubject(node string) string {
 		return s.(string)
 	}
 	s := c.prefix + "n." + node
-	c.subjs.Store(node, s)
+	c.subjs.Store(strings.Clone(node), s) // node may alias a message
 	return s
 }
 

@@ -91,3 +91,18 @@ func FuzzDecode(f *testing.F) {
 		_ = decodeControl(b, &m)
 	})
 }
+
+// BenchmarkDecode is the per-message decoding on the receiving node.
+func BenchmarkDecode(b *testing.B) {
+	fr := make([]byte, 671)
+	req, _ := appendRequest(nil, &Request{From: "0123456789abcdef", W: 1, Org: "acme", Requester: "requester-1", Target: "provider-1", Frame: fr})
+	rep, _ := appendReply(nil, &Reply{From: "fedcba9876543210", W: 1, End: true, Provider: "provider-1", Frame: fr})
+	b.ReportAllocs()
+	var q Request
+	var p Reply
+	for b.Loop() {
+		if decodeRequest(req, &q) != nil || decodeReply(rep, &p) != nil {
+			b.Fatal("decode")
+		}
+	}
+}

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -82,6 +83,7 @@ func (cs *clusterState) node(name string) *remoteNode {
 func (cs *clusterState) nodeLocked(name string) *remoteNode {
 	n := cs.nodes[name]
 	if n == nil {
+		name = strings.Clone(name) // it may alias a cluster message
 		n = &remoteNode{name: name, pending: make(map[uint64]pendingRequest), requesters: make(map[string]*session)}
 		cs.nodes[name] = n
 	}
@@ -99,6 +101,7 @@ func (n *remoteNode) requester(srv *Server, org string) *session {
 	}
 	r := n.requesters[org]
 	if r == nil {
+		org = strings.Clone(org) // it may alias a cluster message
 		r = &session{srv: srv, agent: "node-" + n.name, remote: n, log: srv.log}
 		// The node bounds each of its requesters; this bounds the table of
 		// everything it forwards at once.
