@@ -31,7 +31,8 @@ type Handler interface {
 	// NodeDown: the node stopped heartbeating or left; AgentDown has been
 	// called for each of its agents already. Requests it made are void.
 	NodeDown(node string)
-	// Request: a request for an agent registered on this node.
+	// Request: a request for an agent registered on this node (or one to
+	// answer with an error: Request.Shed, Request.Stranger).
 	Request(r *Request)
 	// Reply: a reply to a request this node sent (Reply.W is its id).
 	Reply(r *Reply)
@@ -483,12 +484,11 @@ func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply, shed bool) {
 			c.stats.Malformed.Add(1)
 			return
 		}
-		if c.peers[req.From] == nil {
-			c.stats.UnknownNode.Add(1)
-			return
-		}
 		c.received(shed)
-		req.Shed = shed
+		req.Shed, req.Stranger = shed, c.peers[req.From] == nil
+		if req.Stranger {
+			c.stats.UnknownNode.Add(1)
+		}
 		c.h.Request(req)
 	case kindReply:
 		if decodeReply(b, rep) != nil {

@@ -5,6 +5,9 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 )
 
 // recorder is a Handler that keeps what it was given.
@@ -129,6 +132,36 @@ func TestShed(t *testing.T) {
 	ha.wait(t, "a gets the notice", func() bool { return len(ha.notices) == 1 })
 	if got := ha.notices[0]; got != (Notice{From: "b", W: 7, Code: "queue_full", Message: "full"}) {
 		t.Fatalf("notice %+v", got)
+	}
+}
+
+// TestStranger: a request from a node this node does not count as a member
+// reaches the Handler marked Stranger (to be answered, not dropped).
+func TestStranger(t *testing.T) {
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(5 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	url := "nats://" + ns.Addr().String()
+	ha := &recorder{}
+	startNode(t, Config{URLs: []string{url}, Node: "a"}, ha)
+	nc, err := nats.Connect(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	b, _ := appendRequest(nil, &Request{From: "ghost", W: 5, Requester: "r", Target: "p", Frame: []byte("#M2M")})
+	if err := nc.Publish("m2md.m2md.n.a", b); err != nil {
+		t.Fatal(err)
+	}
+	ha.wait(t, "the stranger's request", func() bool { return len(ha.reqs) == 1 })
+	if q := ha.reqs[0]; !q.Stranger || q.Shed || q.From != "ghost" || q.W != 5 {
+		t.Fatalf("request %+v", q)
 	}
 }
 

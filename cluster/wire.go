@@ -48,6 +48,11 @@ type Request struct {
 	// messages or more, so the Handler answers the request with an error
 	// instead of delivering it.
 	Shed bool
+	// Stranger (not on the wire): this node does not count From as a
+	// member (it never heard it, or declared it dead while From still
+	// hears this node). The Handler answers with an error, keeping no
+	// state for From: its requester must not wait for nothing.
+	Stranger bool
 }
 
 // Reply is a provider's reply (or an error) crossing back to the requester's

@@ -256,6 +256,16 @@ func (se *session) forwardRemote(dh *negotiate.DataHeader, fr []byte, format fra
 func (cs *clusterState) Request(r *cluster.Request) {
 	srv := cs.srv
 	start := time.Now()
+	if r.Stranger {
+		// No requester (no state) for a node that is not a member; the
+		// answer still reaches its requester, which would wait otherwise.
+		code := negotiate.CodeAgentGone
+		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
+		if fr, err := frame.AppendErrorFrame(nil, string(code), "node "+cs.c.Node()+" does not count node "+r.From+" as a cluster member (no heartbeat from it for a second): try again"); err == nil {
+			_ = cs.c.SendReply(r.From, &cluster.Reply{W: r.W, End: true, Provider: r.Target, Frame: fr})
+		}
+		return
+	}
 	rq := cs.node(r.From).requester(srv, r.Org)
 	if rq == nil {
 		return // the node was declared dead: its requests are void
