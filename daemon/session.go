@@ -57,6 +57,7 @@ type session struct {
 	// from starting once teardown began. batch and the rest of the
 	// writer's state belong to the running writer.
 	writing  atomic.Bool
+	drainFn  func() // se.drain, bound once: a go statement on a method value allocates
 	wmu      sync.Mutex
 	wstopped bool
 	writers  sync.WaitGroup
@@ -225,6 +226,7 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	if err := se.machine.Established(p, time.Now()); err != nil {
 		return nil, err
 	}
+	se.drainFn = se.drain
 	se.stall = time.AfterFunc(time.Hour, se.writeStalled)
 	se.stall.Stop()
 	se.timer = time.AfterFunc(time.Hour, se.timerFired)

@@ -30,7 +30,7 @@ func (se *session) kick() {
 	}
 	se.writers.Add(1)
 	se.wmu.Unlock()
-	go se.drain()
+	go se.drainFn()
 }
 
 // stopWriter waits for the running writer, if any, and keeps new ones from
