@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/jsonscan"
 	"github.com/m2md/m2md/security"
 )
 
@@ -170,11 +171,11 @@ func validMode(m frame.Security) bool {
 // written, for patching.
 func appendCapabilities(dst []byte, c *Capabilities, base int, signed *span) []byte {
 	dst = append(dst, `{"version":`...)
-	dst = appendJSONString(dst, c.Version)
+	dst = jsonscan.AppendString(dst, c.Version)
 	dst = append(dst, `,"agent_id":`...)
-	dst = appendJSONString(dst, c.AgentID)
+	dst = jsonscan.AppendString(dst, c.AgentID)
 	dst = append(dst, `,"agent_type":`...)
-	dst = appendJSONString(dst, c.AgentType)
+	dst = jsonscan.AppendString(dst, c.AgentType)
 
 	cc := &c.Compression
 	dst = append(dst, `,"compression":{"algorithms":`...)
@@ -192,7 +193,7 @@ func appendCapabilities(dst []byte, c *Capabilities, base int, signed *span) []b
 	if pref == "" {
 		pref = EncodingCl100k
 	}
-	dst = appendJSONString(dst, string(pref))
+	dst = jsonscan.AppendString(dst, string(pref))
 
 	s := &c.Security
 	dst = append(dst, `},"security":{"threat_detection":`...)
@@ -201,23 +202,23 @@ func appendCapabilities(dst []byte, c *Capabilities, base int, signed *span) []b
 	if s.ModelVersion == "" {
 		dst = append(dst, "null"...)
 	} else {
-		dst = appendJSONString(dst, s.ModelVersion)
+		dst = jsonscan.AppendString(dst, s.ModelVersion)
 	}
 	dst = append(dst, `,"blocking_mode":`...)
 	dst = appendJSONBool(dst, s.BlockingMode)
 	dst = append(dst, `,"block_threshold":`...)
 	dst = appendJSONFloat32(dst, s.BlockThreshold)
 	dst = append(dst, `,"mode":`...)
-	dst = appendJSONString(dst, s.Mode.String())
+	dst = jsonscan.AppendString(dst, s.Mode.String())
 	dst = append(dst, `,"key_exchange":`...)
-	dst = appendJSONString(dst, s.KeyExchange)
+	dst = jsonscan.AppendString(dst, s.KeyExchange)
 	dst = append(dst, `,"public_key":`...)
 	dst = appendBase64(dst, s.PublicKey)
 	dst = append(dst, `,"nonce":`...)
 	dst = appendBase64(dst, s.Nonce)
 	if s.Org != "" {
 		dst = append(dst, `,"org":`...)
-		dst = appendJSONString(dst, s.Org)
+		dst = jsonscan.AppendString(dst, s.Org)
 	}
 	if len(s.Proof) > 0 {
 		dst = append(dst, `,"proof":`...)
@@ -231,9 +232,9 @@ func appendCapabilities(dst []byte, c *Capabilities, base int, signed *span) []b
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, k)
+		dst = jsonscan.AppendString(dst, k)
 		dst = append(dst, ':')
-		dst = appendJSONString(dst, c.Extensions[k])
+		dst = jsonscan.AppendString(dst, c.Extensions[k])
 	}
 	dst = append(dst, '}')
 	if len(c.Models) > 0 {
@@ -248,11 +249,11 @@ func appendCapabilities(dst []byte, c *Capabilities, base int, signed *span) []b
 		dst = append(dst, `,"negotiated":{"algorithms":`...)
 		dst = appendJSONStrings(dst, n.Algorithms)
 		dst = append(dst, `,"encoding":`...)
-		dst = appendJSONString(dst, string(n.Encoding))
+		dst = jsonscan.AppendString(dst, string(n.Encoding))
 		dst = append(dst, `,"max_payload":`...)
 		dst = strconv.AppendInt(dst, int64(n.MaxPayload), 10)
 		dst = append(dst, `,"security_mode":`...)
-		dst = appendJSONString(dst, n.SecurityMode.String())
+		dst = jsonscan.AppendString(dst, n.SecurityMode.String())
 		dst = append(dst, `,"session_timeout_ms":`...)
 		dst = strconv.AppendInt(dst, n.SessionTimeout.Milliseconds(), 10)
 		dst = append(dst, `,"ping_interval_ms":`...)

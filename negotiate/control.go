@@ -203,10 +203,10 @@ func AppendControl(dst []byte, m *ControlMessage) ([]byte, error) {
 	dst = append(dst, byte(KindControl))
 	base := len(dst)
 	dst = append(dst, `{"type":`...)
-	dst = appendJSONString(dst, string(m.Type))
+	dst = jsonscan.AppendString(dst, string(m.Type))
 	if m.SessionID != "" {
 		dst = append(dst, `,"session_id":`...)
-		dst = appendJSONString(dst, m.SessionID)
+		dst = jsonscan.AppendString(dst, m.SessionID)
 	}
 	dst = append(dst, `,"payload":`...)
 	switch m.Type {
@@ -214,9 +214,9 @@ func AppendControl(dst []byte, m *ControlMessage) ([]byte, error) {
 		dst = appendCapabilities(dst, m.Capabilities, base, &m.signedAt)
 	case TypeReject:
 		dst = append(dst, `{"code":`...)
-		dst = appendJSONString(dst, string(m.Reject.Code))
+		dst = jsonscan.AppendString(dst, string(m.Reject.Code))
 		dst = append(dst, `,"message":`...)
-		dst = appendJSONString(dst, m.Reject.Message)
+		dst = jsonscan.AppendString(dst, m.Reject.Message)
 		dst = append(dst, '}')
 	case TypeClose:
 		c := m.Close
@@ -224,9 +224,9 @@ func AppendControl(dst []byte, m *ControlMessage) ([]byte, error) {
 			c = &Close{Reason: ReasonNormal}
 		}
 		dst = append(dst, `{"reason":`...)
-		dst = appendJSONString(dst, string(c.Reason))
+		dst = jsonscan.AppendString(dst, string(c.Reason))
 		dst = append(dst, `,"message":`...)
-		dst = appendJSONString(dst, c.Message)
+		dst = jsonscan.AppendString(dst, c.Message)
 		dst = append(dst, '}')
 	default:
 		dst = append(dst, "{}"...)

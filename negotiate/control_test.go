@@ -305,7 +305,7 @@ func TestAppendControlRefuses(t *testing.T) {
 func TestJSONStringEscaping(t *testing.T) {
 	in := "\"\\\b\f\n\r\t\x01\x1f/<>&\u2028é\x7f😀"
 	want := `"\"\\\b\f\n\r\t\u0001\u001f/<>&` + "\u2028é\x7f😀" + `"`
-	if got := string(appendJSONString(nil, in)); got != want {
+	if got := string(jsonscan.AppendString(nil, in)); got != want {
 		t.Fatalf("got %s\nwant %s", got, want)
 	}
 	v, err := parseJSON([]byte(want), jsonscan.Limits{MaxDepth: 1, MaxArray: 1, MaxString: 100})
@@ -315,7 +315,7 @@ func TestJSONStringEscaping(t *testing.T) {
 	if back := v.text(); back != in {
 		t.Fatalf("read back %q", back)
 	}
-	if got := string(appendJSONString(nil, "a\xffb")); got != "\"a\ufffdb\"" {
+	if got := string(jsonscan.AppendString(nil, "a\xffb")); got != "\"a\ufffdb\"" {
 		t.Fatalf("invalid UTF-8 written as %q", got)
 	}
 }

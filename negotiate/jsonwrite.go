@@ -3,65 +3,14 @@ package negotiate
 import (
 	"math"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/m2md/m2md/internal/jsonscan"
 )
 
 // JSON output follows serde_json's compact form (wire reference §2.5), so
 // that a message m2md writes is byte-identical to what the Rust reference
 // would write for the same values: members in declaration order, no
 // whitespace, minimal escaping, f32 in shortest form with ".0" on integers.
-
-const hexDigits = "0123456789abcdef"
-
-func appendJSONString(dst []byte, s string) []byte {
-	dst = append(dst, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		c := s[i]
-		if c >= 0x20 && c != '"' && c != '\\' {
-			if c < utf8.RuneSelf {
-				i++
-				continue
-			}
-			// Invalid UTF-8 cannot be represented in JSON; write U+FFFD so
-			// the output stays valid. Values m2md writes are validated
-			// before they get here, so this never changes a real message.
-			r, size := utf8.DecodeRuneInString(s[i:])
-			if r == utf8.RuneError && size == 1 {
-				dst = append(dst, s[start:i]...)
-				dst = append(dst, "\ufffd"...)
-				i++
-				start = i
-				continue
-			}
-			i += size
-			continue
-		}
-		dst = append(dst, s[start:i]...)
-		switch c {
-		case '"':
-			dst = append(dst, '\\', '"')
-		case '\\':
-			dst = append(dst, '\\', '\\')
-		case '\b':
-			dst = append(dst, '\\', 'b')
-		case '\f':
-			dst = append(dst, '\\', 'f')
-		case '\n':
-			dst = append(dst, '\\', 'n')
-		case '\r':
-			dst = append(dst, '\\', 'r')
-		case '\t':
-			dst = append(dst, '\\', 't')
-		default:
-			dst = append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-		}
-		i++
-		start = i
-	}
-	dst = append(dst, s[start:]...)
-	return append(dst, '"')
-}
 
 func appendJSONBool(dst []byte, b bool) []byte {
 	if b {
@@ -76,7 +25,7 @@ func appendJSONStrings[S ~string](dst []byte, list []S) []byte {
 		if i > 0 {
 			dst = append(dst, ',')
 		}
-		dst = appendJSONString(dst, string(s))
+		dst = jsonscan.AppendString(dst, string(s))
 	}
 	return append(dst, ']')
 }

@@ -66,18 +66,3 @@ func TestAppendFloatLayout(t *testing.T) {
 		}
 	}
 }
-
-func TestAppendQuotedEscapes(t *testing.T) {
-	var in []byte
-	for c := 0; c < 0x80; c++ {
-		in = append(in, byte(c))
-	}
-	in = append(in, "é\u2028\u2029"...)
-	want := `"\u0000\u0001\u0002\u0003\u0004\u0005\u0006\u0007\b\t\n\u000b\f\r\u000e\u000f` +
-		`\u0010\u0011\u0012\u0013\u0014\u0015\u0016\u0017\u0018\u0019\u001a\u001b\u001c\u001d\u001e\u001f` +
-		` !\"#$%&'()*+,-./0123456789:;<=>?@ABCDEFGHIJKLMNOPQRSTUVWXYZ[\\]^_` + "`" +
-		"abcdefghijklmnopqrstuvwxyz{|}~\x7fé\u2028\u2029\""
-	if got := string(appendQuoted(nil, in)); got != want {
-		t.Errorf("appendQuoted:\n got %s\nwant %s", got, want)
-	}
-}

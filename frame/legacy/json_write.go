@@ -5,54 +5,6 @@ import (
 	"strconv"
 )
 
-// serde_json's string escaping: only '"', '\\' and U+0000–U+001F are
-// escaped, with the short forms \b \t \n \f \r and lower-case \u00xx for the
-// rest. Everything else, '/', '<', U+2028 and DEL included, is written raw.
-
-const hexDigits = "0123456789abcdef"
-
-// escapeTable maps a byte to 0 (write raw), a short-escape letter, or 'u'.
-var escapeTable = func() (t [256]byte) {
-	for c := 0; c < 0x20; c++ {
-		t[c] = 'u'
-	}
-	t['\b'] = 'b'
-	t['\t'] = 't'
-	t['\n'] = 'n'
-	t['\f'] = 'f'
-	t['\r'] = 'r'
-	t['"'] = '"'
-	t['\\'] = '\\'
-	return t
-}()
-
-func appendEscapedByte(dst []byte, c byte) []byte {
-	switch e := escapeTable[c]; e {
-	case 0:
-		return append(dst, c)
-	case 'u':
-		return append(dst, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xF])
-	default:
-		return append(dst, '\\', e)
-	}
-}
-
-// appendQuoted writes decoded string bytes as a serde_json string literal.
-func appendQuoted(dst, s []byte) []byte {
-	dst = append(dst, '"')
-	run := 0
-	for i, c := range s {
-		if escapeTable[c] == 0 {
-			continue
-		}
-		dst = append(dst, s[run:i]...)
-		dst = appendEscapedByte(dst, c)
-		run = i + 1
-	}
-	dst = append(dst, s[run:]...)
-	return append(dst, '"')
-}
-
 // appendFloat formats a finite f64 the way serde_json 1.0.149 writes it.
 // That version formats with zmij, whose output is ryu's layout with an
 // explicit sign on every exponent: the shortest digits that round-trip,

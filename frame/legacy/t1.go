@@ -217,7 +217,7 @@ func (st *t1State) writeScalar(n jsonscan.Node) error {
 		}
 	case jsonscan.KindString:
 		if s := st.doc.Str(n); s.Escaped {
-			st.w = appendQuoted(st.w, st.stringValue(n))
+			st.w = jsonscan.AppendString(st.w, st.stringValue(n))
 		} else {
 			st.w = append(st.w, '"')
 			st.w = append(st.w, s.Raw...)
@@ -236,7 +236,7 @@ func (st *t1State) mappedString(n jsonscan.Node, table map[string][]byte) (bool,
 	if !ok {
 		return false, nil
 	}
-	st.w = appendQuoted(st.w, v)
+	st.w = jsonscan.AppendString(st.w, v)
 	return true, st.checkSize()
 }
 
@@ -316,7 +316,7 @@ func (st *t1State) compressObject(n jsonscan.Node) error {
 				st.w = append(st.w, ',')
 			}
 			first = false
-			st.w = appendQuoted(st.w, e.out)
+			st.w = jsonscan.AppendString(st.w, e.out)
 			st.w = append(st.w, ':')
 			if err := st.compressValue(members[e.idx], e.orig); err != nil {
 				return err
@@ -425,7 +425,7 @@ func (st *t1State) expandObject(n jsonscan.Node, restore bool) error {
 		if i > 0 {
 			st.w = append(st.w, ',')
 		}
-		st.w = appendQuoted(st.w, e.out)
+		st.w = jsonscan.AppendString(st.w, e.out)
 		st.w = append(st.w, ':')
 		if e.idx < 0 {
 			st.w = append(st.w, t1Defaults[-1-e.idx].value...)

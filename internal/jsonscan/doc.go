@@ -30,6 +30,9 @@
 // the value serde_json reads (Node.Number), so the T1 codec writes back
 // the floats a Rust encoder would write.
 //
+// AppendString is the other direction, for every package that writes JSON
+// strings: serde_json's escaping, so the bytes match the Rust reference's.
+//
 // Limits (nesting depth, bytes of one string as written, elements of one
 // array) are enforced during the scan, so hostile input fails at the first
 // byte that exceeds them. Errors are *Error values that wrap one of the
