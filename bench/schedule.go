@@ -26,7 +26,7 @@ func openLoop(ctx context.Context, clk clock, start, stop int64, rate float64, a
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var k int64
-	for {
+	for ctx.Err() == nil {
 		due := intendedTime(start, k, rate)
 		if due >= stop {
 			return k
@@ -47,6 +47,9 @@ func openLoop(ctx context.Context, clk clock, start, stop int64, rate float64, a
 		issue(due)
 		k++
 	}
+	// Behind schedule every request is due at once and no wait would
+	// notice the end.
+	return k
 }
 
 // closedLoop runs workers goroutines, each sending one request and waiting
