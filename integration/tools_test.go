@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -189,6 +190,56 @@ func (a *rawAgent) expectClose(timeout time.Duration, reason negotiate.CloseReas
 	}
 	a.sendControl(negotiate.AppendClose(nil, a.sess.ID, time.Now(), reason, "ack"))
 	expectConnClosed(a.t, a.conn, 5*time.Second)
+}
+
+// ackCloseAsync is expectClose on a goroutine of its own, for an agent the
+// test does not read while it reads another: the agent answers its CLOSE as
+// soon as it comes, as a real agent does whatever else it is busy with (the
+// daemon closes the connection CloseTimeout after its CLOSE leaves). Nothing
+// else may read the agent meanwhile; the result comes once the daemon has
+// closed the connection.
+func (a *rawAgent) ackCloseAsync(timeout time.Duration, reason negotiate.CloseReason) <-chan error {
+	done := make(chan error, 1)
+	send := func(msg []byte) error {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		return a.conn.Send(ctx, transport.ControlChannel, msg)
+	}
+	go func() {
+		done <- func() error {
+			deadline := time.Now().Add(timeout)
+			for {
+				r, cm, err := a.recv(time.Until(deadline))
+				switch {
+				case err == nil:
+					return fmt.Errorf("got DATA (flags %v, id %d) while waiting for CLOSE", r.hdr.Flags, r.hdr.RequestID)
+				case !errors.Is(err, errControl):
+					return fmt.Errorf("waiting for CLOSE: %w", err)
+				case cm.Type == negotiate.TypePing:
+					if err := send(negotiate.AppendPong(nil, a.sess.ID, time.Now())); err != nil {
+						return err
+					}
+					continue
+				case cm.Type != negotiate.TypeClose || cm.Close == nil || cm.Close.Reason != reason:
+					return fmt.Errorf("got %s %+v, want CLOSE %s", cm.Type, cm.Close, reason)
+				}
+				if err := send(negotiate.AppendClose(nil, a.sess.ID, time.Now(), reason, "ack")); err != nil {
+					return fmt.Errorf("acknowledging CLOSE: %w", err)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				if msg, err := a.conn.Receive(ctx); err == nil {
+					msg.Release()
+					return errors.New("a message after the CLOSE acknowledgement, want the connection closed")
+				} else if ctx.Err() != nil {
+					return errors.New("connection still open 5 s after the CLOSE acknowledgement")
+				}
+				a.conn.Close()
+				return nil
+			}
+		}()
+	}()
+	return done
 }
 
 // expectSilence fails if any DATA arrives within d (control messages other
