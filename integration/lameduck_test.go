@@ -90,7 +90,14 @@ func TestLameDuckShutdown(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	for delivered.Load() < int64(inFlight) {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d requests reached the providers", delivered.Load(), inFlight)
+			// Say why: a request that failed is never delivered.
+			var failed []string
+			for len(results) > 0 {
+				if r := <-results; r.err != nil {
+					failed = append(failed, fmt.Sprintf("request %d: %v", r.i, r.err))
+				}
+			}
+			t.Fatalf("%d of %d requests reached the providers; failed before the shutdown: %q", delivered.Load(), inFlight, failed)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
