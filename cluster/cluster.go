@@ -68,6 +68,12 @@ type Cluster struct {
 	local map[string]Agent // by session id
 
 	peers map[string]*peer // dispatcher goroutine only
+	// heard is when each node's last control message arrived (node id ->
+	// *atomic.Int64, unix nanoseconds), noted by a subscription of its own
+	// as messages arrive: a heartbeat queued behind a backlog for the
+	// dispatcher is not a missing one, and a busy node must not declare
+	// its peers dead (ending every request to their agents).
+	heard sync.Map
 
 	bufs sync.Pool
 
@@ -171,7 +177,12 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 		}
 		c.subs = append(c.subs, sub)
 	}
-	if err := c.nc.Flush(); err != nil {
+	hsub, err := c.nc.Subscribe(c.ctlSubj, c.noteHeard)
+	if err == nil {
+		c.subs = append(c.subs, hsub)
+		err = c.nc.Flush()
+	}
+	if err != nil {
 		c.nc.Close()
 		c.shutdownServer()
 		return nil, fmt.Errorf("cluster: %w", err)
@@ -633,10 +644,44 @@ func (c *Cluster) sendSnapshot(to string) {
 	c.mu.Unlock()
 }
 
+// noteHeard runs on the NATS client's goroutine for the second
+// subscription to the control subject, as control messages arrive.
+func (c *Cluster) noteHeard(m *nats.Msg) {
+	var cm ctlMsg
+	if decodeControl(m.Data, &cm) != nil || cm.Node == c.cfg.Node {
+		return
+	}
+	now := time.Now().UnixNano()
+	if v, ok := c.heard.Load(cm.Node); ok {
+		v.(*atomic.Int64).Store(now)
+		return
+	}
+	v := new(atomic.Int64)
+	v.Store(now)
+	c.heard.Store(cm.Node, v)
+}
+
+// lastHeard is when node's last control message arrived, or its last
+// message was handled if that is later.
+func (c *Cluster) lastHeard(node string, p *peer) time.Time {
+	if v, ok := c.heard.Load(node); ok {
+		if t := time.Unix(0, v.(*atomic.Int64).Load()); t.After(p.lastSeen) {
+			return t
+		}
+	}
+	return p.lastSeen
+}
+
 func (c *Cluster) checkPeers(now time.Time) {
+	c.heard.Range(func(k, v any) bool { // forget nodes long gone
+		if _, ok := c.peers[k.(string)]; !ok && now.Sub(time.Unix(0, v.(*atomic.Int64).Load())) > 10*c.cfg.DeadAfter {
+			c.heard.Delete(k)
+		}
+		return true
+	})
 	for node, p := range c.peers {
 		switch {
-		case now.Sub(p.lastSeen) > c.cfg.DeadAfter:
+		case now.Sub(c.lastHeard(node, p)) > c.cfg.DeadAfter:
 			c.nodeDown(node, "no heartbeat")
 		case p.syncing && now.Sub(p.syncAsked) > c.cfg.DeadAfter:
 			c.askSnapshot(node, p, now) // the request or its answer was lost

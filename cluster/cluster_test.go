@@ -135,6 +135,45 @@ func TestShed(t *testing.T) {
 	}
 }
 
+// TestBusyNodeKeepsPeers: a node whose dispatcher is seconds behind (a
+// burst of requests its Handler takes a millisecond each for) still hears
+// its peer's heartbeats, queued behind the burst, and declares nobody dead.
+func TestBusyNodeKeepsPeers(t *testing.T) {
+	ha, hb := &recorder{slow: time.Millisecond}, &recorder{}
+	a := startNode(t, Config{Listen: "127.0.0.1:0", Node: "a"}, ha)
+	b := startNode(t, Config{Listen: "127.0.0.1:0", Node: "b", Routes: []string{"nats://" + a.RouteAddr().String()}}, hb)
+	ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
+	const n = 2500 // 2.5 s of work at least: more than DeadAfter
+	for i := range n {
+		if err := b.SendRequest("a", &Request{W: uint64(i + 1), Requester: "r", Target: "p1", Frame: []byte{1}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		ha.mu.Lock()
+		got := len(ha.reqs)
+		ha.mu.Unlock()
+		if got == n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a handled %d of %d requests", got, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	ha.mu.Lock()
+	defer ha.mu.Unlock()
+	if len(ha.nodes) != 0 || a.Stats().NodesDown.Load() != 0 {
+		t.Fatalf("a declared %v dead while busy", ha.nodes)
+	}
+	for i, q := range ha.reqs {
+		if q.Stranger || q.Shed {
+			t.Fatalf("request %d: stranger %v shed %v", i, q.Stranger, q.Shed)
+		}
+	}
+}
+
 // TestStranger: a request from a node this node does not count as a member
 // reaches the Handler marked Stranger (to be answered, not dropped).
 func TestStranger(t *testing.T) {

@@ -26,7 +26,10 @@
 //
 // Each node heartbeats every Heartbeat with the sequence number of its last
 // agent event. Another node that hears nothing for DeadAfter declares it
-// dead: Handler.AgentDown for each of its agents, then NodeDown. A node
+// dead: Handler.AgentDown for each of its agents, then NodeDown. Hearing is
+// noted as control messages arrive (a second subscription), not when the
+// dispatcher reaches them, so a node seconds behind on a backlog does not
+// declare its peers dead. A node
 // that leaves says so (bye) and is declared gone at once. Agent events
 // carry consecutive sequence numbers; a receiver that sees a gap (or a
 // heartbeat ahead of what it has) asks for a snapshot of the node's agents
