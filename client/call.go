@@ -204,12 +204,17 @@ func (cl *call) sender() string {
 // reply. It is not safe for concurrent use, except Close.
 type Stream struct {
 	ctx  context.Context
-	cl   *call
+	cl   *call // replaced (under mu) by a resend after base_missing
 	err  error // sticky: io.EOF after the final reply, or the failure
 	once sync.Once
 	// pending are the chunks of a batch reply not yet returned.
 	pending [][]byte
 	call    call // cl points here: one allocation per request
+
+	to     string // the To address, for a resend
+	turn   *turn  // the request's extension block, when it has one
+	mu     sync.Mutex
+	closed bool // Close ran: a resend must not replace cl
 }
 
 // Recv returns the next reply's JSON, decoded. After the final reply it
@@ -235,31 +240,46 @@ func (st *Stream) recv() (body []byte, end bool, err error) {
 		body = st.pending[0]
 		st.pending[0] = nil
 		st.pending = st.pending[1:]
+		if st.turn != nil {
+			st.turn.reply(st.cl.s.c, body, false)
+		}
 		return body, false, nil
 	}
-	r, err := st.cl.next(st.ctx)
-	if err != nil {
-		st.finish(err)
-		return nil, false, err
-	}
-	body, err = st.cl.s.decodeReply(r, st.lim())
-	if err == nil && r.batch {
-		// Several stream chunks in one reply (docs/protocol.md §4.4).
-		st.pending, err = negotiate.SplitBatch(st.pending[:0], body)
+	for {
+		r, err := st.cl.next(st.ctx)
 		if err != nil {
-			err = fmt.Errorf("%w: %w", ErrBadFrame, err)
-		} else {
-			body, st.pending = st.pending[0], st.pending[1:]
+			st.finish(err)
+			return nil, false, err
 		}
+		body, err = st.cl.s.decodeReply(r, st.lim())
+		if err != nil && st.turn != nil && st.turn.resendable(err) {
+			// The provider or the daemon lacks the delta's base: the same
+			// document again, in full, transparently (docs/protocol.md §4.3).
+			if err = st.resend(); err == nil {
+				continue
+			}
+		}
+		if err == nil && r.batch {
+			// Several stream chunks in one reply (docs/protocol.md §4.4).
+			st.pending, err = negotiate.SplitBatch(st.pending[:0], body)
+			if err != nil {
+				err = fmt.Errorf("%w: %w", ErrBadFrame, err)
+			} else {
+				body, st.pending = st.pending[0], st.pending[1:]
+			}
+		}
+		switch {
+		case err != nil:
+			st.finish(err)
+			return nil, false, err
+		case st.turn != nil:
+			st.turn.reply(st.cl.s.c, body, r.end)
+		}
+		if r.end {
+			st.finish(io.EOF)
+		}
+		return body, r.end, nil
 	}
-	switch {
-	case err != nil:
-		st.finish(err)
-		return nil, false, err
-	case r.end:
-		st.finish(io.EOF)
-	}
-	return body, r.end, nil
 }
 
 // Buffered is the number of replies that have arrived and wait to be read:
@@ -285,7 +305,13 @@ func (st *Stream) From() string { return st.cl.sender() }
 // provider (when the session negotiated feature cancel). It is safe to call
 // more than once and at the same time as Recv.
 func (st *Stream) Close() error {
-	st.once.Do(st.cl.abandon)
+	st.once.Do(func() {
+		st.mu.Lock()
+		st.closed = true
+		cl := st.cl
+		st.mu.Unlock()
+		cl.abandon()
+	})
 	return nil
 }
 
@@ -386,6 +412,7 @@ func (c *Client) start(ctx context.Context, payload []byte, raw bool, opts []Cal
 		return nil, err
 	}
 	defer o.free()
+	st := &Stream{ctx: ctx, to: co.to}
 	switch {
 	case raw:
 		*o.buf = append(*o.buf, payload...)
@@ -394,38 +421,44 @@ func (c *Client) start(ctx context.Context, payload []byte, raw bool, opts []Cal
 			return nil, err
 		}
 	default:
-		if err := o.encodeJSON(payload, s.encLim); err != nil {
+		if st.turn, err = s.encodeRequest(o, payload); err != nil {
 			return nil, err
 		}
 	}
-
-	ch, err := s.conn.AcquireChannel(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		return nil, s.sendErr()
-	}
-	st := &Stream{ctx: ctx}
-	cl := &st.call
-	cl.init(s, id, ch)
-	st.cl = cl
-	if err := s.addCall(cl); err != nil {
-		s.conn.ReleaseChannel(ch)
-		return nil, err
-	}
-	if err := s.sendMessage(ch, o); err != nil {
-		s.removeCall(cl)
-		// Ignored by the transport if the channel broke mid-write.
-		s.conn.ReleaseChannel(ch)
+	st.cl = &st.call
+	if err := s.launch(ctx, st.cl, id, o); err != nil {
 		return nil, err
 	}
 	c.stats.requests.Add(1)
 	if !raw {
 		c.stats.jsonSent.Add(uint64(len(payload)))
 	}
-	cl.watch(ctx, st)
+	st.cl.watch(ctx, st)
 	return st, nil
+}
+
+// launch sends request o, numbered id, on a channel of its own and
+// registers cl for its replies.
+func (s *session) launch(ctx context.Context, cl *call, id uint64, o outgoing) error {
+	ch, err := s.conn.AcquireChannel(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return s.sendErr()
+	}
+	cl.init(s, id, ch)
+	if err := s.addCall(cl); err != nil {
+		s.conn.ReleaseChannel(ch)
+		return err
+	}
+	if err := s.sendMessage(ch, o); err != nil {
+		s.removeCall(cl)
+		// Ignored by the transport if the channel broke mid-write.
+		s.conn.ReleaseChannel(ch)
+		return err
+	}
+	return nil
 }
 
 // newRequestID returns the next request id: per client, never 0.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,6 +31,12 @@ type Client struct {
 	stats  counters
 
 	nextID atomic.Uint64
+	// Conversations (docs/protocol.md §4.3): the requester's history and
+	// the provider's bases; nil when feature delta is off or their budget
+	// is negative.
+	nextDoc atomic.Uint64
+	hist    *history
+	bases   *bases
 
 	// life ends with Close; handler contexts derive from it.
 	life       context.Context
@@ -87,6 +94,14 @@ func newClient(cfg *config) *Client {
 		done:    make(chan struct{}),
 	}
 	c.life, c.lifeCancel = context.WithCancel(context.Background())
+	if slices.Contains(cfg.hello.Features, negotiate.FeatureDelta) {
+		if cfg.ConversationHistory > 0 {
+			c.hist = newHistory(cfg.ConversationHistory)
+		}
+		if cfg.ConversationBases > 0 {
+			c.bases = newBases(cfg.ConversationBases)
+		}
+	}
 	return c
 }
 

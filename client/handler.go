@@ -84,7 +84,8 @@ type delivery struct {
 	batch bool
 
 	mu   sync.Mutex
-	done bool // the final reply was sent
+	done bool       // the final reply was sent
+	rec  *recording // kept as a base once answered (feature delta)
 }
 
 func newDelivery(s *session, id uint64, ch transport.ChannelID, from string) *delivery {
@@ -173,6 +174,9 @@ func (d *delivery) write(flags negotiate.DataFlags, json []byte, code negotiate.
 	} else {
 		err = d.s.sendJSON(d.ch, flags, d.id, json)
 	}
+	if err == nil && d.rec != nil {
+		d.record(json, code, flags&negotiate.FlagEnd != 0)
+	}
 	switch {
 	case err == nil && flags&negotiate.FlagEnd != 0:
 		d.done = true
@@ -206,9 +210,9 @@ func (s *session) serve(d *delivery, msg transport.Message, plain []byte) {
 		<-c.sem
 		c.handlers.Done()
 	}()
-	req, err := s.decodeRequest(d, msg, plain)
+	req, code, err := s.decodeRequest(d, msg, plain)
 	if err != nil {
-		if werr := d.Error(negotiate.CodeBadFrame, err.Error()); werr != nil {
+		if werr := d.Error(code, err.Error()); werr != nil {
 			s.log.Debug().Err(werr).Msg("could not refuse delivery")
 		}
 		return
@@ -237,24 +241,25 @@ func (s *session) runHandler(d *delivery, req *Request) (panicked bool) {
 	return false
 }
 
-// decodeRequest decodes a delivered frame and releases its message.
-func (s *session) decodeRequest(d *delivery, msg transport.Message, plain []byte) (*Request, error) {
+// decodeRequest decodes a delivered frame and releases its message. The
+// code is what to answer when it fails.
+func (s *session) decodeRequest(d *delivery, msg transport.Message, plain []byte) (*Request, negotiate.ErrorCode, error) {
 	defer msg.Release()
 	if !isM2M(plain) {
 		body, err := s.decodeTokenNative(plain)
 		if err != nil {
-			return nil, err
+			return nil, negotiate.CodeBadFrame, err
 		}
-		return &Request{From: d.from, ID: d.id, Body: body}, nil
+		return &Request{From: d.from, ID: d.id, Body: body}, "", nil
 	}
 	var h frame.Header
 	if err := frame.ReadHeader(plain, &h); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+		return nil, negotiate.CodeBadFrame, fmt.Errorf("%w: %w", ErrBadFrame, err)
 	}
-	body, err := frame.AppendDecode(nil, plain, s.decLim)
+	body, code, err := s.decodeDelivery(d, plain, &h)
 	if err != nil {
 		s.c.stats.badFrames.Add(1)
-		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
+		return nil, code, fmt.Errorf("%w: %w", ErrBadFrame, err)
 	}
 	s.c.stats.jsonReceived.Add(uint64(len(body)))
 	return &Request{
@@ -264,5 +269,5 @@ func (s *session) decodeRequest(d *delivery, msg transport.Message, plain []byte
 		Stream:     (h.Schema == frame.SchemaRequest || h.Schema == frame.SchemaEmbeddingRequest) && h.Flags.StreamRequested(),
 		Embeddings: h.Schema == frame.SchemaEmbeddingRequest,
 		Body:       body,
-	}, nil
+	}, "", nil
 }

@@ -25,7 +25,7 @@ import (
 // in every HELLO unless Options.DisableFeatures names them.
 func Features() []negotiate.Feature { return slices.Clone(features) }
 
-var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureTNSealed, negotiate.FeatureBatch}
+var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureDelta, negotiate.FeatureTNSealed, negotiate.FeatureBatch}
 
 // Defaults of Options.
 const (
@@ -36,6 +36,12 @@ const (
 	// DefaultStreamBuffer bounds the bytes of replies waiting in one
 	// Stream for Recv.
 	DefaultStreamBuffer = 32 << 20
+	// DefaultConversationHistory bounds a requester's kept requests and
+	// responses (Options.ConversationHistory).
+	DefaultConversationHistory = 32 << 20
+	// DefaultConversationBases bounds a provider's kept requests and
+	// answers (Options.ConversationBases).
+	DefaultConversationBases = 64 << 20
 	// DefaultQUICPort is used when a quic:// URL has no port.
 	DefaultQUICPort = "4433"
 )
@@ -120,6 +126,24 @@ type Options struct {
 	// for Recv; beyond it the stream fails with ErrSlowConsumer.
 	// Default 32 MiB.
 	StreamBuffer int
+
+	// ConversationHistory bounds the bytes of past requests and their
+	// responses this agent keeps as a requester, least recently used out
+	// first, to send the next turns of their conversations as deltas
+	// (feature delta, docs/protocol.md §4.3): a chat request whose messages
+	// continue a kept request and its answer travels as the difference,
+	// typically 20-60 times smaller. Nothing changes for the caller: a
+	// provider that lost the base makes the client resend the whole request
+	// once, transparently. Default 32 MiB; negative keeps nothing (every
+	// request in full). DisableFeatures with negotiate.FeatureDelta turns
+	// conversations off altogether, as a requester and as a provider.
+	ConversationHistory int
+	// ConversationBases bounds the bytes of delivered requests and this
+	// agent's answers kept as a provider, least recently used out first,
+	// to rebuild the deltas requesters send against them; a delta whose
+	// base was dropped is answered base_missing and comes again in full.
+	// Default 64 MiB; negative keeps nothing.
+	ConversationBases int
 
 	// DisableFeatures turns off protocol extensions (docs/protocol.md
 	// §3.6) of Features that this client would otherwise offer in HELLO.
@@ -221,6 +245,12 @@ func newConfig(rawURL string, o Options) (*config, error) {
 	}
 	if c.StreamBuffer <= 0 {
 		c.StreamBuffer = DefaultStreamBuffer
+	}
+	if c.ConversationHistory == 0 {
+		c.ConversationHistory = DefaultConversationHistory
+	}
+	if c.ConversationBases == 0 {
+		c.ConversationBases = DefaultConversationBases
 	}
 	c.Models = slices.Clone(c.Models)
 	c.Algorithms = slices.Clone(c.Algorithms)

@@ -27,6 +27,14 @@ type Stats struct {
 	// handler here.
 	CancelsSent     uint64
 	CancelsReceived uint64
+	// Conversations (feature delta, docs/protocol.md §4.3): requests sent
+	// as a delta, requests sent again in full after base_missing (the
+	// caller never saw it), deliveries rebuilt from a delta, deliveries
+	// answered base_missing.
+	DeltasSent     uint64
+	DeltaResends   uint64
+	DeltasReceived uint64
+	BasesMissing   uint64
 
 	FramesSent        uint64
 	FramesReceived    uint64
@@ -57,6 +65,7 @@ type counters struct {
 	requests, replies, deliveries, busy, notices, late, badFrames, reconnects atomic.Uint64
 	framesSent, framesReceived                                                atomic.Uint64
 	cancelsSent, cancelsReceived                                              atomic.Uint64
+	deltasSent, deltaResends, deltasReceived, basesMissing                    atomic.Uint64
 	wireSent, wireReceived, jsonSent, jsonReceived                            atomic.Uint64
 }
 
@@ -72,6 +81,10 @@ func (c *counters) snapshot() Stats {
 		Reconnects:        c.reconnects.Load(),
 		CancelsSent:       c.cancelsSent.Load(),
 		CancelsReceived:   c.cancelsReceived.Load(),
+		DeltasSent:        c.deltasSent.Load(),
+		DeltaResends:      c.deltaResends.Load(),
+		DeltasReceived:    c.deltasReceived.Load(),
+		BasesMissing:      c.basesMissing.Load(),
 		FramesSent:        c.framesSent.Load(),
 		FramesReceived:    c.framesReceived.Load(),
 		WireBytesSent:     c.wireSent.Load(),

@@ -29,6 +29,12 @@ func NewBase(request, response []byte) *Base {
 	return &Base{d: d, reqLen: len(request)}
 }
 
+// MakeBase returns the Base whose D is d, the request being d's first
+// requestLen bytes. It takes d over: the caller must not modify it after.
+func MakeBase(d []byte, requestLen int) *Base {
+	return &Base{d: d, reqLen: min(max(requestLen, 0), len(d))}
+}
+
 // Request returns the base request's JSON. It aliases the Base: do not
 // modify it.
 func (b *Base) Request() []byte { return b.d[:b.reqLen:b.reqLen] }

@@ -1,0 +1,405 @@
+package client
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"hash/maphash"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/m2md/m2md/delta"
+	"github.com/m2md/m2md/internal/jsonscan"
+)
+
+// Conversations (docs/protocol.md §4.3, feature delta). A requester keeps
+// the requests it sent with the responses it received, and finds among
+// them the base of a new request: the kept request whose messages, followed
+// by its response's assistant message, begin the new request's messages.
+// Messages are compared by what they say (role, content, tool calls), not
+// by their bytes: SDKs re-serialise the assistant message they send back.
+// A wrong match costs compression, never correctness: the delta is encoded
+// against the bytes the requester holds, and the provider checks the CRC.
+
+// messageKeys reads the "messages" of a chat request and returns, for each
+// i, a key of messages[0..i] (keys[i] depends on every message up to i).
+// ok is false when the document has no non-empty messages array.
+func messageKeys(seed maphash.Seed, doc []byte, keys []uint64) (_ []uint64, ok bool) {
+	p := docs.Get().(*jsonscan.Doc)
+	defer docs.Put(p)
+	root, err := p.Parse(doc, jsonscan.Limits{})
+	if err != nil || root.Kind != jsonscan.KindObject {
+		return keys, false
+	}
+	var msgs jsonscan.Node
+	for _, m := range p.Children(root) {
+		if p.HasName(&m, "messages") {
+			msgs = m
+		}
+	}
+	if msgs.Kind != jsonscan.KindArray {
+		return keys, false
+	}
+	var sum uint64
+	for _, m := range p.Children(msgs) {
+		sum = chain(seed, sum, messageKey(seed, p, m))
+		keys = append(keys, sum)
+	}
+	return keys, len(keys) > 0
+}
+
+var (
+	docs    = sync.Pool{New: func() any { return new(jsonscan.Doc) }}
+	scratch = sync.Pool{New: func() any { return new([]byte) }}
+)
+
+// chain extends the key of a message list by one message.
+func chain(seed maphash.Seed, sum, msg uint64) uint64 {
+	var b [16]byte
+	binary.LittleEndian.PutUint64(b[:], sum)
+	binary.LittleEndian.PutUint64(b[8:], msg)
+	return maphash.Bytes(seed, b[:])
+}
+
+// messageKey is the key of one message: its role, content and tool calls
+// (and tool_call_id), each canonical. An absent, null or empty content or
+// tool_calls are the same.
+func messageKey(seed maphash.Seed, p *jsonscan.Doc, m jsonscan.Node) uint64 {
+	var h maphash.Hash
+	h.SetSeed(seed)
+	if m.Kind != jsonscan.KindObject {
+		writeCanonical(&h, p, m)
+		return h.Sum64()
+	}
+	fields := [...]string{"role", "content", "tool_calls", "tool_call_id"}
+	var found [len(fields)]jsonscan.Node
+	for _, c := range p.Children(m) {
+		for i, f := range fields {
+			if p.HasName(&c, f) {
+				found[i] = c
+			}
+		}
+	}
+	for _, v := range found {
+		if isEmpty(p, v) {
+			h.WriteByte('e')
+		} else {
+			writeCanonical(&h, p, v)
+		}
+	}
+	return h.Sum64()
+}
+
+func isEmpty(p *jsonscan.Doc, v jsonscan.Node) bool {
+	switch v.Kind {
+	case jsonscan.KindNone, jsonscan.KindNull:
+		return true
+	case jsonscan.KindString:
+		return p.Str(v).Len == 0
+	case jsonscan.KindArray:
+		return len(p.Children(v)) == 0
+	}
+	return false
+}
+
+// writeCanonical hashes a value so that the same JSON value written
+// differently (member order, whitespace, string escapes) hashes alike.
+func writeCanonical(h *maphash.Hash, p *jsonscan.Doc, v jsonscan.Node) {
+	var n [8]byte
+	switch v.Kind {
+	case jsonscan.KindString:
+		s := p.Str(v)
+		binary.LittleEndian.PutUint64(n[:], uint64(s.Len))
+		h.WriteByte('s')
+		h.Write(n[:])
+		if !s.Escaped {
+			h.Write(s.Raw)
+		} else {
+			b := scratch.Get().(*[]byte)
+			*b = s.AppendDecoded((*b)[:0])
+			h.Write(*b)
+			scratch.Put(b)
+		}
+	case jsonscan.KindArray:
+		kids := p.Children(v)
+		binary.LittleEndian.PutUint64(n[:], uint64(len(kids)))
+		h.WriteByte('a')
+		h.Write(n[:])
+		for _, k := range kids {
+			writeCanonical(h, p, k)
+		}
+	case jsonscan.KindObject:
+		kids := slices.Clone(p.Children(v))
+		names := make([]string, len(kids))
+		for i, k := range kids {
+			names[i] = string(p.Name(k).AppendDecoded(nil))
+		}
+		order := make([]int, len(kids))
+		for i := range order {
+			order[i] = i
+		}
+		slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(names[a], names[b]) })
+		binary.LittleEndian.PutUint64(n[:], uint64(len(kids)))
+		h.WriteByte('o')
+		h.Write(n[:])
+		for _, i := range order {
+			h.WriteString(names[i])
+			h.WriteByte(0)
+			writeCanonical(h, p, kids[i])
+		}
+	default:
+		h.WriteByte(byte('0' + v.Kind))
+		h.Write(p.Text(v))
+	}
+}
+
+// replyMessage returns the assistant message of a response as JSON: its
+// choices[0].message, or for a stream (chunks concatenated) the message its
+// choices[0].delta pieces add up to. ok is false when there is none.
+func replyMessage(resp []byte, stream bool) (_ []byte, ok bool) {
+	if !stream {
+		var r struct {
+			Choices []struct {
+				Message json.RawMessage `json:"message"`
+			} `json:"choices"`
+		}
+		if json.Unmarshal(resp, &r) != nil || len(r.Choices) == 0 || len(r.Choices[0].Message) == 0 {
+			return nil, false
+		}
+		return r.Choices[0].Message, true
+	}
+	type call struct {
+		ID       string `json:"id,omitempty"`
+		Type     string `json:"type,omitempty"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	}
+	var msg struct {
+		Role      string  `json:"role"`
+		Content   *string `json:"content"`
+		ToolCalls []call  `json:"tool_calls,omitempty"`
+	}
+	dec := json.NewDecoder(strings.NewReader(string(resp)))
+	for dec.More() {
+		var chunk struct {
+			Choices []struct {
+				Message json.RawMessage `json:"message"`
+				Delta   struct {
+					Role      string  `json:"role"`
+					Content   *string `json:"content"`
+					ToolCalls []struct {
+						Index int `json:"index"`
+						call
+					} `json:"tool_calls"`
+				} `json:"delta"`
+			} `json:"choices"`
+		}
+		if dec.Decode(&chunk) != nil {
+			return nil, false
+		}
+		if len(chunk.Choices) == 0 {
+			continue
+		}
+		if m := chunk.Choices[0].Message; len(m) > 0 && string(m) != "null" {
+			// A stream that ends with a whole response: its message is
+			// the answer.
+			return m, true
+		}
+		d := chunk.Choices[0].Delta
+		if msg.Role == "" {
+			msg.Role = d.Role
+		}
+		if d.Content != nil {
+			s := *d.Content
+			if msg.Content != nil {
+				s = *msg.Content + s
+			}
+			msg.Content = &s
+		}
+		for _, tc := range d.ToolCalls {
+			if tc.Index < 0 || tc.Index > len(msg.ToolCalls) {
+				return nil, false
+			}
+			if tc.Index == len(msg.ToolCalls) {
+				msg.ToolCalls = append(msg.ToolCalls, call{})
+			}
+			c := &msg.ToolCalls[tc.Index]
+			c.ID += tc.ID
+			c.Type += tc.Type
+			c.Function.Name += tc.Function.Name
+			c.Function.Arguments += tc.Function.Arguments
+		}
+	}
+	if msg.Role == "" {
+		return nil, false
+	}
+	b, err := json.Marshal(msg)
+	return b, err == nil
+}
+
+// replyKey is the key of a response's assistant message, as messageKeys
+// computes it for the same message in a request.
+func replyKey(seed maphash.Seed, resp []byte, stream bool) (uint64, bool) {
+	m, ok := replyMessage(resp, stream)
+	if !ok {
+		return 0, false
+	}
+	p := docs.Get().(*jsonscan.Doc)
+	defer docs.Put(p)
+	root, err := p.Parse(m, jsonscan.Limits{})
+	if err != nil || root.Kind != jsonscan.KindObject {
+		return 0, false
+	}
+	return messageKey(seed, p, root), true
+}
+
+// lru holds bases within a byte budget, least recently used first out.
+type lru[K comparable] struct {
+	budget, used int
+	m            map[K]*lruEntry[K]
+	head         lruEntry[K] // sentinel: head.next is the most recent
+	evicted      func(*lruEntry[K])
+}
+
+type lruEntry[K comparable] struct {
+	key        K
+	base       *delta.Base
+	tag        uint64 // the requester's index key
+	prev, next *lruEntry[K]
+}
+
+// entryOverhead approximates what an entry costs besides its base.
+const entryOverhead = 128
+
+func (l *lru[K]) init(budget int, evicted func(*lruEntry[K])) {
+	l.budget, l.evicted = budget, evicted
+	l.m = make(map[K]*lruEntry[K])
+	l.head.next, l.head.prev = &l.head, &l.head
+}
+
+func (l *lru[K]) unlink(e *lruEntry[K]) {
+	e.prev.next, e.next.prev = e.next, e.prev
+}
+
+func (l *lru[K]) front(e *lruEntry[K]) {
+	e.prev, e.next = &l.head, l.head.next
+	l.head.next.prev = e
+	l.head.next = e
+}
+
+// get returns the base under k and marks it recently used.
+func (l *lru[K]) get(k K) *delta.Base {
+	e := l.m[k]
+	if e == nil {
+		return nil
+	}
+	l.unlink(e)
+	l.front(e)
+	return e.base
+}
+
+// put keeps b under k, evicting the least recently used beyond the
+// budget; a base larger than the whole budget is not kept.
+func (l *lru[K]) put(k K, b *delta.Base, tag uint64) {
+	size := b.Size() + entryOverhead
+	if size > l.budget {
+		return
+	}
+	if old := l.m[k]; old != nil {
+		l.remove(old)
+	}
+	e := &lruEntry[K]{key: k, base: b, tag: tag}
+	l.m[k] = e
+	l.front(e)
+	l.used += size
+	for l.used > l.budget {
+		l.remove(l.head.prev)
+	}
+}
+
+func (l *lru[K]) remove(e *lruEntry[K]) {
+	l.unlink(e)
+	delete(l.m, e.key)
+	l.used -= e.base.Size() + entryOverhead
+	if l.evicted != nil {
+		l.evicted(e)
+	}
+}
+
+// history is a requester's kept documents: doc_id → base, and the index
+// from the key of "its messages plus its assistant message" to doc_id.
+type history struct {
+	mu    sync.Mutex
+	seed  maphash.Seed
+	docs  lru[uint64]
+	index map[uint64]uint64
+}
+
+func newHistory(budget int) *history {
+	h := &history{seed: maphash.MakeSeed(), index: make(map[uint64]uint64)}
+	h.docs.init(budget, func(e *lruEntry[uint64]) {
+		if h.index[e.tag] == e.key {
+			delete(h.index, e.tag)
+		}
+	})
+	return h
+}
+
+// find returns the kept document whose messages and answer begin the
+// messages keyed by keys, preferring the longest; id 0 when none.
+func (h *history) find(keys []uint64) (id uint64, base *delta.Base) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := len(keys) - 1; i >= 0; i-- {
+		if id := h.index[keys[i]]; id != 0 {
+			if b := h.docs.get(id); b != nil {
+				return id, b
+			}
+		}
+	}
+	return 0, nil
+}
+
+// add keeps document id, whose messages are keyed by last (the last key
+// messageKeys returned) and whose response's assistant message by reply.
+func (h *history) add(id, last, reply uint64, b *delta.Base) {
+	tag := chain(h.seed, last, reply)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.docs.put(id, b, tag)
+	if _, kept := h.docs.m[id]; kept {
+		h.index[tag] = id
+	}
+}
+
+// baseKey names a provider's base: the requester and its doc_id.
+type baseKey struct {
+	from string
+	doc  uint64
+}
+
+// bases is a provider's kept documents.
+type bases struct {
+	mu sync.Mutex
+	l  lru[baseKey]
+}
+
+func newBases(budget int) *bases {
+	b := &bases{}
+	b.l.init(budget, nil)
+	return b
+}
+
+func (b *bases) get(from string, doc uint64) *delta.Base {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.l.get(baseKey{from, doc})
+}
+
+func (b *bases) put(from string, doc uint64, base *delta.Base) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.l.put(baseKey{from, doc}, base, 0)
+}
