@@ -267,6 +267,7 @@ type lruEntry[K comparable] struct {
 	key        K
 	base       *delta.Base
 	tag        uint64 // the requester's index key
+	full       uint8  // the requester's: turns still to send in full (fullAfterMiss)
 	prev, next *lruEntry[K]
 }
 
@@ -289,20 +290,20 @@ func (l *lru[K]) front(e *lruEntry[K]) {
 	l.head.next = e
 }
 
-// get returns the base under k and marks it recently used.
-func (l *lru[K]) get(k K) *delta.Base {
+// get returns the entry under k and marks it recently used.
+func (l *lru[K]) get(k K) *lruEntry[K] {
 	e := l.m[k]
 	if e == nil {
 		return nil
 	}
 	l.unlink(e)
 	l.front(e)
-	return e.base
+	return e
 }
 
 // put keeps b under k, evicting the least recently used beyond the
 // budget; a base larger than the whole budget is not kept.
-func (l *lru[K]) put(k K, b *delta.Base, tag uint64) {
+func (l *lru[K]) put(k K, b *delta.Base, tag uint64, full uint8) {
 	size := b.Size() + entryOverhead
 	if size > l.budget {
 		return
@@ -310,7 +311,7 @@ func (l *lru[K]) put(k K, b *delta.Base, tag uint64) {
 	if old := l.m[k]; old != nil {
 		l.remove(old)
 	}
-	e := &lruEntry[K]{key: k, base: b, tag: tag}
+	e := &lruEntry[K]{key: k, base: b, tag: tag, full: full}
 	l.m[k] = e
 	l.front(e)
 	l.used += size
@@ -348,27 +349,28 @@ func newHistory(budget int) *history {
 }
 
 // find returns the kept document whose messages and answer begin the
-// messages keyed by keys, preferring the longest; id 0 when none.
-func (h *history) find(keys []uint64) (id uint64, base *delta.Base) {
+// messages keyed by keys, preferring the longest; id 0 when none. full is
+// how many turns of its conversation are still to go in full.
+func (h *history) find(keys []uint64) (id uint64, base *delta.Base, full uint8) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i := len(keys) - 1; i >= 0; i-- {
 		if id := h.index[keys[i]]; id != 0 {
-			if b := h.docs.get(id); b != nil {
-				return id, b
+			if e := h.docs.get(id); e != nil {
+				return id, e.base, e.full
 			}
 		}
 	}
-	return 0, nil
+	return 0, nil, 0
 }
 
 // add keeps document id, whose messages are keyed by last (the last key
 // messageKeys returned) and whose response's assistant message by reply.
-func (h *history) add(id, last, reply uint64, b *delta.Base) {
+func (h *history) add(id, last, reply uint64, b *delta.Base, full uint8) {
 	tag := chain(h.seed, last, reply)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.docs.put(id, b, tag)
+	h.docs.put(id, b, tag, full)
 	if _, kept := h.docs.m[id]; kept {
 		h.index[tag] = id
 	}
@@ -395,11 +397,14 @@ func newBases(budget int) *bases {
 func (b *bases) get(from string, doc uint64) *delta.Base {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.l.get(baseKey{from, doc})
+	if e := b.l.get(baseKey{from, doc}); e != nil {
+		return e.base
+	}
+	return nil
 }
 
 func (b *bases) put(from string, doc uint64, base *delta.Base) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.l.put(baseKey{from, doc}, base, 0)
+	b.l.put(baseKey{from, doc}, base, 0, 0)
 }

@@ -168,14 +168,16 @@ func (d *delivery) write(flags negotiate.DataFlags, json []byte, code negotiate.
 	if d.ctx.Err() != nil {
 		return d.cancelledErr()
 	}
+	if d.rec != nil {
+		// Kept before it is sent: the requester's next turn, a delta
+		// against it, may arrive as soon as the reply has left.
+		d.record(json, code, flags&negotiate.FlagEnd != 0)
+	}
 	var err error
 	if code != "" {
 		err = d.s.sendError(d.ch, d.id, code, message)
 	} else {
 		err = d.s.sendJSON(d.ch, flags, d.id, json)
-	}
-	if err == nil && d.rec != nil {
-		d.record(json, code, flags&negotiate.FlagEnd != 0)
 	}
 	switch {
 	case err == nil && flags&negotiate.FlagEnd != 0:

@@ -22,7 +22,16 @@ type turn struct {
 	replies       int  // reply bodies returned to the caller
 	recording     bool // d still holds every reply (within the budget)
 	resent        bool
+	full          uint8 // the next turns to send in full, kept with it
 }
+
+// fullAfterMiss is how many turns of a conversation go in full (naming
+// their base, for affinity) after a delta came back base_missing. A provider
+// without feature delta (the daemon strips the block) never keeps a base,
+// and each delta to it would cost a round trip for base_missing; a provider
+// that lost one base keeps the next. One try in so many bounds the first
+// cost and loses little of the second.
+const fullAfterMiss = 8
 
 var keyBufs = sync.Pool{New: func() any { return new([]uint64) }}
 
@@ -45,7 +54,11 @@ func (s *session) encodeRequest(o outgoing, payload []byte) (*turn, error) {
 	}
 	t := &turn{docID: c.newDocID(), last: keys[len(keys)-1], reqLen: len(payload), recording: true}
 	var base *delta.Base
-	t.baseID, base = c.hist.find(keys)
+	var full uint8
+	t.baseID, base, full = c.hist.find(keys)
+	if full > 0 {
+		base, t.full = nil, full-1
+	}
 	b, isDelta, err := delta.AppendEncodeFrame(*o.buf, payload, frame.Extension{DocID: t.docID, BaseID: t.baseID}, base, s.encLim)
 	switch {
 	case errors.Is(err, frame.ErrSchema):
@@ -82,7 +95,7 @@ func (t *turn) reply(c *Client, body []byte, end bool) {
 	}
 	reply, ok := replyKey(c.hist.seed, t.d[t.reqLen:], t.replies > 1)
 	if ok {
-		c.hist.add(t.docID, t.last, reply, delta.MakeBase(t.d, t.reqLen))
+		c.hist.add(t.docID, t.last, reply, delta.MakeBase(t.d, t.reqLen), t.full)
 	}
 	t.d = nil
 }
@@ -101,7 +114,7 @@ func (t *turn) resendable(err error) bool {
 // new request's replies.
 func (st *Stream) resend() error {
 	t := st.turn
-	t.resent = true
+	t.resent, t.full = true, fullAfterMiss
 	c := st.cl.s.c
 	s, err := c.current(st.ctx)
 	if err != nil {
@@ -198,8 +211,9 @@ func (s *session) decodeDelivery(d *delivery, plain []byte, h *frame.Header) ([]
 	return body, "", nil
 }
 
-// record adds a reply the provider sent to its recording; the final one
-// stores the base. Called with d.mu held.
+// record adds a reply the provider is sending to its recording; the final
+// one stores the base (a base whose reply then fails to leave is never
+// named by a requester). Called with d.mu held.
 func (d *delivery) record(json []byte, code negotiate.ErrorCode, end bool) {
 	r := d.rec
 	c := d.s.c
