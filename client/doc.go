@@ -56,6 +56,21 @@
 // context's errors cover the rest. Dial returns the handshake's errors
 // (*negotiate.RejectError, negotiate.ErrBadAccept) as they are.
 //
+// # Conversations
+//
+// LLM clients resend the whole conversation on every turn. When the daemon
+// grants feature delta (docs/protocol.md §4.3; on by default, off with
+// Options.DisableFeatures), a chat request whose messages continue one this
+// client sent earlier, followed by the answer it got, travels as a delta
+// against that request and answer: a few hundred bytes whatever the length
+// of the conversation. Nothing changes for the caller or the handler: the
+// requester finds the base itself (messages compared by role, content and
+// tool calls, so an SDK re-serialising the assistant message still
+// matches), the provider rebuilds the exact JSON, and a provider that lost
+// the base makes the requester resend the whole request, once,
+// transparently. Options.ConversationHistory and ConversationBases bound
+// what either side keeps.
+//
 // Session reports the negotiated parameters, and Stats counts frames and
 // bytes on the wire against JSON bytes, which is the compression achieved.
 package client

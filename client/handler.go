@@ -259,7 +259,10 @@ func (s *session) decodeRequest(d *delivery, msg transport.Message, plain []byte
 		return nil, negotiate.CodeBadFrame, fmt.Errorf("%w: %w", ErrBadFrame, err)
 	}
 	body, code, err := s.decodeDelivery(d, plain, &h)
-	if err != nil {
+	switch {
+	case code == negotiate.CodeBaseMissing:
+		return nil, code, err
+	case err != nil:
 		s.c.stats.badFrames.Add(1)
 		return nil, code, fmt.Errorf("%w: %w", ErrBadFrame, err)
 	}
