@@ -41,10 +41,14 @@ func (ch *chatter) ServeM2M(_ context.Context, req *Request, w ResponseWriter) {
 			n, req.Model, answer, len(req.Body)/4, len(req.Body)/4+12))
 		return
 	}
+	// One chunk alone, the others together (one batch reply where both
+	// ends negotiated feature batch).
 	w.Chunk(fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`, n))
+	var chunks [][]byte
 	for i := 0; i < len(answer); i += 16 {
-		w.Chunk(fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":%q}}]}`, n, answer[i:min(i+16, len(answer))]))
+		chunks = append(chunks, fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":%q}}]}`, n, answer[i:min(i+16, len(answer))]))
 	}
+	w.Chunks(chunks...)
 	w.Respond(fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`, n))
 }
 
@@ -163,6 +167,10 @@ func TestConversationDeltas(t *testing.T) {
 					rs, ps := r.Stats(), p.Stats()
 					if rs.DeltasSent != turns-1 || rs.DeltaResends != 0 || ps.DeltasReceived != turns-1 || ps.BasesMissing != 0 {
 						t.Fatalf("requester %+v\nprovider %+v", rs, ps)
+					}
+					// Streamed: a chunk, a batch of the others, the final.
+					if stream && rs.Replies != 3*turns {
+						t.Fatalf("%d replies for %d streamed turns: no batches", rs.Replies, turns)
 					}
 				})
 			}

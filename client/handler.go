@@ -141,6 +141,13 @@ func (d *delivery) writeBatch(jsons [][]byte, size int) error {
 	if d.ctx.Err() != nil {
 		return d.cancelledErr()
 	}
+	for _, j := range jsons {
+		if d.rec == nil {
+			break
+		}
+		// The requester receives them one by one, and so keeps them.
+		d.record(j, "", false)
+	}
 	err := d.s.sendBatch(d.ch, d.id, jsons, size)
 	if err != nil && d.ctx.Err() != nil {
 		return d.cancelledErr()
