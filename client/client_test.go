@@ -14,6 +14,7 @@ import (
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/internal/daemontest"
+	"github.com/m2md/m2md/internal/leakcheck"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/security"
 )
@@ -21,7 +22,7 @@ import (
 // leakCheck makes t fail if client or transport goroutines outlive it: it
 // runs after every other cleanup (clients closed, fake daemon stopped).
 func leakCheck(t *testing.T) {
-	t.Cleanup(func() { checkNoLeaks(t) })
+	leakcheck.Check(t, "m2md/m2md/client.", "m2md/m2md/transport.")
 }
 
 var modes = []frame.Security{frame.SecurityNone, frame.SecurityHMAC, frame.SecurityAEAD}

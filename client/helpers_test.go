@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"runtime"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -186,41 +184,4 @@ func dial(t testing.TB, d testDaemon, tr string, opts Options) *Client {
 // chatRequest is a small request for model.
 func chatRequest(model, content string) []byte {
 	return []byte(`{"model":"` + model + `","messages":[{"role":"user","content":"` + content + `"}]}`)
-}
-
-// checkNoLeaks fails t if goroutines of this package or of the transport
-// are still running; it waits a while for them to finish.
-func checkNoLeaks(t testing.TB) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for {
-		leaked := leakedGoroutines()
-		if leaked == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("goroutines left running:\n%s", leaked)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func leakedGoroutines() string {
-	buf := make([]byte, 4<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	var out strings.Builder
-	for i, g := range strings.Split(string(buf), "\n\n") {
-		if i == 0 {
-			continue // this goroutine
-		}
-		if !strings.Contains(g, "m2md/m2md/client.") && !strings.Contains(g, "m2md/m2md/transport.") {
-			continue
-		}
-		if strings.Contains(g, "testing.tRunner") || strings.Contains(g, "client.TestMain") {
-			continue // the tests themselves
-		}
-		out.WriteString(g)
-		out.WriteString("\n\n")
-	}
-	return out.String()
 }
