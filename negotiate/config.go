@@ -104,6 +104,28 @@ var (
 func knownAlgorithm(a Algorithm) bool { return slices.Contains(allAlgorithms, a) }
 func knownEncoding(e Encoding) bool   { return slices.Contains(allEncodings, e) }
 
+// effectiveCodecs applies the defaults of the algorithm and encoding lists
+// (every algorithm; the role's encodings) and refuses unknown entries.
+func effectiveCodecs(algs []Algorithm, encs, defaultEncs []Encoding) ([]Algorithm, []Encoding, error) {
+	if len(algs) == 0 {
+		algs = allAlgorithms
+	}
+	for _, a := range algs {
+		if !knownAlgorithm(a) {
+			return algs, encs, fmt.Errorf("%w: unknown algorithm %q", ErrConfig, a)
+		}
+	}
+	if len(encs) == 0 {
+		encs = defaultEncs
+	}
+	for _, e := range encs {
+		if !knownEncoding(e) {
+			return algs, encs, fmt.Errorf("%w: unknown encoding %q", ErrConfig, e)
+		}
+	}
+	return algs, encs, nil
+}
+
 // effective returns c with defaults filled in, or an ErrConfig error.
 func (c ServerConfig) effective() (ServerConfig, error) {
 	if c.AgentID == "" {
@@ -112,21 +134,9 @@ func (c ServerConfig) effective() (ServerConfig, error) {
 	if security.ValidateID(c.AgentID) != nil {
 		return c, fmt.Errorf("%w: AgentID %q is not 1-128 characters of [A-Za-z0-9_-]", ErrConfig, c.AgentID)
 	}
-	if len(c.Algorithms) == 0 {
-		c.Algorithms = allAlgorithms
-	}
-	for _, a := range c.Algorithms {
-		if !knownAlgorithm(a) {
-			return c, fmt.Errorf("%w: unknown algorithm %q", ErrConfig, a)
-		}
-	}
-	if len(c.Encodings) == 0 {
-		c.Encodings = allEncodings
-	}
-	for _, e := range c.Encodings {
-		if !knownEncoding(e) {
-			return c, fmt.Errorf("%w: unknown encoding %q", ErrConfig, e)
-		}
+	var err error
+	if c.Algorithms, c.Encodings, err = effectiveCodecs(c.Algorithms, c.Encodings, allEncodings); err != nil {
+		return c, err
 	}
 	switch {
 	case c.MaxPayload == 0:
@@ -145,7 +155,6 @@ func (c ServerConfig) effective() (ServerConfig, error) {
 			return c, fmt.Errorf("%w: the master secret of org %q has %d bytes, at least 16 needed", ErrConfig, org, len(secret))
 		}
 	}
-	var err error
 	if c.SessionTimeout, c.PingInterval, c.PongTimeout, err = effectiveTimers(c.SessionTimeout, c.PingInterval, c.PongTimeout); err != nil {
 		return c, err
 	}
@@ -243,21 +252,9 @@ func (c ClientConfig) effective() (ClientConfig, error) {
 	if len(c.AgentType) > maxLabelLen {
 		return c, fmt.Errorf("%w: AgentType longer than %d bytes", ErrConfig, maxLabelLen)
 	}
-	if len(c.Algorithms) == 0 {
-		c.Algorithms = allAlgorithms
-	}
-	for _, a := range c.Algorithms {
-		if !knownAlgorithm(a) {
-			return c, fmt.Errorf("%w: unknown algorithm %q", ErrConfig, a)
-		}
-	}
-	if len(c.Encodings) == 0 {
-		c.Encodings = []Encoding{EncodingCl100k, EncodingO200k}
-	}
-	for _, e := range c.Encodings {
-		if !knownEncoding(e) {
-			return c, fmt.Errorf("%w: unknown encoding %q", ErrConfig, e)
-		}
+	var err error
+	if c.Algorithms, c.Encodings, err = effectiveCodecs(c.Algorithms, c.Encodings, []Encoding{EncodingCl100k, EncodingO200k}); err != nil {
+		return c, err
 	}
 	if c.PreferredEncoding == "" {
 		c.PreferredEncoding = c.Encodings[0]
