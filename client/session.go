@@ -296,6 +296,12 @@ func lostError(cause error) error {
 
 // sendErr is what a send gets once the session is closing or over.
 func (s *session) sendErr() error {
+	return lostError(s.causeOr(negotiate.ErrClosed))
+}
+
+// causeOr is why the session is ending: its recorded cause, else the cause
+// of the CLOSE this side sent, else def.
+func (s *session) causeOr(def error) error {
 	s.mu.Lock()
 	cause := s.cause
 	s.mu.Unlock()
@@ -305,9 +311,9 @@ func (s *session) sendErr() error {
 		s.ctrlMu.Unlock()
 	}
 	if cause == nil {
-		cause = negotiate.ErrClosed
+		cause = def
 	}
-	return lostError(cause)
+	return cause
 }
 
 // end finishes the session: the connection is closed, requests in flight
@@ -455,18 +461,7 @@ func (s *session) timerLoop() {
 
 		switch {
 		case act == negotiate.ActionDisconnect:
-			s.mu.Lock()
-			cause := s.cause
-			s.mu.Unlock()
-			if cause == nil {
-				s.ctrlMu.Lock()
-				cause = s.closeCause
-				s.ctrlMu.Unlock()
-			}
-			if cause == nil {
-				cause = errKeepalive
-			}
-			s.end(cause)
+			s.end(s.causeOr(errKeepalive))
 			return
 		case sendErr != nil:
 			s.end(sendErr)
