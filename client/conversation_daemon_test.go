@@ -317,3 +317,47 @@ func TestConversationWithoutDelta(t *testing.T) {
 		})
 	}
 }
+
+// A provider whose budget holds one base: two interleaved conversations
+// evict each other's, so each second turn's delta comes back base_missing
+// and is resent in full (whose base in turn evicts the other's). Callers
+// see only their replies, the handler only the exact requests.
+func TestConversationBudgetEviction(t *testing.T) {
+	d := startDaemon(t)
+	prov := &chatter{}
+	const budget = 1100
+	p := dial(t, d, "ws", Options{AgentID: "small", Models: []string{"budget"}, Handler: prov, ConversationBases: budget})
+	r := dial(t, d, "ws", Options{AgentID: "two-chats"})
+	a, b := &conversation{model: "budget"}, &conversation{model: "budget"}
+	var ra, rb *Response
+	var sent [][]byte
+	for i := range 2 {
+		for _, cv := range []struct {
+			c    *conversation
+			resp **Response
+		}{{a, &ra}, {b, &rb}} {
+			body := cv.c.next(t, *cv.resp, userText(i))
+			sent = append(sent, body)
+			resp, err := r.Do(testCtx(t), body)
+			if err != nil {
+				t.Fatalf("turn %d: %v", i+1, err)
+			}
+			if size := len(body) + len(resp.Body) + entryOverhead; size > budget || 2*size <= budget {
+				t.Fatalf("a base of %d bytes: the budget %d must hold one, not two", size, budget)
+			}
+			*cv.resp = resp
+		}
+	}
+	got := prov.received()
+	if len(got) != len(sent) {
+		t.Fatalf("the handler got %d requests for %d turns", len(got), len(sent))
+	}
+	for i := range got {
+		if !bytes.Equal(got[i], sent[i]) {
+			t.Fatalf("request %d arrived different", i)
+		}
+	}
+	if rs, ps := r.Stats(), p.Stats(); rs.DeltasSent != 2 || rs.DeltaResends != 2 || ps.BasesMissing != 2 || ps.DeltasReceived != 0 {
+		t.Fatalf("requester %+v\nprovider %+v", rs, ps)
+	}
+}

@@ -189,3 +189,26 @@ func BenchmarkMessageKeys(b *testing.B) {
 		}
 	}
 }
+
+// FuzzConversationKeys reads arbitrary requests and responses (a provider's
+// reply is untrusted) as base finding does: never a panic, and a reply
+// that yields a key yields the same key again (seeds under
+// testdata/fuzz/FuzzConversationKeys).
+func FuzzConversationKeys(f *testing.F) {
+	f.Add([]byte(`{"model":"m","messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":null,"tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}]}`), false)
+	f.Add([]byte(`{"choices":[{"message":{"role":"assistant","content":"Hello"}}]}`), false)
+	f.Add([]byte(`{"choices":[{"delta":{"role":"assistant","tool_calls":[{"index":0,"id":"c","function":{"name":"f","arguments":"{"}}]}}]}{"choices":[{"delta":{"tool_calls":[{"index":0,"function":{"arguments":"}"}}]}}]}`), true)
+	f.Add([]byte(`{"choices":[{"delta":{"tool_calls":[{"index":5}]}}]}`), true)
+	f.Add([]byte(`{"messages":[{"role":"user","content":[{"type":"text","text":"\u00e9"}],"x":{"b":1,"a":[true,null,1.5e3]}}]}`), false)
+	seed := maphash.MakeSeed()
+	f.Fuzz(func(t *testing.T, doc []byte, stream bool) {
+		if keys, ok := messageKeys(seed, doc, nil); ok != (len(keys) > 0) {
+			t.Fatalf("ok %v with %d keys", ok, len(keys))
+		}
+		k1, ok1 := replyKey(seed, doc, stream)
+		k2, ok2 := replyKey(seed, doc, stream)
+		if ok1 != ok2 || k1 != k2 {
+			t.Fatalf("reply key %x %v, then %x %v", k1, ok1, k2, ok2)
+		}
+	})
+}
