@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -509,27 +510,20 @@ func TestClose(t *testing.T) {
 	}
 }
 
-// TestReconnect runs on the fake daemon: it needs one connection dropped
-// while the daemon stays silent. The real daemon, even crashing, tells the
-// requester agent_gone when its provider's connection goes first.
+// TestReconnect runs on the fake daemon: it needs the client's connection
+// dropped while the daemon stays silent. The real daemon, even crashing,
+// may tell the requester agent_gone before the connection goes.
+// TestProviderReconnects covers a provider's comeback on the real daemon.
 func TestReconnect(t *testing.T) {
 	leakCheck(t)
 	d := newFakeDaemon(t, fakeConfig{})
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			agent := "prov-" + tr
-			model := "model-" + tr
 			prov := dial(t, d, tr, Options{
-				AgentID: agent, Models: []string{model}, Security: frame.SecurityAEAD,
+				AgentID: agent, Models: []string{"model-" + tr}, Security: frame.SecurityAEAD,
 				Reconnect: true, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond,
-				Handler: HandlerFunc(func(ctx context.Context, req *Request, w ResponseWriter) {
-					w.Respond([]byte(`{"id":"chatcmpl-1","choices":[]}`))
-				}),
 			})
-			req := dial(t, d, tr, Options{Security: frame.SecurityAEAD})
-			if _, err := req.Do(testCtx(t), chatRequest(model, "x")); err != nil {
-				t.Fatal(err)
-			}
 			firstID := prov.Session().ID
 
 			inflight := make(chan error, 1)
@@ -551,10 +545,10 @@ func TestReconnect(t *testing.T) {
 			case <-time.After(testTimeout):
 				t.Fatal("in-flight request hangs after the connection dropped")
 			}
+			// The second HELLO announces the models again.
 			d.waitFor(func() bool { return d.hellos[agent] == 2 && d.byAgent[agent] != nil }, "second HELLO")
-			// The new session serves the model again.
-			if _, err := req.Do(testCtx(t), chatRequest(model, "y")); err != nil {
-				t.Fatal(err)
+			if m := d.session(agent).models; !slices.Equal(m, []string{"model-" + tr}) {
+				t.Fatalf("models after reconnecting: %q", m)
 			}
 			if _, err := prov.Do(testCtx(t), chatRequest("echo", "z")); err != nil {
 				t.Fatal(err)
@@ -566,6 +560,37 @@ func TestReconnect(t *testing.T) {
 				t.Fatalf("%d reconnects", n)
 			}
 		})
+	}
+}
+
+// TestProviderReconnects: a provider whose daemon went away serves its
+// model again on the daemon that comes back.
+func TestProviderReconnects(t *testing.T) {
+	leakCheck(t)
+	cert := sameCert(t)
+	d := startDaemonWith(t, cert, Options{})
+	reconnect := Options{Reconnect: true, ReconnectMin: 10 * time.Millisecond, ReconnectMax: 50 * time.Millisecond, Security: frame.SecurityAEAD}
+	provOpts := reconnect
+	provOpts.AgentID, provOpts.Models = "comeback", []string{"comeback-model"}
+	provOpts.Handler = HandlerFunc(func(ctx context.Context, req *Request, w ResponseWriter) {
+		w.Respond([]byte(`{"id":"chatcmpl-1","choices":[]}`))
+	})
+	prov := dial(t, d, "quic", provOpts)
+	req := dial(t, d, "ws", reconnect)
+	if _, err := req.Do(testCtx(t), chatRequest("comeback-model", "x")); err != nil {
+		t.Fatal(err)
+	}
+	provFirst, reqFirst := prov.Session().ID, req.Session().ID
+
+	d.crash(t)
+	d2 := restart(t, d, cert)
+	waitSession(t, prov, d2, provFirst)
+	waitSession(t, req, d2, reqFirst)
+	if _, err := req.Do(testCtx(t), chatRequest("comeback-model", "y")); err != nil {
+		t.Fatal(err)
+	}
+	if n := prov.Stats().Reconnects; n != 1 {
+		t.Fatalf("%d reconnects", n)
 	}
 }
 

@@ -27,28 +27,27 @@ import (
 //   - one that misbehaves: leaves PINGs unanswered (TestTimers keepalive
 //     missed), leaves CLOSE unacknowledged (TestTimers close not
 //     acknowledged), sends a reply whose payload does not decode or whose
-//     frame is of no known form (TestBadFrames), sends control messages that break the protocol
-//     (TestProtocolViolation);
+//     frame is of no known form (TestBadFrames), sends control messages
+//     that break the protocol (TestProtocolViolation);
 //   - one that shows what the client sent, which the real daemon does not
 //     record: PINGs counted (TestTimers keepalive answered), PONGs
 //     (TestPingAnswered), the reason of the client's CLOSE acknowledgement
 //     (TestServerShutdownReconnects);
-//   - one that drops a provider's connection while staying silent
-//     (TestReconnect: the real daemon, even crashing, may tell the
-//     requester agent_gone first).
+//   - one that drops a client's connection while staying silent
+//     (TestReconnect: the real daemon, even crashing, may answer the
+//     client's request in flight with agent_gone first).
 //
 // It is built only from the lower-level packages (transport,
 // negotiate.Server, Sealer, frame) and runs over real loopback sockets:
-// the handshake, verified and re-protected frames, routing by model or agent
-// id, PING/PONG, CLOSE in both directions, and its own test models:
+// the handshake, verified and re-protected frames, PING/PONG, CLOSE in both
+// directions, and its own test models (it routes nothing to other agents):
 //
 //	echo      the request frame comes back as the final reply (not decoded)
 //	garbage   a reply whose payload does not decode (CRC broken), properly protected
 //	unknown-form  a reply frame whose first byte is no form's (0x99)
 //	hang      no reply until the test drops the connection
 //
-// Any other model is routed to a connected agent serving it (no_route when
-// none), and replies are routed back.
+// Any other model gets no_route.
 
 const testTimeout = 20 * time.Second
 
@@ -104,9 +103,8 @@ type fakeDaemon struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
 
-	nextDelivery atomic.Uint64
-	pings        atomic.Int64 // PINGs received
-	pongs        chan struct{}
+	pings atomic.Int64 // PINGs received
+	pongs chan struct{}
 
 	mu      sync.Mutex
 	byAgent map[string]*fakeSession
@@ -125,13 +123,6 @@ type hang struct {
 	ch transport.ChannelID
 }
 
-type route struct {
-	req    *fakeSession
-	reqID  uint64
-	reqCh  transport.ChannelID
-	provCh transport.ChannelID
-}
-
 type fakeSession struct {
 	d      *fakeDaemon
 	conn   transport.Conn
@@ -147,10 +138,9 @@ type fakeSession struct {
 
 	ready chan struct{} // closed once ACCEPT is sent
 
-	mu         sync.Mutex
-	deliveries map[uint64]route
-	closeSent  bool
-	ended      bool
+	mu        sync.Mutex
+	closeSent bool
+	ended     bool
 }
 
 func newFakeDaemon(t testing.TB, cfg fakeConfig) *fakeDaemon {
@@ -233,9 +223,8 @@ func (d *fakeDaemon) serve(conn transport.Conn) {
 	conn.SetReadLimit(int64(ns.Params.MaxPayload) + 512)
 	fs := &fakeSession{
 		d: d, conn: conn, id: ns.ID, agent: ns.AgentID, mode: ns.Params.SecurityMode,
-		chLocks:    make(map[transport.ChannelID]*sync.Mutex),
-		deliveries: make(map[uint64]route),
-		ready:      make(chan struct{}),
+		chLocks: make(map[transport.ChannelID]*sync.Mutex),
+		ready:   make(chan struct{}),
 	}
 	if ns.Peer != nil {
 		fs.models = ns.Peer.Models
@@ -361,19 +350,8 @@ func (fs *fakeSession) handleData(msg transport.Message) {
 		}
 		return
 	}
-	if hdr.IsReply() {
-		fs.routeReply(hdr, plain)
-		return
-	}
-	if len(hdr.Peer) > 0 {
-		d.mu.Lock()
-		prov := d.byAgent[string(hdr.Peer)]
-		d.mu.Unlock()
-		if prov == nil {
-			fs.sendError(ch, negotiate.FlagReply|negotiate.FlagEnd, hdr.RequestID, "", negotiate.CodeUnknownAgent, "no such agent")
-			return
-		}
-		d.deliver(fs, hdr.RequestID, ch, prov, plain)
+	if hdr.IsReply() || len(hdr.Peer) > 0 {
+		d.t.Errorf("fake daemon: %s sent a reply or addressed an agent; the fake routes nothing", fs.agent)
 		return
 	}
 	var h frame.Header
@@ -406,59 +384,8 @@ func (fs *fakeSession) handleData(msg transport.Message) {
 		d.notify()
 		d.mu.Unlock()
 	default:
-		prov := d.provider(model, fs)
-		if prov == nil {
-			fs.sendError(ch, end, id, "", negotiate.CodeNoRoute, "no agent serves "+model)
-			return
-		}
-		d.deliver(fs, id, ch, prov, plain)
+		fs.sendError(ch, end, id, "", negotiate.CodeNoRoute, "the fake daemon has no model "+model)
 	}
-}
-
-// provider returns a session serving model other than requester.
-func (d *fakeDaemon) provider(model string, requester *fakeSession) *fakeSession {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	for _, fs := range d.byAgent {
-		if fs != requester && slices.Contains(fs.models, model) {
-			return fs
-		}
-	}
-	return nil
-}
-
-// deliver forwards a request to prov on a channel of the daemon's own.
-func (d *fakeDaemon) deliver(req *fakeSession, reqID uint64, reqCh transport.ChannelID, prov *fakeSession, plain []byte) {
-	provCh, err := prov.conn.AcquireChannel(d.ctx)
-	if err != nil {
-		req.sendError(reqCh, negotiate.FlagReply|negotiate.FlagEnd, reqID, "", negotiate.CodeAgentGone, err.Error())
-		return
-	}
-	id := d.nextDelivery.Add(1)
-	prov.mu.Lock()
-	prov.deliveries[id] = route{req: req, reqID: reqID, reqCh: reqCh, provCh: provCh}
-	prov.mu.Unlock()
-	fr := slices.Clone(plain)
-	if err := prov.sendFrame(provCh, 0, id, req.agent, fr); err != nil {
-		req.sendError(reqCh, negotiate.FlagReply|negotiate.FlagEnd, reqID, "", negotiate.CodeAgentGone, err.Error())
-	}
-}
-
-// routeReply forwards a provider's reply to its requester.
-func (fs *fakeSession) routeReply(hdr negotiate.DataHeader, plain []byte) {
-	fs.mu.Lock()
-	r, ok := fs.deliveries[hdr.RequestID]
-	if ok && hdr.IsEnd() {
-		delete(fs.deliveries, hdr.RequestID)
-	}
-	fs.mu.Unlock()
-	if !ok {
-		return // a late reply to a finished delivery
-	}
-	if hdr.IsEnd() {
-		fs.conn.ReleaseChannel(r.provCh)
-	}
-	r.req.sendFrame(r.reqCh, hdr.Flags, r.reqID, fs.agent, slices.Clone(plain))
 }
 
 func (fs *fakeSession) chLock(ch transport.ChannelID) *sync.Mutex {
@@ -489,14 +416,6 @@ func (fs *fakeSession) sendFrame(ch transport.ChannelID, flags negotiate.DataFla
 		return err
 	}
 	return fs.conn.Send(fs.d.ctx, ch, msg)
-}
-
-func (fs *fakeSession) sendJSON(ch transport.ChannelID, flags negotiate.DataFlags, id uint64, peer string, body []byte) error {
-	fr, err := frame.AppendEncode(nil, body, frame.Limits{})
-	if err != nil {
-		return err
-	}
-	return fs.sendFrame(ch, flags, id, peer, fr)
 }
 
 func (fs *fakeSession) sendError(ch transport.ChannelID, flags negotiate.DataFlags, id uint64, peer string, code negotiate.ErrorCode, text string) error {
@@ -551,12 +470,6 @@ func (d *fakeDaemon) waitFor(cond func() bool, what string) {
 			d.t.Fatalf("fake daemon: timed out waiting for %s", what)
 		}
 	}
-}
-
-func (d *fakeDaemon) helloCount(agent string) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.hellos[agent]
 }
 
 func (d *fakeDaemon) closeReasons(agent string) []negotiate.CloseReason {
