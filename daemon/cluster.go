@@ -57,6 +57,11 @@ type clusterState struct {
 	newest  map[identity]cluster.Agent // newest registration known anywhere
 	proxies map[string]*session        // node/session -> proxy of a remote agent
 	nodes   map[string]*remoteNode
+
+	// shedFrame is the error frame of every shed request, built once
+	// (dispatcher only): an overloaded node must answer what it sheds for
+	// less than delivering it would cost, never Brotli each answer.
+	shedFrame []byte
 }
 
 func newClusterState(s *Server) *clusterState {
@@ -256,14 +261,19 @@ func (se *session) forwardRemote(dh *negotiate.DataHeader, fr []byte, format fra
 func (cs *clusterState) Request(r *cluster.Request) {
 	srv := cs.srv
 	start := time.Now()
-	if r.Stranger {
-		// No requester (no state) for a node that is not a member; the
-		// answer still reaches its requester, which would wait otherwise.
-		code := negotiate.CodeAgentGone
-		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
-		if fr, err := frame.AppendErrorFrame(nil, string(code), "node "+cs.c.Node()+" does not count node "+r.From+" as a cluster member (no heartbeat from it for a second): try again"); err == nil {
-			_ = cs.c.SendReply(r.From, &cluster.Reply{W: r.W, End: true, Provider: r.Target, Frame: fr})
+	// Answered without state: neither a shed request nor one from a node
+	// that is not a member gets a requester proxy; the answer still
+	// reaches its requester, which would wait otherwise.
+	switch {
+	case r.Shed:
+		if cs.shedFrame == nil {
+			cs.shedFrame, _ = frame.AppendErrorFrame(nil, string(negotiate.CodeQueueFull), shedMessage(cs.c.Node()))
 		}
+		cs.refuse(r, negotiate.CodeQueueFull, cs.shedFrame)
+		return
+	case r.Stranger:
+		fr, _ := frame.AppendErrorFrame(nil, string(negotiate.CodeAgentGone), "node "+cs.c.Node()+" does not count node "+r.From+" as a cluster member (no heartbeat from it for a second): try again")
+		cs.refuse(r, negotiate.CodeAgentGone, fr)
 		return
 	}
 	rq := cs.node(r.From).requester(srv, r.Org)
@@ -273,10 +283,6 @@ func (cs *clusterState) Request(r *cluster.Request) {
 	fail := func(code negotiate.ErrorCode, message string) {
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
 		rq.sendError(0, r.W, 0, code, message, r.Target)
-	}
-	if r.Shed {
-		fail(negotiate.CodeQueueFull, shedMessage(cs.c.Node()))
-		return
 	}
 	if srv.draining.Load() {
 		fail(negotiate.CodeShutdown, "daemon shutting down")
@@ -309,6 +315,15 @@ func (cs *clusterState) Request(r *cluster.Request) {
 		return
 	}
 	srv.deliverRequest(d, r.Requester, false, r.Frame, frameFormat(r.Algo), start)
+}
+
+// refuse answers request r with the error frame fr (of code) without
+// routing it.
+func (cs *clusterState) refuse(r *cluster.Request, code negotiate.ErrorCode, fr []byte) {
+	cs.srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
+	if len(fr) == 0 || cs.c.SendReply(r.From, &cluster.Reply{W: r.W, End: true, Provider: r.Target, Frame: fr}) != nil {
+		cs.srv.metrics.queueDrops.WithLabelValues("error_dropped").Inc()
+	}
 }
 
 // shedMessage is the error of a request or reply node shed (cluster.Request.Shed).
