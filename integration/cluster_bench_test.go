@@ -78,6 +78,7 @@ func TestClusterLoadSpread(t *testing.T) {
 	}
 	var wg sync.WaitGroup
 	var failed atomic.Int64
+	var firstErr atomic.Value
 	const perWorker = 30
 	for k, d := range []*testDaemon{a, c} {
 		req := dialClient(t, d.url("quic"), client.Options{AgentID: fmt.Sprintf("spread-req-%d", k), PinSHA256: d.Fingerprint()})
@@ -87,6 +88,7 @@ func TestClusterLoadSpread(t *testing.T) {
 					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 					if _, err := req.Do(ctx, body); err != nil {
 						failed.Add(1)
+						firstErr.CompareAndSwap(nil, err.Error())
 					}
 					cancel()
 				}
@@ -95,7 +97,7 @@ func TestClusterLoadSpread(t *testing.T) {
 	}
 	wg.Wait()
 	if n := failed.Load(); n != 0 {
-		t.Fatalf("%d requests failed", n)
+		t.Fatalf("%d requests failed; the first: %v", n, firstErr.Load())
 	}
 	total := int64(2 * 8 * perWorker)
 	even := float64(total) / float64(len(place))

@@ -72,8 +72,10 @@ func TestClusterShed(t *testing.T) {
 		for {
 			r, cm, err := prov.recv(100 * time.Millisecond)
 			switch {
-			case errors.Is(err, errControl) && cm.Type == negotiate.TypePing:
-				prov.sendControl(negotiate.AppendPong(nil, prov.sess.ID, time.Now()))
+			case errors.Is(err, errControl):
+				if cm.Type == negotiate.TypePing {
+					prov.sendControl(negotiate.AppendPong(nil, prov.sess.ID, time.Now()))
+				}
 			case errors.Is(err, context.DeadlineExceeded):
 			case err != nil:
 				provDone <- err
@@ -101,6 +103,11 @@ func TestClusterShed(t *testing.T) {
 			want[id] = true
 		}
 		for len(want) > 0 {
+			select {
+			case err := <-provDone:
+				t.Fatalf("round %d: the provider stopped answering: %v", round, err)
+			default:
+			}
 			r := req.recvData(10 * time.Second)
 			if !want[r.hdr.RequestID] || !r.hdr.IsEnd() {
 				t.Fatalf("round %d: id %d end %v: not one final answer per request", round, r.hdr.RequestID, r.hdr.IsEnd())
