@@ -179,9 +179,18 @@ func fcsLen(fhd byte) int {
 	return [4]int{1, 2, 4, 8}[fhd>>6]
 }
 
-// frameLen walks the blocks of the zstd frame in p (magic omitted) and
-// returns its length, so that nothing can follow it.
-func frameLen(p []byte) (int, error) {
+// maxBlock is Block_Maximum_Size's ceiling (RFC 8878 §3.1.1.2.4).
+const maxBlock = 128 << 10
+
+// frameLen walks the blocks of the zstd frame in p (magic omitted), whose
+// content size is size, and returns its length, so that nothing can follow
+// it. It refuses blocks over Block_Maximum_Size (the smaller of the window,
+// here the content size, and 128 KiB), and a content size more than the
+// blocks can produce: a few bytes cannot claim megabytes and have them
+// allocated.
+func frameLen(p []byte, size uint64) (int, error) {
+	blockMax := uint64(min(size, maxBlock))
+	var bound uint64 // the most the blocks can decode to
 	pos := 1 + fcsLen(p[0])
 	for {
 		if len(p)-pos < 3 {
@@ -190,9 +199,17 @@ func frameLen(p []byte) (int, error) {
 		h := uint32(p[pos]) | uint32(p[pos+1])<<8 | uint32(p[pos+2])<<16
 		pos += 3
 		size := int(h >> 3)
+		if uint64(size) > blockMax {
+			return 0, errorf(ErrCorrupt, "zstd block of %d bytes over the %d-byte maximum", size, blockMax)
+		}
 		switch h >> 1 & 3 {
+		case 0: // raw
+			bound += uint64(size)
 		case 1: // RLE: one byte stands for size bytes
+			bound += uint64(size)
 			size = 1
+		case 2: // compressed: decodes to at most Block_Maximum_Size
+			bound += blockMax
 		case 3:
 			return 0, errorf(ErrCorrupt, "zstd reserved block type")
 		}
@@ -206,6 +223,9 @@ func frameLen(p []byte) (int, error) {
 	}
 	if p[0]&fhdChecksum != 0 {
 		pos += 4
+	}
+	if bound < size {
+		return 0, errorf(ErrCorrupt, "content size %d is more than the frame's blocks can hold (%d)", size, bound)
 	}
 	return pos, nil
 }
@@ -230,7 +250,7 @@ func AppendDecode(dst, payload []byte, base *Base, lim frame.Limits) ([]byte, er
 	if size == 0 {
 		return dst, errorf(ErrCorrupt, "delta of an empty document")
 	}
-	n, err := frameLen(payload)
+	n, err := frameLen(payload, size)
 	if err != nil {
 		return dst, err
 	}

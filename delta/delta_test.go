@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"hash/crc32"
+	"math/rand/v2"
 	"runtime"
 	"strings"
 	"testing"
@@ -169,6 +170,10 @@ func TestCorruptDeltas(t *testing.T) {
 		{"trailing byte", append(bytes.Clone(p), 0), lim, ErrCorrupt},
 		{"truncated", p[:len(p)-1], lim, ErrCorrupt},
 		{"raw block shorter than stated", header(0x20, 5, 0x21, 0, 0, 'a', 'b', 'c', 'd'), lim, ErrCorrupt},
+		{"content size over the blocks", header(0x20, 200, 0x29, 0, 0, 'a', 'b', 'c', 'd', 'e'), lim, ErrCorrupt},
+		{"16 MiB from one block", append(binary.LittleEndian.AppendUint32([]byte{0xa0}, 16<<20-1), 0x05, 0x00, 0x00), lim, ErrCorrupt},
+		{"block over the content size", header(0x20, 4, 0x29, 0, 0, 'a', 'b', 'c', 'd', 'e'), lim, ErrCorrupt},
+		{"RLE block over 128 KiB", append(binary.LittleEndian.AppendUint32([]byte{0xa0}, 1<<20), 0x0b, 0x00, 0x20, 'a'), lim, ErrCorrupt},
 	} {
 		out, err := AppendDecode([]byte("keep"), tc.payload, base, tc.lim)
 		if !errors.Is(err, tc.want) || string(out) != "keep" {
@@ -248,5 +253,35 @@ func TestNoGoroutines(t *testing.T) {
 	}
 	if after := runtime.NumGoroutine(); after > before {
 		t.Fatalf("%d goroutines before, %d after", before, after)
+	}
+}
+
+// Documents of every small size, compressible or not, round-trip: the
+// encoder's blocks stay within what the decoder accepts (Block_Maximum_Size
+// is the content size for a small single-segment frame).
+func TestSmallDocuments(t *testing.T) {
+	base := NewBase([]byte(exampleRequest), []byte(exampleResponse))
+	rnd := rand.New(rand.NewPCG(1, 2))
+	for n := 1; n <= 600; n++ {
+		for _, doc := range [][]byte{
+			[]byte(strings.Repeat("a", n)),
+			func() []byte {
+				b := make([]byte, n)
+				for i := range b {
+					b[i] = byte(rnd.Uint32())
+				}
+				return b
+			}(),
+			[]byte(exampleDoc)[:min(n, len(exampleDoc))],
+		} {
+			p, err := AppendEncode(nil, doc, base)
+			if err != nil {
+				t.Fatal(err)
+			}
+			back, err := AppendDecode(nil, p, base, frame.Limits{})
+			if err != nil || !bytes.Equal(back, doc) {
+				t.Fatalf("%d bytes (%.10q…): %v", len(doc), doc, err)
+			}
+		}
 	}
 }
