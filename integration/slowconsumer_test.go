@@ -243,13 +243,14 @@ func errorBody(fr []byte) []byte {
 // (PINGs, the session timeout) runs in the blocked writer. It must still be
 // closed, and its requests end in agent_gone, not hang forever.
 func TestStalledWriterClosed(t *testing.T) {
+	const grace, closeTimeout = 500 * time.Millisecond, time.Second
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			t.Parallel()
 			d := startDaemon(t, func(c *daemon.Config) {
 				fastKeepalive(c)
-				c.SlowConsumerGrace = 500 * time.Millisecond
-				c.CloseTimeout = time.Second
+				c.SlowConsumerGrace = grace
+				c.CloseTimeout = closeTimeout
 			})
 			fr := paddedFrame(t, 1<<20-1024)
 			// A small receive queue, so that little is absorbed before the
@@ -269,8 +270,17 @@ func TestStalledWriterClosed(t *testing.T) {
 				codes[r.code]++
 				req.conn.ReleaseChannel(r.ch)
 			}
-			t.Logf("%s: all %d requests ended after %v: %v", tr, n, time.Since(start), codes)
+			el := time.Since(start)
+			t.Logf("%s: all %d requests ended after %v: %v", tr, n, el, codes)
 			checkStalledCodes(t, codes)
+			// Within --slow-consumer-grace of the writer blocking
+			// (docs/operations.md), plus the closing connection's
+			// CloseTimeout and time for a loaded machine to fill the
+			// transport's buffers and schedule: not the keepalive's or the
+			// session timeout's tens of seconds.
+			if limit := grace + closeTimeout + 5*time.Second; el > limit {
+				t.Fatalf("the stalled provider's requests ended after %v, want within %v", el, limit)
+			}
 			prov.conn.Close()
 			waitSessions(t, d, 1)
 		})
