@@ -169,6 +169,8 @@ func TestParseControlStrictness(t *testing.T) {
 		{"too large", ping(`,"timestamp":5,"x":"` + strings.Repeat("a", MaxControlSize) + `"`), ErrControlTooLarge},
 		{"too many elements", ping(`,"timestamp":5,"x":[` + strings.Repeat("0,", 10000) + `0]`), ErrMalformedControl},
 		{"10,000 elements", ping(`,"timestamp":5,"x":[` + strings.Repeat("0,", 9999) + `0]`), nil},
+		{"too many members", ping(`,"timestamp":5,"x":{` + strings.Repeat(`"a":0,`, 10000) + `"a":0}`), ErrMalformedControl},
+		{"10,000 members", ping(`,"timestamp":5,"x":{` + strings.Repeat(`"a":0,`, 9999) + `"a":0}`), nil},
 		{"data kind", append([]byte{byte(KindData)}, `{"type":"PING","timestamp":5}`...), ErrNotControl},
 		{"no kind", []byte(`{"type":"PING","timestamp":5}`), ErrNotControl},
 		{"close without payload", ctl(`{"type":"CLOSE","session_id":"` + testSID + `","timestamp":5}`), nil},

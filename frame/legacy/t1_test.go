@@ -326,6 +326,11 @@ func TestT1Limits(t *testing.T) {
 		}
 	}
 
+	// MaxArray bounds arrays, not objects' members (as before T1 read with jsonscan).
+	if _, err := EncodeT1(nil, []byte(`{"a":1,"b":2,"c":3}`), T1Options{Limits: frame.Limits{MaxArray: 2}}); err != nil {
+		t.Errorf("object of 3 members with MaxArray 2: %v", err)
+	}
+
 	// Sizes: input, encoded message, decoded output, pattern expansion.
 	if _, err := EncodeT1(nil, []byte(`{"a":"0123456789"}`), T1Options{Limits: frame.Limits{MaxDecompressed: 10}}); !errors.Is(err, ErrLimit) {
 		t.Errorf("oversized JSON input: %v", err)
