@@ -118,19 +118,19 @@ func (s *session) handleCancel(msg transport.Message) {
 	s.c.stats.cancelsReceived.Add(1)
 	d.cancel(fmt.Errorf("%w: %w", ErrDeliveryCancelled, ErrRequestCancelled))
 	// Not on the reader: the handler may be in the middle of a write.
-	go d.ackCancel()
+	go d.end(negotiate.CodeCancelled, "cancelled by the requester")
 }
 
-// ackCancel sends the final reply `cancelled` unless the handler's final
-// reply went first.
-func (d *delivery) ackCancel() {
+// end sends the final error reply code, which frees the delivery's channel
+// at the daemon, unless the handler's final reply went first.
+func (d *delivery) end(code negotiate.ErrorCode, message string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.done {
 		return
 	}
 	d.done = true
-	if err := d.s.sendError(d.ch, d.id, negotiate.CodeCancelled, "cancelled by the requester"); err != nil {
-		d.s.log.Debug().Err(err).Uint64("delivery", d.id).Msg("cancel not acknowledged")
+	if err := d.s.sendError(d.ch, d.id, code, message); err != nil {
+		d.s.log.Debug().Err(err).Uint64("delivery", d.id).Msg("delivery not ended")
 	}
 }

@@ -136,6 +136,11 @@ func (d *delivery) writeBatch(jsons [][]byte, size int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.done {
+		// After a CANCEL or a notice this side's END may be out already
+		// (end): the handler learns why it was stopped.
+		if cause := context.Cause(d.ctx); errors.Is(cause, ErrDeliveryCancelled) {
+			return cause
+		}
 		return ErrResponded
 	}
 	if d.ctx.Err() != nil {
@@ -170,6 +175,11 @@ func (d *delivery) write(flags negotiate.DataFlags, json []byte, code negotiate.
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.done {
+		// After a CANCEL or a notice this side's END may be out already
+		// (end): the handler learns why it was stopped.
+		if cause := context.Cause(d.ctx); errors.Is(cause, ErrDeliveryCancelled) {
+			return cause
+		}
 		return ErrResponded
 	}
 	if d.ctx.Err() != nil {

@@ -280,6 +280,12 @@ func (s *session) handleNotice(hdr negotiate.DataHeader, plain []byte, ferr erro
 	s.log.Debug().Uint64("delivery", hdr.RequestID).Bool("known", d != nil).AnErr("notice", cause).Msg("notice")
 	if d != nil {
 		d.cancel(fmt.Errorf("%w: %w", ErrDeliveryCancelled, cause))
+		// The delivery has ended at the daemon, but its channel goes back
+		// to the daemon's pool only with this side's END (docs/protocol.md
+		// §4, notices): send it now rather than let the stream be held
+		// until the session ends. Not on the reader: the handler may be in
+		// the middle of a write.
+		go d.end(negotiate.CodeCancelled, "the delivery was ended by the daemon's notice")
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -336,5 +337,58 @@ func expectRequestFlows(t *testing.T, req, prov *rawAgent, body []byte) {
 	back := req.recvData(5 * time.Second)
 	if back.ch != ch || back.hdr.RequestID != id || string(back.body) != `{"ok":true}` {
 		t.Fatalf("second request: %+v", back)
+	}
+}
+
+// A NOTICE ends a delivery at the daemon, but the daemon's channel to the
+// provider (its QUIC stream) goes back to the pool only with the provider's
+// END: the Go client sends it at once (docs/protocol.md §4, notices), so a
+// handler cut short by a notice does not hold a stream until the session
+// ends.
+func TestNoticeEndsDelivery(t *testing.T) {
+	d := startDaemon(t, nil)
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			model := "notice-" + tr
+			// Incompressible, so the chunk's frame exceeds the requester's
+			// max_payload: refused with too_large, and the provider told.
+			rnd := rand.New(rand.NewPCG(1, 2))
+			big := make([]byte, 16<<10)
+			for i := range big {
+				big[i] = "abcdefghijklmnopqrstuvwxyz0123456789"[rnd.IntN(36)]
+			}
+			chunk := []byte(`{"pad":"` + string(big) + `"}`)
+			stopped := make(chan error, 1)
+			prov := dialClient(t, d.url(tr), client.Options{AgentID: "nprov-" + tr, Models: []string{model}, TLSConfig: d.clientTLS(t),
+				Handler: client.HandlerFunc(func(ctx context.Context, r *client.Request, w client.ResponseWriter) {
+					if err := w.Chunk(chunk); err != nil {
+						t.Errorf("chunk: %v", err)
+					}
+					<-ctx.Done() // the notice ends the delivery
+					stopped <- context.Cause(ctx)
+				})})
+			_ = prov
+			req := dialClient(t, d.url(tr), client.Options{AgentID: "nreq-" + tr, TLSConfig: d.clientTLS(t), MaxPayload: 8 << 10})
+			unknown := metric(t, d, "m2md_routing_failures_total", "reason=unknown_request")
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			_, err := req.Do(ctx, []byte(`{"model":"`+model+`","stream":true,"messages":[{"role":"user","content":"x"}]}`))
+			var rerr *client.RemoteError
+			if !errors.As(err, &rerr) || rerr.Code != negotiate.CodeTooLarge {
+				t.Fatalf("requester: %v", err)
+			}
+			select {
+			case cause := <-stopped:
+				if !errors.Is(cause, client.ErrDeliveryCancelled) {
+					t.Fatalf("handler's context ended with %v", cause)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the notice did not end the handler")
+			}
+			// The provider's END reached the daemon (dropped there, as the
+			// delivery had ended): the channel is free.
+			waitMetric(t, d, unknown+1, "m2md_routing_failures_total", "reason=unknown_request")
+			waitOutstanding(t, d, 0)
+		})
 	}
 }
