@@ -101,6 +101,7 @@ func (u *testUpstream) chat(w http.ResponseWriter, r *http.Request) {
 	switch {
 	case model == "rate-limited":
 		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "7")
 		w.WriteHeader(http.StatusTooManyRequests)
 		w.Write(corpus(u.t, "resp-error-02.json"))
 	case model == "context-too-long":
@@ -422,11 +423,11 @@ func TestOpenAIErrors(t *testing.T) {
 		status     int
 		code       string
 		body       string // exact body, when the upstream's passes through
-		retryAfter bool
+		retryAfter string // the Retry-After the client must see
 	}{
 		{model: "no-such-model", status: 404, code: "model_not_found"},
 		{model: "no-such-model", stream: true, status: 404, code: "model_not_found"},
-		{model: "rate-limited", status: 429, code: "rate_limit_exceeded", body: "resp-error-02.json"},
+		{model: "rate-limited", status: 429, code: "rate_limit_exceeded", body: "resp-error-02.json", retryAfter: "7"},
 		{model: "context-too-long", stream: true, status: 400, code: "context_length_exceeded", body: "resp-error-01.json"},
 		{model: "hang", status: 504, code: string(m2mopenai.CodeUpstreamTimeout)},
 		{model: "hang", stream: true, status: 504, code: string(m2mopenai.CodeUpstreamTimeout)},
@@ -457,6 +458,9 @@ func TestOpenAIErrors(t *testing.T) {
 				if !strings.Contains(string(corpus(t, tc.body)), apiErr.RawJSON()) {
 					t.Fatalf("body %s is not the upstream's", apiErr.RawJSON())
 				}
+			}
+			if got := apiErr.Response.Header.Get("Retry-After"); got != tc.retryAfter {
+				t.Fatalf("Retry-After %q, want %q (the upstream's)", got, tc.retryAfter)
 			}
 			if tc.model == "no-such-model" && e.upstream.count() != before {
 				t.Fatal("an unknown model reached the upstream")

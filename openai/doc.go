@@ -20,8 +20,10 @@
 //     order; the upstream's "data: [DONE]" becomes the final reply Done, the
 //     JSON string "[DONE]".
 //   - An HTTP error of the upstream is an error reply of code
-//     "upstream_http_NNN" (NNN its status) whose message is the upstream's
-//     body; the ingress answers with that status and that body.
+//     "upstream_http_NNN" (NNN its status), or
+//     "upstream_http_NNN_retry_after_S" when the upstream sent Retry-After
+//     (S whole seconds), whose message is the upstream's body; the ingress
+//     answers with that status, that body and that Retry-After.
 //   - Failures between the egress and the upstream are error replies with
 //     the codes below (CodeUpstreamTimeout, …).
 package openai

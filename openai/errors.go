@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/m2md/m2md/negotiate"
 )
@@ -32,25 +33,63 @@ const (
 	CodeUnsupportedEndpoint negotiate.ErrorCode = "unsupported_endpoint"
 
 	upstreamHTTPPrefix = "upstream_http_"
+	retryAfterInfix    = "_retry_after_"
 )
 
 // UpstreamHTTPCode is the error code that carries an upstream's HTTP error
-// status.
-func UpstreamHTTPCode(status int) negotiate.ErrorCode {
-	return negotiate.ErrorCode(upstreamHTTPPrefix + strconv.Itoa(status))
+// status and, when the upstream sent one, its Retry-After as whole seconds:
+// "upstream_http_NNN" or "upstream_http_NNN_retry_after_S". retryAfter is
+// the header's value (delta-seconds or an HTTP date, RFC 9110 §10.2.3); an
+// empty or unreadable one is left out.
+func UpstreamHTTPCode(status int, retryAfter string) negotiate.ErrorCode {
+	code := upstreamHTTPPrefix + strconv.Itoa(status)
+	if s, ok := retryAfterSeconds(retryAfter, time.Now()); ok {
+		code += retryAfterInfix + strconv.Itoa(s)
+	}
+	return negotiate.ErrorCode(code)
 }
 
-// UpstreamHTTPStatus returns the status an upstream_http_NNN code carries.
-func UpstreamHTTPStatus(code negotiate.ErrorCode) (int, bool) {
+// maxRetryAfter bounds the seconds a Retry-After carries across the mesh.
+const maxRetryAfter = 1 << 24
+
+func retryAfterSeconds(v string, now time.Time) (int, bool) {
+	v = strings.TrimSpace(v)
+	if v == "" {
+		return 0, false
+	}
+	if n, err := strconv.Atoi(v); err == nil {
+		return min(n, maxRetryAfter), n >= 0
+	}
+	t, err := http.ParseTime(v)
+	if err != nil {
+		return 0, false
+	}
+	d := t.Sub(now)
+	if d < 0 {
+		return 0, true
+	}
+	return min(int((d+time.Second-1)/time.Second), maxRetryAfter), true
+}
+
+// UpstreamHTTPStatus returns the status an upstream_http_NNN code carries,
+// and its Retry-After in seconds ("" when it has none).
+func UpstreamHTTPStatus(code negotiate.ErrorCode) (status int, retryAfter string, ok bool) {
 	rest, ok := strings.CutPrefix(string(code), upstreamHTTPPrefix)
-	if !ok || len(rest) != 3 {
-		return 0, false
+	if !ok || len(rest) < 3 {
+		return 0, "", false
 	}
-	n, err := strconv.Atoi(rest)
-	if err != nil || n < 400 || n > 599 {
-		return 0, false
+	n, err := strconv.Atoi(rest[:3])
+	if err != nil || n < 400 || n > 599 || rest[0] == '+' || rest[0] == '-' {
+		return 0, "", false
 	}
-	return n, true
+	if rest = rest[3:]; rest == "" {
+		return n, "", true
+	}
+	secs, ok := strings.CutPrefix(rest, retryAfterInfix)
+	if !ok || secs == "" || len(secs) > 8 || strings.Trim(secs, "0123456789") != "" {
+		return 0, "", false
+	}
+	return n, secs, true
 }
 
 // Status is how an error code reaches an HTTP client: the status, the

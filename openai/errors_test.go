@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/m2md/m2md/negotiate"
 )
@@ -39,12 +40,36 @@ func TestStatusFor(t *testing.T) {
 
 func TestUpstreamHTTPCode(t *testing.T) {
 	for _, st := range []int{400, 401, 429, 500, 503, 599} {
-		if got, ok := UpstreamHTTPStatus(UpstreamHTTPCode(st)); !ok || got != st {
-			t.Errorf("%d: %d %v", st, got, ok)
+		if got, ra, ok := UpstreamHTTPStatus(UpstreamHTTPCode(st, "")); !ok || got != st || ra != "" {
+			t.Errorf("%d: %d %q %v", st, got, ra, ok)
 		}
 	}
-	for _, c := range []negotiate.ErrorCode{"upstream_http_200", "upstream_http_600", "upstream_http_4x9", "upstream_http_4000", "no_route"} {
-		if _, ok := UpstreamHTTPStatus(c); ok {
+	future := time.Now().Add(90 * time.Second).UTC().Format(http.TimeFormat)
+	for _, tc := range []struct {
+		header, code, want string
+	}{
+		{"30", "upstream_http_429_retry_after_30", "30"},
+		{" 0 ", "upstream_http_429_retry_after_0", "0"},
+		{"99999999999", "upstream_http_429_retry_after_16777216", "16777216"},
+		{"Wed, 21 Oct 2015 07:28:00 GMT", "upstream_http_429_retry_after_0", "0"}, // a date past
+		{"-5", "upstream_http_429", ""},
+		{"soon", "upstream_http_429", ""},
+	} {
+		code := UpstreamHTTPCode(429, tc.header)
+		if string(code) != tc.code {
+			t.Errorf("Retry-After %q: code %s, want %s", tc.header, code, tc.code)
+		}
+		if st, ra, ok := UpstreamHTTPStatus(code); !ok || st != 429 || ra != tc.want {
+			t.Errorf("%s: %d %q %v", code, st, ra, ok)
+		}
+	}
+	// An HTTP date 90 s ahead: 89-90 s, whatever the clock did meanwhile.
+	if _, ra, _ := UpstreamHTTPStatus(UpstreamHTTPCode(503, future)); ra != "90" && ra != "89" {
+		t.Errorf("date 90 s ahead: Retry-After %q", ra)
+	}
+	for _, c := range []negotiate.ErrorCode{"upstream_http_200", "upstream_http_600", "upstream_http_4x9", "upstream_http_4000", "no_route",
+		"upstream_http_+42", "upstream_http_429_retry_after_", "upstream_http_429_retry_after_1x", "upstream_http_429_retry_after_123456789", "upstream_http_429_other"} {
+		if _, _, ok := UpstreamHTTPStatus(c); ok {
 			t.Errorf("%s accepted", c)
 		}
 	}

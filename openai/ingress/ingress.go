@@ -295,9 +295,13 @@ func (in *Ingress) writeError(w http.ResponseWriter, r *http.Request, id Identit
 		return // the client left; nobody reads the answer
 	}
 	code, msg := in.describe(err)
-	if status, ok := openai.UpstreamHTTPStatus(code); ok {
-		// The upstream's own error, status and body as it sent them.
+	if status, retryAfter, ok := openai.UpstreamHTTPStatus(code); ok {
+		// The upstream's own error, status and body as it sent them, and
+		// its Retry-After.
 		w.Header().Set("Content-Type", "application/json")
+		if retryAfter != "" {
+			w.Header().Set("Retry-After", retryAfter)
+		}
 		w.WriteHeader(status)
 		io.WriteString(w, msg)
 		return

@@ -187,7 +187,7 @@ func (u *Upstream) ServeM2M(ctx context.Context, req *client.Request, w client.R
 	if resp.StatusCode >= 400 {
 		b, _ := io.ReadAll(io.LimitReader(body, maxErrorBody))
 		u.cfg.Logger.Warn().Int("status", resp.StatusCode).Str("path", path).Str("from", req.From).Msg("upstream answered with an HTTP error")
-		w.Error(openai.UpstreamHTTPCode(resp.StatusCode), string(b))
+		w.Error(openai.UpstreamHTTPCode(resp.StatusCode, resp.Header.Get("Retry-After")), string(b))
 		return
 	}
 	if strings.HasPrefix(resp.Header.Get("Content-Type"), "text/event-stream") {
