@@ -63,6 +63,8 @@ type Cluster struct {
 	done  chan struct{}
 	wg    sync.WaitGroup
 
+	inc string // this start's incarnation (ctlMsg.Inc)
+
 	mu    sync.Mutex // local and seq; held while publishing events so seq order is publish order
 	seq   uint64
 	local map[string]Agent // by session id
@@ -98,6 +100,7 @@ type Stats struct {
 }
 
 type peer struct {
+	inc        string
 	lastSeen   time.Time
 	seq        uint64
 	syncing    bool
@@ -118,6 +121,7 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 		log:    cfg.Logger.With().Str("node", cfg.Node).Logger(),
 		h:      h,
 		prefix: "m2md." + cfg.Name + ".",
+		inc:    randomID(),
 		inbox:  make(chan *nats.Msg, inboxCap(cfg.Inbox)),
 		done:   make(chan struct{}),
 		local:  make(map[string]Agent),
@@ -425,6 +429,7 @@ func (c *Cluster) publish(subj string, b []byte) error {
 }
 
 func (c *Cluster) publishCtl(subj string, m *ctlMsg) {
+	m.Inc = c.inc
 	if err := c.nc.Publish(subj, appendControl(nil, m)); err != nil {
 		c.log.Debug().Err(err).Str("t", m.T).Msg("control message not sent")
 	}
@@ -565,8 +570,14 @@ func (c *Cluster) control(m *ctlMsg) {
 		return
 	}
 	p := c.peers[m.Node]
+	if p != nil && p.inc != m.Inc {
+		// Restarted under the same id: its agents, its requests and its
+		// event numbers are those of a node that died.
+		c.nodeDown(m.Node, "restarted")
+		p = nil
+	}
 	if p == nil {
-		p = &peer{agents: make(map[string]Agent)}
+		p = &peer{agents: make(map[string]Agent), inc: m.Inc}
 		c.peers[m.Node] = p
 		c.stats.Nodes.Add(1)
 		c.log.Info().Str("peer", m.Node).Msg("node joined")

@@ -34,7 +34,10 @@
 // carry consecutive sequence numbers; a receiver that sees a gap (or a
 // heartbeat ahead of what it has) asks for a snapshot of the node's agents
 // and reconciles, so lost control messages cost a resync, not a wrong
-// table. A new node asks every node for its snapshot when it starts.
+// table. A new node asks every node for its snapshot when it starts. Every
+// control message carries the sender's incarnation, new at each start: a
+// node restarted under the same id before the others declared it dead is
+// declared dead (its agents down, its requests void) and joins anew.
 //
 // Which registration of an agent id wins is the daemon's decision
 // (Agent.Stamp, Agent.Newer); this package only carries the events.

@@ -263,8 +263,12 @@ func decodeReply(b []byte, r *Reply) error {
 // ctlMsg is every control message: heartbeats, agent events, snapshot
 // requests and snapshots. Rare next to data, so JSON.
 type ctlMsg struct {
-	T      string  `json:"t"` // hb, up, down, sync, snap, bye
-	Node   string  `json:"node"`
+	T    string `json:"t"` // hb, up, down, sync, snap, bye
+	Node string `json:"node"`
+	// Inc is the sender's incarnation, new at each start: a node
+	// restarted under the same id (--cluster-node) is a new node to the
+	// others, whose event numbers start again.
+	Inc    string  `json:"inc,omitempty"`
 	Seq    uint64  `json:"seq,omitempty"`
 	Agent  *Agent  `json:"agent,omitempty"`  // up, down
 	Agents []Agent `json:"agents,omitempty"` // snap
@@ -282,7 +286,7 @@ func decodeControl(b []byte, m *ctlMsg) error {
 	if err := json.Unmarshal(b[1:], m); err != nil {
 		return fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
-	if !subjectSafe(m.Node) {
+	if !subjectSafe(m.Node) || len(m.Inc) > 64 {
 		return ErrMalformed
 	}
 	switch m.T {

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
@@ -174,4 +175,36 @@ func TestClusterNodeKilled(t *testing.T) {
 	if errors.Is(req.Err(), client.ErrClosed) {
 		t.Fatal("requester closed")
 	}
+}
+
+// TestClusterNodeRestartedSameID: a node that crashes and comes back under
+// the same id (--cluster-node) before the others declare it dead is a new
+// node to them: its old agents go at once (agent_gone for what was in
+// flight), its new agents are routed to, and requests cross both ways.
+// DeadAfter is long here so that the restart always beats it.
+func TestClusterNodeRestartedSameID(t *testing.T) {
+	slow := func(c *cluster.Config) { c.DeadAfter = 20 * time.Second }
+	nodes := startCluster(t, 2, slow, nil)
+	a, b := nodes[0], nodes[1]
+	id := b.Cluster().Node
+	old := mustDialRaw(t, b, "ws", negotiate.ClientConfig{AgentID: "rs-old", Models: []string{"rs-model"}})
+	req := mustDialRaw(t, a, "ws", negotiate.ClientConfig{AgentID: "rs-req"})
+	waitAgentAt(t, a, "", "rs-old", b)
+	_, held := req.request("rs-old", corpus(t, "req-chat-tiny-07.json"))
+	old.recvData(5 * time.Second)
+
+	b.Crash()
+	b2 := startDaemon(t, clusterConfig([]string{"nats://" + a.Cluster().RouteAddr.String()}, func(c *cluster.Config) {
+		slow(c)
+		c.Node = id
+	}))
+	req.expectError(5*time.Second, held, string(negotiate.CodeAgentGone), false)
+	waitAgentGone(t, []*testDaemon{a}, "rs-old")
+	prov := mustDialRaw(t, b2, "ws", negotiate.ClientConfig{AgentID: "rs-new", Models: []string{"rs-model"}})
+	waitAgentAt(t, a, "", "rs-new", b2)
+	roundTrip(t, req, prov)
+	back := mustDialRaw(t, a, "ws", negotiate.ClientConfig{AgentID: "rs-prov-a"})
+	req2 := mustDialRaw(t, b2, "ws", negotiate.ClientConfig{AgentID: "rs-req-b"})
+	waitAgentAt(t, b2, "", "rs-prov-a", a)
+	roundTrip(t, req2, back)
 }
