@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"hash/maphash"
@@ -181,8 +182,15 @@ func replyMessage(resp []byte, stream bool) (_ []byte, ok bool) {
 		Content   *string `json:"content"`
 		ToolCalls []call  `json:"tool_calls,omitempty"`
 	}
-	dec := json.NewDecoder(strings.NewReader(string(resp)))
+	dec := json.NewDecoder(bytes.NewReader(resp))
 	for dec.More() {
+		var raw json.RawMessage
+		if dec.Decode(&raw) != nil {
+			return nil, false
+		}
+		if raw[0] != '{' {
+			continue // a relay's end marker ("[DONE]"), not a chunk
+		}
 		var chunk struct {
 			Choices []struct {
 				Message json.RawMessage `json:"message"`
@@ -196,7 +204,7 @@ func replyMessage(resp []byte, stream bool) (_ []byte, ok bool) {
 				} `json:"delta"`
 			} `json:"choices"`
 		}
-		if dec.Decode(&chunk) != nil {
+		if json.Unmarshal(raw, &chunk) != nil {
 			return nil, false
 		}
 		if len(chunk.Choices) == 0 {

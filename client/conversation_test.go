@@ -79,7 +79,7 @@ func TestReplyKey(t *testing.T) {
 			`{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"call_1","type":"function","function":{"name":"lookup","arguments":""}}]}}]}` +
 			`{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"city\":"}}]}}]}` +
 			`{"id":"c","choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"\"Paris\"}"}}]}}]}` +
-			`{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}`, true},
+			`{"id":"c","choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}` + `"[DONE]"`, true},
 	} {
 		k, ok := replyKey(seed, []byte(tc.resp), tc.stream)
 		if !ok || chain(seed, first[0], k) != want {

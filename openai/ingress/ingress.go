@@ -15,6 +15,7 @@ import (
 
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/jsonscan"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/openai"
 	"github.com/m2md/m2md/security"
@@ -195,14 +196,27 @@ func (in *Ingress) serveRequest(w http.ResponseWriter, r *http.Request, schema f
 		openai.WriteError(w, http.StatusBadRequest, fmt.Sprintf("\"model\" must be a string of 1-%d bytes", negotiate.MaxModelLen), "invalid_request_error", "invalid_model", false)
 		return
 	}
-	fr, err := frame.AppendEncodeSchema(nil, body, schema, frame.Limits{})
-	if err != nil {
-		openai.WriteError(w, http.StatusBadRequest, "request cannot be framed: "+err.Error(), "invalid_request_error", "invalid_request", false)
-		return
-	}
 	ctx, cancel := context.WithTimeout(r.Context(), in.cfg.Timeout)
 	defer cancel()
-	st, err := c.SendFrame(ctx, fr)
+	var st *client.Stream
+	if keys, kerr := jsonscan.TopLevelKeys(body, jsonscan.Limits{}); schema == frame.SchemaRequest && kerr == nil && keys.Has(jsonscan.KeyMessages|jsonscan.KeyModel) {
+		// A chat request goes to the client as JSON (it frames it as a
+		// request: it has messages and a model), so that the turns of a
+		// conversation travel as deltas (feature delta, docs/protocol.md
+		// §4.3) without the HTTP client knowing.
+		st, err = c.Stream(ctx, body)
+	} else {
+		var fr []byte
+		if fr, err = frame.AppendEncodeSchema(nil, body, schema, frame.Limits{}); err != nil {
+			badFrame(w, err)
+			return
+		}
+		st, err = c.SendFrame(ctx, fr)
+	}
+	if framingError(err) {
+		badFrame(w, err)
+		return
+	}
 	if err != nil {
 		in.writeError(w, r, id, err)
 		return
@@ -221,6 +235,18 @@ func (in *Ingress) serveRequest(w http.ResponseWriter, r *http.Request, schema f
 		return
 	}
 	in.relayStream(w, r, id, st, first, final)
+}
+
+// framingError reports an error of the request's own JSON (its depth, a
+// string or array over the limits, a model over 255 bytes): the client's
+// fault, answered 400, not the mesh's.
+func framingError(err error) bool {
+	return errors.Is(err, frame.ErrLimit) || errors.Is(err, frame.ErrInvalidJSON) ||
+		errors.Is(err, frame.ErrFieldTooLong) || errors.Is(err, frame.ErrSchema)
+}
+
+func badFrame(w http.ResponseWriter, err error) {
+	openai.WriteError(w, http.StatusBadRequest, "request cannot be framed: "+err.Error(), "invalid_request_error", "invalid_request", false)
 }
 
 // relayStream writes the replies as server-sent events, flushing whenever
