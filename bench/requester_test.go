@@ -53,7 +53,11 @@ func (c *heldEcho) Receive(ctx context.Context) (transport.Message, error) {
 func (c *heldEcho) Send(_ context.Context, _ transport.ChannelID, msg []byte) error {
 	c.mu.Lock()
 	c.sent = append(c.sent, append([]byte(nil), msg...))
-	c.inBatch++
+	if c.corks == 0 {
+		c.batches = append(c.batches, 1) // a write of its own
+	} else {
+		c.inBatch++
+	}
 	c.mu.Unlock()
 	select {
 	case c.sentSig <- struct{}{}:
@@ -94,15 +98,16 @@ func (c *heldEcho) release() []int {
 	return b
 }
 
-// waitSent waits until n requests have been sent since the last release.
+// waitSent waits until n requests have been sent since the last release
+// and no Cork is open, so that every batch they were sent in is recorded.
 func (c *heldEcho) waitSent(t *testing.T, n int) {
 	t.Helper()
 	deadline := time.After(10 * time.Second)
 	for {
 		c.mu.Lock()
-		got := len(c.sent)
+		got, open := len(c.sent), c.corks > 0
 		c.mu.Unlock()
-		if got >= n {
+		if got >= n && !open {
 			return
 		}
 		select {
