@@ -48,11 +48,21 @@ func FuzzReadData(f *testing.F) {
 	for i := 1; i < len(big); i++ {
 		big[i] = byte(i % 0x80)
 	}
-	frames := [][]byte{m2m, m2m[:24], big, text, {0x00, 0x81, 0x01}, {0x02, 0x05}, {0x00}, {0x99, 0x81, 0x01}, {'T', 1, 0}, []byte("#M2M|1|")}
+	// Request frames with the extension block of feature delta (§4.3).
+	withExt, err := frame.AppendEncodeExt(nil, req, frame.Extension{DocID: 300, BaseID: 7}, frame.Limits{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	asDelta, err := frame.AppendEncodeDelta(nil, req, []byte("delta"), frame.Extension{DocID: 301, BaseID: 300}, frame.Limits{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	frames := [][]byte{m2m, withExt, asDelta, m2m[:24], big, text, {0x00, 0x81, 0x01}, {0x02, 0x05}, {0x00}, {0x99, 0x81, 0x01}, {'T', 1, 0}, []byte("#M2M|1|")}
 	for _, fr := range frames {
 		for mode := range byte(3) {
 			for seal := range byte(3) {
 				f.Add(mode, byte(1), uint32(4), seal, append(hdr(0, 1, "bob"), fr...))
+				f.Add(mode, byte(4), uint32(4), seal, append(hdr(0, 1, ""), fr...))
 			}
 			f.Add(mode, byte(0), uint32(4), byte(2), append(hdr(negotiate.FlagReply|negotiate.FlagEnd, 77, ""), fr...))
 		}
@@ -72,7 +82,10 @@ func FuzzReadData(f *testing.F) {
 		}
 		params := negotiate.Negotiated{SecurityMode: sm, MaxPayload: 2048}
 		if features&1 != 0 {
-			params.Features = []negotiate.Feature{negotiate.FeatureTNSealed}
+			params.Features = append(params.Features, negotiate.FeatureTNSealed)
+		}
+		if features&4 != 0 {
+			params.Features = append(params.Features, negotiate.FeatureDelta)
 		}
 		if features&2 != 0 {
 			params.Features = append(params.Features, negotiate.FeatureBatch)
@@ -147,6 +160,9 @@ func FuzzReadData(f *testing.F) {
 			var h frame.Header
 			if err := frame.ReadHeader(in.fr, &h); err != nil {
 				t.Fatalf("accepted M2M v1 frame's header: %v", err)
+			}
+			if h.ExtLen > 0 && !params.Has(negotiate.FeatureDelta) {
+				t.Fatal("extension block accepted from a session without feature delta")
 			}
 		case formatTokenNative:
 			if in.dh.IsBatch() {
