@@ -26,7 +26,7 @@ import (
 func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		printBenchUsage(stderr)
-		return usagef("missing subcommand: load or codec")
+		return usagef("missing subcommand: load, codec, conversation or table")
 	}
 	switch args[0] {
 	case "load":
@@ -35,22 +35,25 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return runBenchCodec(args[1:], stdout, stderr)
 	case "table":
 		return runBenchTable(args[1:], stdout, stderr)
+	case "conversation":
+		return runBenchConversation(args[1:], stdout, stderr)
 	case "-h", "-help", "--help", "help":
 		var buf bytes.Buffer
 		printBenchUsage(&buf)
 		return helpError{buf.String()}
 	}
 	printBenchUsage(stderr)
-	return usagef("unknown subcommand %q (want load, codec or table)", args[0])
+	return usagef("unknown subcommand %q (want load, codec, conversation or table)", args[0])
 }
 
 func printBenchUsage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: m2md bench <load|codec|table> [flags]")
+	fmt.Fprintln(w, "Usage: m2md bench <load|codec|conversation|table> [flags]")
 	fmt.Fprintln(w, "\n  load   routed request/response round trips through a daemon (in-process unless --target),")
 	fmt.Fprintln(w, "         optionally against a bare relay baseline (--baseline)")
 	fmt.Fprintln(w, "  codec  bytes, cl100k tokens and encode/decode time of every wire form, per corpus file")
+	fmt.Fprintln(w, "  conversation  multi-turn conversations replayed turn by turn, with and without deltas")
 	fmt.Fprintln(w, "  table  one Markdown table row per 'bench load --json' report given")
-	fmt.Fprintln(w, "\nRun 'm2md bench load --help' or 'm2md bench codec --help' for the flags.")
+	fmt.Fprintln(w, "\nRun 'm2md bench SUBCOMMAND --help' for the flags.")
 }
 
 func runBenchLoad(args []string, stdout, stderr io.Writer) error {
@@ -282,6 +285,70 @@ func runBenchCodec(args []string, stdout, stderr io.Writer) error {
 	}
 	if plotOut != "" {
 		return rep.PlotCodec(plotOut)
+	}
+	return nil
+}
+
+func runBenchConversation(args []string, stdout, stderr io.Writer) error {
+	fs := newFlagSet("bench conversation", "bench conversation --corpus DIR [flags]\n\nReplays each conversation folder of DIR (turn-01.json, turn-02.json, …) through a daemon:\na requester agent sends each turn, two provider agents answer with the assistant message the\nnext turn contains. Once with conversation deltas (feature delta) and once without (the\nbaseline); every request and response is checked byte for byte. Reports JSON and wire bytes\n(DATA messages, as the daemon counts them) per direction, the ratios, per-turn latency and CPU.\nWithout --target it starts a daemon in this process (loopback only).", stderr)
+	var (
+		cfg                                    bench.ConversationConfig
+		pin, caFile, security, jsonOut, corpus string
+		insecure                               bool
+	)
+	fs.StringVar(&corpus, "corpus", "testdata/corpus/conversations", "`folder` of conversation folders")
+	fs.StringVar(&cfg.Target, "target", "", "daemon `URL` (quic://host:port, ws://host:port/m2m, wss://…); empty: start one in-process")
+	fs.StringVar(&cfg.Transport, "transport", bench.TransportQUIC, "`transport` of the in-process daemon: quic, ws or wss")
+	fs.StringVar(&pin, "pin", "", "SHA-256 `fingerprint` of the daemon's certificate (quic://, wss://); default: the development\ncertificate in ./certs when there is one")
+	fs.StringVar(&caFile, "ca-file", "", "PEM `file` of CAs to verify the daemon at --target against")
+	fs.BoolVar(&insecure, "insecure", false, "accept any certificate from the daemon at --target (development only)")
+	fs.StringVar(&security, "security", "none", "frame security `mode`: none, hmac or aead")
+	fs.BoolVar(&cfg.ProviderLeaves, "provider-leaves", false, "close the provider of the first conversation in its middle: every turn must still complete, with one full resend")
+	fs.DurationVar(&cfg.TurnTimeout, "timeout", bench.DefaultTurnTimeout, "give up on a turn after this")
+	fs.StringVar(&jsonOut, "json", "", "write every figure to this JSON `file`")
+	alias(fs, "url", "target")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	mode, err := parseSecurity("security", security)
+	if err != nil {
+		return err
+	}
+	cfg.Security, cfg.Corpus = mode, corpus
+	if err := checkWritable(map[string]string{"json": jsonOut}); err != nil {
+		return err
+	}
+	if cfg.Target != "" {
+		if pin == "" && caFile == "" && !insecure && !strings.HasPrefix(cfg.Target, "ws://") {
+			fp, err := certFingerprint(filepath.Join(daemon.DefaultCertDir, certs.DevCertFile))
+			if err != nil {
+				return usagef("--target %s needs the daemon's certificate: --pin FINGERPRINT (printed by 'm2md serve'), --ca-file or --insecure; there is no development certificate in ./%s to pin", cfg.Target, daemon.DefaultCertDir)
+			}
+			pin = fp
+		}
+		tc, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: pin, CAFile: caFile, InsecureSkipVerify: insecure})
+		if err != nil {
+			return usagef("%v", err)
+		}
+		cfg.TLS = tc
+	}
+	cfg.CommandLine = "m2md bench conversation " + strings.Join(args, " ")
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	rep, err := bench.RunConversation(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if jsonOut != "" {
+		if err := writeFileWith(jsonOut, rep.WriteJSON); err != nil {
+			return err
+		}
+	}
+	if err := rep.Check(); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), "bench: "))
 	}
 	return nil
 }

@@ -1,0 +1,490 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+)
+
+// Conversation replay (`m2md bench conversation`): multi-turn chat
+// conversations sent turn by turn through a daemon by a requester agent,
+// answered by provider agents, once with conversation deltas (feature
+// delta, docs/protocol.md §4.3) and once without (the baseline), with
+// every byte checked.
+//
+// A corpus is a folder of conversation folders, each holding its turns as
+// turn-01.json, turn-02.json, …: the chat requests an LLM client sends,
+// where turn K+1 repeats turn K's messages, the assistant's answer and one
+// new message. The provider answers turn K with a chat.completion whose
+// message is that answer, as it appears in turn K+1 (the last turn gets a
+// canned one), so the requester can find each turn's base as it would with
+// a real model. Both ends are client.Clients: what is measured is what the
+// library does for any agent.
+
+// Defaults of ConversationConfig.
+const (
+	DefaultTurnTimeout = 30 * time.Second
+	// conversationProviders serve every model of the corpus: two, so that
+	// affinity has a choice to make and a provider can leave.
+	conversationProviders = 2
+)
+
+// ConversationConfig configures RunConversation. The zero value (with a
+// Corpus) replays through a daemon in this process over QUIC, mode none.
+type ConversationConfig struct {
+	// Corpus is the folder of conversation folders.
+	Corpus string
+	// Target is a running daemon's URL (quic://, ws://, wss://); empty
+	// starts one in this process.
+	Target string
+	// Transport is the in-process daemon's transport: quic, ws or wss.
+	Transport string
+	// TLS verifies the daemon at Target (quic://, wss://).
+	TLS *tls.Config
+	// Security is the agents' frame security mode.
+	Security frame.Security
+	// ProviderLeaves closes, in the middle of the first conversation, the
+	// provider that answered its last turn: the next turn's base is gone
+	// with it and must be resent whole, once, invisibly to the caller.
+	ProviderLeaves bool
+	// TurnTimeout bounds each turn. Default DefaultTurnTimeout.
+	TurnTimeout time.Duration
+	// CommandLine is recorded in the report.
+	CommandLine string
+}
+
+// ConversationReport is what RunConversation measured: the run with deltas
+// (its figures at the top level) and the same run without them.
+type ConversationReport struct {
+	CommandLine    string `json:"command,omitempty"`
+	Target         string `json:"target"`
+	Transport      string `json:"transport"`
+	Security       string `json:"security"`
+	ProviderLeaves bool   `json:"provider_leaves"`
+	ConversationRun
+	Baseline ConversationRun `json:"baseline"`
+}
+
+// ConversationRun is one replay of the corpus. Wire bytes are DATA
+// messages as the agents hand them to the transport, which is what the
+// daemon counts in m2md_bytes_in_total: requests are what the requester
+// sent (resends included), responses what the providers sent.
+type ConversationRun struct {
+	Deltas             bool    `json:"deltas"`
+	Turns              int     `json:"turns"`
+	Errors             int     `json:"errors"`
+	Resends            int     `json:"resends"`
+	JSONBytesRequests  int64   `json:"json_bytes_requests"`
+	WireBytesRequests  int64   `json:"wire_bytes_requests"`
+	JSONBytesResponses int64   `json:"json_bytes_responses"`
+	WireBytesResponses int64   `json:"wire_bytes_responses"`
+	RatioRequests      float64 `json:"ratio_requests"`
+	RatioResponses     float64 `json:"ratio_responses"`
+	RatioTotal         float64 `json:"ratio_total"`
+	// CPUPerTurnMicros is this process's CPU time (daemon and agents, when
+	// the daemon runs here) per turn.
+	CPUPerTurnMicros float64              `json:"cpu_per_turn_us"`
+	LatencyMillis    LatencySummary       `json:"latency_ms"`
+	Conversations    []ConversationFigure `json:"conversations"`
+	FirstError       string               `json:"first_error,omitempty"`
+}
+
+// ConversationFigure is one conversation's share of a run.
+type ConversationFigure struct {
+	Name               string    `json:"name"`
+	Turns              int       `json:"turns"`
+	Errors             int       `json:"errors"`
+	Resends            int       `json:"resends"`
+	JSONBytesRequests  int64     `json:"json_bytes_requests"`
+	WireBytesRequests  int64     `json:"wire_bytes_requests"`
+	JSONBytesResponses int64     `json:"json_bytes_responses"`
+	WireBytesResponses int64     `json:"wire_bytes_responses"`
+	RatioRequests      float64   `json:"ratio_requests"`
+	RatioTotal         float64   `json:"ratio_total"`
+	TurnLatencyMillis  []float64 `json:"turn_latency_ms"`
+	// TurnWireRequests is each turn's request wire bytes, in order.
+	TurnWireRequests []int64 `json:"turn_wire_bytes_requests"`
+}
+
+// LatencySummary is a set of per-turn latencies.
+type LatencySummary struct {
+	P50  float64 `json:"p50"`
+	P90  float64 `json:"p90"`
+	Max  float64 `json:"max"`
+	Mean float64 `json:"mean"`
+}
+
+// Conversation is one folder of a conversation corpus, with the responses
+// the providers give.
+type Conversation struct {
+	Name      string
+	Turns     [][]byte // the requests, turn by turn
+	Responses [][]byte // Responses[i] answers Turns[i]
+}
+
+// LoadConversations reads a corpus of conversation folders (docs above).
+func LoadConversations(dir string) ([]Conversation, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w: corpus %s: %v", ErrPayload, dir, err)
+	}
+	var out []Conversation
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		c := Conversation{Name: e.Name()}
+		for k := 1; ; k++ {
+			b, err := os.ReadFile(filepath.Join(dir, e.Name(), fmt.Sprintf("turn-%02d.json", k)))
+			if errors.Is(err, os.ErrNotExist) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", ErrPayload, err)
+			}
+			c.Turns = append(c.Turns, b)
+		}
+		if len(c.Turns) == 0 {
+			continue
+		}
+		for k := range c.Turns {
+			resp, err := answer(c.Name, k, c.Turns)
+			if err != nil {
+				return nil, err
+			}
+			c.Responses = append(c.Responses, resp)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: no conversation folders (turn-01.json, …) in %s", ErrPayload, dir)
+	}
+	return out, nil
+}
+
+// ConversationModels lists the models the conversations' turns name, each
+// once: what their providers serve.
+func ConversationModels(convs []Conversation) []string {
+	var models []string
+	for _, c := range convs {
+		for _, t := range c.Turns {
+			var m struct {
+				Model string `json:"model"`
+			}
+			if json.Unmarshal(t, &m) == nil && m.Model != "" && !slices.Contains(models, m.Model) {
+				models = append(models, m.Model)
+			}
+		}
+	}
+	return models
+}
+
+// answer is the chat.completion answering turns[k]: the assistant message
+// turns[k+1] carries after turns[k]'s messages, byte for byte, or a canned
+// one for the last turn.
+func answer(conv string, k int, turns [][]byte) ([]byte, error) {
+	var cur struct {
+		Model    string            `json:"model"`
+		Messages []json.RawMessage `json:"messages"`
+	}
+	if err := json.Unmarshal(turns[k], &cur); err != nil || len(cur.Messages) == 0 {
+		return nil, fmt.Errorf("%w: %s turn %d is not a chat request with messages", ErrPayload, conv, k+1)
+	}
+	msg := json.RawMessage(`{"role":"assistant","content":"Glad that helped. Anything else you would like to go through?"}`)
+	if k+1 < len(turns) {
+		var next struct {
+			Messages []json.RawMessage `json:"messages"`
+		}
+		if err := json.Unmarshal(turns[k+1], &next); err != nil || len(next.Messages) <= len(cur.Messages) {
+			return nil, fmt.Errorf("%w: %s turn %d does not continue turn %d", ErrPayload, conv, k+2, k+1)
+		}
+		msg = next.Messages[len(cur.Messages)]
+	}
+	model, _ := json.Marshal(cur.Model)
+	return fmt.Appendf(nil, `{"id":"chatcmpl-bench-%s-%02d","object":"chat.completion","created":1732000000,"model":%s,"choices":[{"index":0,"message":%s,"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":%d,"total_tokens":%d}}`,
+		conv, k+1, model, msg, len(turns[k])/4, len(msg)/4, (len(turns[k])+len(msg))/4), nil
+}
+
+// RunConversation replays the corpus with deltas, then without.
+func RunConversation(ctx context.Context, cfg ConversationConfig) (*ConversationReport, error) {
+	if cfg.TurnTimeout <= 0 {
+		cfg.TurnTimeout = DefaultTurnTimeout
+	}
+	if cfg.Transport == "" {
+		cfg.Transport = TransportQUIC
+	}
+	convs, err := LoadConversations(cfg.Corpus)
+	if err != nil {
+		return nil, err
+	}
+	url, tlsConf := cfg.Target, cfg.TLS
+	if url == "" {
+		certDir, err := os.MkdirTemp("", "m2md-bench-")
+		if err != nil {
+			return nil, err
+		}
+		defer os.RemoveAll(certDir)
+		d, err := startDaemon(certDir, frame.SecurityNone)
+		if err != nil {
+			return nil, err
+		}
+		defer d.stop()
+		ep, err := d.endpoint(cfg.Transport)
+		if err != nil {
+			return nil, err
+		}
+		url, tlsConf = ep.addr, ep.tls
+		if cfg.Transport == TransportQUIC {
+			url = "quic://" + ep.addr
+		}
+	}
+	rep := &ConversationReport{
+		CommandLine: cfg.CommandLine, Target: cfg.Target, Transport: cfg.Transport,
+		Security: cfg.Security.String(), ProviderLeaves: cfg.ProviderLeaves,
+	}
+	if rep.Target == "" {
+		rep.Target = "in-process"
+	} else {
+		rep.Transport = strings.SplitN(cfg.Target, ":", 2)[0]
+	}
+	for i, deltas := range []bool{true, false} {
+		run, err := replay(ctx, &cfg, url, tlsConf, convs, deltas, i)
+		if err != nil {
+			return nil, err
+		}
+		if deltas {
+			rep.ConversationRun = *run
+		} else {
+			rep.Baseline = *run
+		}
+	}
+	return rep, nil
+}
+
+// replay runs the corpus once through the daemon at url.
+func replay(ctx context.Context, cfg *ConversationConfig, url string, tlsConf *tls.Config, convs []Conversation, deltas bool, runIndex int) (*ConversationRun, error) {
+	models := ConversationModels(convs)
+	expected := make(map[string][]byte) // request → response
+	for _, c := range convs {
+		for k, t := range c.Turns {
+			expected[string(t)] = c.Responses[k]
+		}
+	}
+	opts := func(id string) client.Options {
+		o := client.Options{AgentID: fmt.Sprintf("bench-conv-%s-%d", id, runIndex), Security: cfg.Security, TLSConfig: tlsConf}
+		if !deltas {
+			o.DisableFeatures = []negotiate.Feature{negotiate.FeatureDelta}
+		}
+		return o
+	}
+	var (
+		mu         sync.Mutex
+		wrongBytes int
+	)
+	handler := client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
+		resp, ok := expected[string(req.Body)]
+		if !ok {
+			// The document did not arrive byte for byte.
+			mu.Lock()
+			wrongBytes++
+			mu.Unlock()
+			_ = w.Error("bench_mismatch", "request did not arrive byte for byte")
+			return
+		}
+		_ = w.Respond(resp)
+	})
+	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	provs := make([]*client.Client, conversationProviders)
+	for i := range provs {
+		o := opts(fmt.Sprintf("provider-%c", 'a'+i))
+		o.Models, o.Handler = models, handler
+		p, err := client.Dial(dialCtx, url, o)
+		if err != nil {
+			return nil, fmt.Errorf("bench: provider: %w", err)
+		}
+		defer p.Close()
+		provs[i] = p
+	}
+	req, err := client.Dial(dialCtx, url, opts("requester"))
+	if err != nil {
+		return nil, fmt.Errorf("bench: requester: %w", err)
+	}
+	defer req.Close()
+	if got := req.Session().Params.Has(negotiate.FeatureDelta); got != deltas {
+		return nil, fmt.Errorf("bench: the session negotiated delta: %v, want %v (is feature delta disabled on the daemon?)", got, deltas)
+	}
+	provSent := func() int64 {
+		var n int64
+		for _, p := range provs {
+			n += int64(p.Stats().WireBytesSent)
+		}
+		return n
+	}
+
+	run := &ConversationRun{Deltas: deltas}
+	var all []time.Duration
+	left := false
+	cpu0 := processCPU()
+	for ci, c := range convs {
+		fig := ConversationFigure{Name: c.Name}
+		for k, turn := range c.Turns {
+			if err := ctx.Err(); err != nil {
+				return nil, err
+			}
+			s0, p0 := req.Stats(), provSent()
+			tctx, cancel := context.WithTimeout(ctx, cfg.TurnTimeout)
+			start := time.Now()
+			resp, err := req.Do(tctx, turn)
+			lat := time.Since(start)
+			cancel()
+			s1, p1 := req.Stats(), provSent()
+			switch {
+			case err != nil:
+				fig.Errors++
+				if run.FirstError == "" {
+					run.FirstError = fmt.Sprintf("%s turn %d: %v", c.Name, k+1, err)
+				}
+			case !bytes.Equal(resp.Body, c.Responses[k]):
+				fig.Errors++
+				if run.FirstError == "" {
+					run.FirstError = fmt.Sprintf("%s turn %d: the response did not arrive byte for byte", c.Name, k+1)
+				}
+			}
+			if s1.FramesSent-s0.FramesSent > 1 {
+				fig.Resends++
+			}
+			fig.Turns++
+			fig.JSONBytesRequests += int64(len(turn))
+			fig.JSONBytesResponses += int64(len(c.Responses[k]))
+			w := int64(s1.WireBytesSent - s0.WireBytesSent)
+			fig.WireBytesRequests += w
+			fig.TurnWireRequests = append(fig.TurnWireRequests, w)
+			fig.WireBytesResponses += p1 - p0
+			fig.TurnLatencyMillis = append(fig.TurnLatencyMillis, millis(lat))
+			all = append(all, lat)
+			if cfg.ProviderLeaves && !left && ci == 0 && k+1 == len(c.Turns)/2 && err == nil {
+				// The provider holding this conversation leaves.
+				for _, p := range provs {
+					if p.Session().AgentID == resp.From {
+						p.Close()
+					}
+				}
+				left = true
+			}
+		}
+		fig.RatioRequests = ratioOf(fig.JSONBytesRequests, fig.WireBytesRequests)
+		fig.RatioTotal = ratioOf(fig.JSONBytesRequests+fig.JSONBytesResponses, fig.WireBytesRequests+fig.WireBytesResponses)
+		run.Conversations = append(run.Conversations, fig)
+		run.Turns += fig.Turns
+		run.Errors += fig.Errors
+		run.Resends += fig.Resends
+		run.JSONBytesRequests += fig.JSONBytesRequests
+		run.WireBytesRequests += fig.WireBytesRequests
+		run.JSONBytesResponses += fig.JSONBytesResponses
+		run.WireBytesResponses += fig.WireBytesResponses
+	}
+	cpu := processCPU() - cpu0
+	if wrongBytes > 0 && run.FirstError == "" {
+		run.FirstError = fmt.Sprintf("%d requests did not arrive byte for byte", wrongBytes)
+	}
+	run.RatioRequests = ratioOf(run.JSONBytesRequests, run.WireBytesRequests)
+	run.RatioResponses = ratioOf(run.JSONBytesResponses, run.WireBytesResponses)
+	run.RatioTotal = ratioOf(run.JSONBytesRequests+run.JSONBytesResponses, run.WireBytesRequests+run.WireBytesResponses)
+	if run.Turns > 0 {
+		run.CPUPerTurnMicros = float64(cpu.Microseconds()) / float64(run.Turns)
+	}
+	run.LatencyMillis = summarizeTurns(all)
+	return run, nil
+}
+
+func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func ratioOf(json, wire int64) float64 {
+	if wire == 0 {
+		return 0
+	}
+	return float64(json) / float64(wire)
+}
+
+func summarizeTurns(ds []time.Duration) LatencySummary {
+	if len(ds) == 0 {
+		return LatencySummary{}
+	}
+	s := slices.Clone(ds)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	at := func(q float64) float64 { return millis(s[min(len(s)-1, int(q*float64(len(s))))]) }
+	return LatencySummary{P50: at(0.5), P90: at(0.9), Max: millis(s[len(s)-1]), Mean: millis(sum / time.Duration(len(s)))}
+}
+
+// Check fails a run whose turns did not all complete byte for byte.
+func (r *ConversationReport) Check() error {
+	for _, run := range []*ConversationRun{&r.ConversationRun, &r.Baseline} {
+		if run.Errors > 0 {
+			return fmt.Errorf("bench: %d of %d turns failed (deltas %v); first: %s", run.Errors, run.Turns, run.Deltas, run.FirstError)
+		}
+		if run.FirstError != "" {
+			return fmt.Errorf("bench: %s", run.FirstError)
+		}
+	}
+	return nil
+}
+
+// WriteJSON writes every figure.
+func (r *ConversationReport) WriteJSON(w io.Writer) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(r)
+}
+
+// WriteTable prints the per-conversation and total figures of both runs.
+func (r *ConversationReport) WriteTable(w io.Writer) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintf(tw, "conversation\tturns\tdeltas\treq JSON B\treq wire B\treq ratio\tresp JSON B\tresp wire B\ttotal ratio\tresends\terrors\tp50 ms\tmax ms\t\n")
+	for _, run := range []*ConversationRun{&r.ConversationRun, &r.Baseline} {
+		for _, c := range run.Conversations {
+			lat := turnLatency(c.TurnLatencyMillis)
+			fmt.Fprintf(tw, "%s\t%d\t%v\t%d\t%d\t%.1fx\t%d\t%d\t%.1fx\t%d\t%d\t%.2f\t%.2f\t\n", c.Name, c.Turns, run.Deltas,
+				c.JSONBytesRequests, c.WireBytesRequests, c.RatioRequests, c.JSONBytesResponses, c.WireBytesResponses, c.RatioTotal,
+				c.Resends, c.Errors, lat.P50, lat.Max)
+		}
+		fmt.Fprintf(tw, "total\t%d\t%v\t%d\t%d\t%.1fx\t%d\t%d\t%.1fx\t%d\t%d\t%.2f\t%.2f\t\n", run.Turns, run.Deltas,
+			run.JSONBytesRequests, run.WireBytesRequests, run.RatioRequests, run.JSONBytesResponses, run.WireBytesResponses, run.RatioTotal,
+			run.Resends, run.Errors, run.LatencyMillis.P50, run.LatencyMillis.Max)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	d, b := &r.ConversationRun, &r.Baseline
+	_, err := fmt.Fprintf(w, "\nwith deltas vs without: requests %.1fx vs %.1fx, requests+responses %.1fx vs %.1fx; CPU per turn %.0f µs vs %.0f µs (this process); mean turn latency %.2f ms vs %.2f ms\n",
+		d.RatioRequests, b.RatioRequests, d.RatioTotal, b.RatioTotal, d.CPUPerTurnMicros, b.CPUPerTurnMicros, d.LatencyMillis.Mean, b.LatencyMillis.Mean)
+	return err
+}
+
+func turnLatency(ms []float64) LatencySummary {
+	ds := make([]time.Duration, len(ms))
+	for i, m := range ms {
+		ds[i] = time.Duration(m * float64(time.Millisecond))
+	}
+	return summarizeTurns(ds)
+}

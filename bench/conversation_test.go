@@ -1,0 +1,132 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+const conversationCorpus = "../testdata/corpus/conversations"
+
+// The corpus replayed through an in-process daemon: every turn arrives byte
+// for byte both ways, deltas make the requests far smaller than without,
+// and the figures add up.
+func TestRunConversation(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := RunConversation(ctx, ConversationConfig{Corpus: conversationCorpus})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Check(); err != nil {
+		t.Fatal(err)
+	}
+	d, b := rep.ConversationRun, rep.Baseline
+	if d.Turns != 36 || b.Turns != 36 || len(d.Conversations) != 3 {
+		t.Fatalf("turns %d and %d in %d conversations, want 36 in 3", d.Turns, b.Turns, len(d.Conversations))
+	}
+	if d.Resends != 0 {
+		t.Errorf("%d resends: affinity lost a base", d.Resends)
+	}
+	if d.JSONBytesRequests != b.JSONBytesRequests || d.JSONBytesResponses != b.JSONBytesResponses {
+		t.Error("the two runs sent different documents")
+	}
+	// Bytes, not speed: deterministic for a given corpus and codec.
+	if d.RatioRequests < 5*b.RatioRequests {
+		t.Errorf("requests %.1fx with deltas, %.1fx without", d.RatioRequests, b.RatioRequests)
+	}
+	var sum int64
+	for _, c := range d.Conversations {
+		sum += c.WireBytesRequests
+		if c.Turns != len(c.TurnWireRequests) || c.Turns != len(c.TurnLatencyMillis) {
+			t.Errorf("%s: %d turns, %d per-turn figures", c.Name, c.Turns, len(c.TurnWireRequests))
+		}
+	}
+	if sum != d.WireBytesRequests {
+		t.Errorf("conversations sum to %d wire bytes, total %d", sum, d.WireBytesRequests)
+	}
+	var out strings.Builder
+	if err := rep.WriteJSON(&out); err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(out.String()), &m); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"json_bytes_requests", "wire_bytes_requests", "json_bytes_responses", "wire_bytes_responses", "turns", "errors"} {
+		if _, ok := m[k]; !ok {
+			t.Errorf("JSON report lacks %q", k)
+		}
+		if _, ok := m["baseline"].(map[string]any)[k]; !ok {
+			t.Errorf("JSON report lacks baseline.%q", k)
+		}
+	}
+	out.Reset()
+	if err := rep.WriteTable(&out); err != nil || !strings.Contains(out.String(), "conv-02") {
+		t.Errorf("table: %v\n%s", err, out.String())
+	}
+}
+
+// A provider leaving in the middle of a conversation costs one full resend
+// and no error.
+func TestRunConversationProviderLeaves(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rep, err := RunConversation(ctx, ConversationConfig{Corpus: conversationCorpus, Transport: TransportWS, ProviderLeaves: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if rep.Resends != 1 || rep.Conversations[0].Resends != 1 {
+		t.Errorf("%d resends (%d in the first conversation), want 1", rep.Resends, rep.Conversations[0].Resends)
+	}
+	if rep.Baseline.Resends != 0 {
+		t.Errorf("baseline resent %d times", rep.Baseline.Resends)
+	}
+}
+
+func TestLoadConversations(t *testing.T) {
+	convs, err := LoadConversations(conversationCorpus)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range convs {
+		for k := range c.Turns {
+			var resp struct {
+				Choices []struct {
+					Message json.RawMessage `json:"message"`
+				} `json:"choices"`
+			}
+			if err := json.Unmarshal(c.Responses[k], &resp); err != nil || len(resp.Choices) != 1 {
+				t.Fatalf("%s turn %d: response %s", c.Name, k+1, c.Responses[k])
+			}
+			// The answer is what the next turn carries, byte for byte.
+			if k+1 < len(c.Turns) && !strings.Contains(string(c.Turns[k+1]), string(resp.Choices[0].Message)) {
+				t.Errorf("%s turn %d: the next turn does not carry the answer", c.Name, k+1)
+			}
+		}
+	}
+	dir := t.TempDir()
+	if _, err := LoadConversations(dir); !errors.Is(err, ErrPayload) {
+		t.Errorf("empty corpus: %v", err)
+	}
+	bad := filepath.Join(dir, "c")
+	if err := os.MkdirAll(bad, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{"turn-01.json": `{"model":"m","messages":[{"role":"user","content":"a"}]}`, "turn-02.json": `{"model":"m","messages":[]}`} {
+		if err := os.WriteFile(filepath.Join(bad, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := LoadConversations(dir); !errors.Is(err, ErrPayload) {
+		t.Errorf("a turn that does not continue the previous one: %v", err)
+	}
+}
