@@ -507,39 +507,23 @@ func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply, shed bool) {
 		}
 		c.h.Request(req)
 	case kindReply:
-		if decodeReply(b, rep) != nil {
-			c.stats.Malformed.Add(1)
-			return
+		// A reply from a node declared dead is void: its requests were
+		// answered agent_gone then.
+		if c.admit(decodeReply(b, rep), rep.From) {
+			c.received(shed)
+			rep.Shed = shed
+			c.h.Reply(rep)
 		}
-		if c.peers[rep.From] == nil {
-			c.stats.UnknownNode.Add(1)
-			return
-		}
-		c.received(shed)
-		rep.Shed = shed
-		c.h.Reply(rep)
 	case kindCancel:
 		var cn Cancel
-		if decodeCancel(b, &cn) != nil {
-			c.stats.Malformed.Add(1)
-			return
+		if c.admit(decodeCancel(b, &cn), cn.From) {
+			c.h.Cancel(&cn)
 		}
-		if c.peers[cn.From] == nil {
-			c.stats.UnknownNode.Add(1)
-			return
-		}
-		c.h.Cancel(&cn)
 	case kindNotice:
 		var n Notice
-		if decodeNotice(b, &n) != nil {
-			c.stats.Malformed.Add(1)
-			return
+		if c.admit(decodeNotice(b, &n), n.From) {
+			c.h.Notice(&n)
 		}
-		if c.peers[n.From] == nil {
-			c.stats.UnknownNode.Add(1)
-			return
-		}
-		c.h.Notice(&n)
 	case kindControl:
 		var cm ctlMsg
 		if decodeControl(b, &cm) != nil {
@@ -552,6 +536,20 @@ func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply, shed bool) {
 	default:
 		c.stats.Malformed.Add(1)
 	}
+}
+
+// admit reports whether a message decoded (err) from node from is to be
+// handled, counting it when not: undecodable, or from a non-member.
+func (c *Cluster) admit(err error, from string) bool {
+	switch {
+	case err != nil:
+		c.stats.Malformed.Add(1)
+		return false
+	case c.peers[from] == nil:
+		c.stats.UnknownNode.Add(1)
+		return false
+	}
+	return true
 }
 
 func (c *Cluster) received(shed bool) {
