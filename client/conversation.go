@@ -32,12 +32,7 @@ func messageKeys(seed maphash.Seed, doc []byte, keys []uint64) (_ []uint64, ok b
 	if err != nil || root.Kind != jsonscan.KindObject {
 		return keys, false
 	}
-	var msgs jsonscan.Node
-	for _, m := range p.Children(root) {
-		if p.HasName(&m, "messages") {
-			msgs = m
-		}
-	}
+	msgs := member(p, root, "messages")
 	if msgs.Kind != jsonscan.KindArray {
 		return keys, false
 	}
@@ -154,21 +149,11 @@ func writeCanonical(h *maphash.Hash, p *jsonscan.Doc, v jsonscan.Node) {
 	}
 }
 
-// replyMessage returns the assistant message of a response as JSON: its
-// choices[0].message, or for a stream (chunks concatenated) the message its
-// choices[0].delta pieces add up to. ok is false when there is none.
-func replyMessage(resp []byte, stream bool) (_ []byte, ok bool) {
-	if !stream {
-		var r struct {
-			Choices []struct {
-				Message json.RawMessage `json:"message"`
-			} `json:"choices"`
-		}
-		if json.Unmarshal(resp, &r) != nil || len(r.Choices) == 0 || len(r.Choices[0].Message) == 0 {
-			return nil, false
-		}
-		return r.Choices[0].Message, true
-	}
+// streamMessage returns, as JSON, the assistant message a streamed
+// response's chunks (concatenated) add up to: their choices[0].delta
+// pieces, or the choices[0].message of a stream that ends with a whole
+// response. ok is false when there is none.
+func streamMessage(resp []byte) (_ []byte, ok bool) {
 	type call struct {
 		ID       string `json:"id,omitempty"`
 		Type     string `json:"type,omitempty"`
@@ -247,20 +232,48 @@ func replyMessage(resp []byte, stream bool) (_ []byte, ok bool) {
 	return b, err == nil
 }
 
-// replyKey is the key of a response's assistant message, as messageKeys
-// computes it for the same message in a request.
+// replyKey is the key of a response's assistant message (its
+// choices[0].message, or for a stream what streamMessage rebuilds), as
+// messageKeys computes it for the same message in a request.
 func replyKey(seed maphash.Seed, resp []byte, stream bool) (uint64, bool) {
-	m, ok := replyMessage(resp, stream)
-	if !ok {
-		return 0, false
+	if stream {
+		m, ok := streamMessage(resp)
+		if !ok {
+			return 0, false
+		}
+		resp = m
 	}
 	p := docs.Get().(*jsonscan.Doc)
 	defer docs.Put(p)
-	root, err := p.Parse(m, jsonscan.Limits{})
-	if err != nil || root.Kind != jsonscan.KindObject {
+	msg, err := p.Parse(resp, jsonscan.Limits{})
+	if err != nil || msg.Kind != jsonscan.KindObject {
 		return 0, false
 	}
-	return messageKey(seed, p, root), true
+	if !stream {
+		choices := member(p, msg, "choices")
+		if choices.Kind != jsonscan.KindArray || len(p.Children(choices)) == 0 {
+			return 0, false
+		}
+		if msg = member(p, p.Children(choices)[0], "message"); msg.Kind != jsonscan.KindObject {
+			return 0, false
+		}
+	}
+	return messageKey(seed, p, msg), true
+}
+
+// member returns the member name of object n (the last one of that name),
+// or a node of KindNone.
+func member(p *jsonscan.Doc, n jsonscan.Node, name string) jsonscan.Node {
+	var found jsonscan.Node
+	if n.Kind != jsonscan.KindObject {
+		return found
+	}
+	for _, c := range p.Children(n) {
+		if p.HasName(&c, name) {
+			found = c
+		}
+	}
+	return found
 }
 
 // lru holds bases within a byte budget, least recently used first out.
@@ -378,6 +391,11 @@ func (h *history) add(id, last, reply uint64, b *delta.Base, full uint8) {
 	tag := chain(h.seed, last, reply)
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if old := h.docs.m[h.index[tag]]; old != nil {
+		// The same messages answered alike (a request repeated): one base
+		// for both is enough, the newest.
+		h.docs.remove(old)
+	}
 	h.docs.put(id, b, tag, full)
 	if _, kept := h.docs.m[id]; kept {
 		h.index[tag] = id

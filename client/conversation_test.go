@@ -154,6 +154,12 @@ func TestHistory(t *testing.T) {
 	if h.docs.used != 2*(1000+entryOverhead)+500+entryOverhead {
 		t.Fatalf("used %d after replacing", h.docs.used)
 	}
+	// The same request answered alike again (a load test repeating one
+	// body) replaces the older document instead of filling the budget.
+	h.add(6, last(`{"messages":[{"role":"user","content":"y"}]}`), reply("Y"), testBase(500), 0)
+	if len(h.docs.m) != 3 || h.docs.m[4] != nil || h.docs.m[6] == nil {
+		t.Fatalf("repeated request: docs %v", h.docs.m)
+	}
 }
 
 func TestBases(t *testing.T) {
