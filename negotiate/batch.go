@@ -1,6 +1,7 @@
 package negotiate
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 )
@@ -36,7 +37,7 @@ func SplitBatch(dst [][]byte, b []byte) ([][]byte, error) {
 		return dst, fmt.Errorf("%w: not a JSON array of chunks", ErrBadBatch)
 	}
 	var open [maxBatchDepth]byte // the closing bracket each open one needs
-	depth, start, inString, escaped := 0, 1, false, false
+	depth, start := 0, 1
 	n := len(dst)
 	add := func(el []byte) error {
 		for _, c := range el {
@@ -47,31 +48,25 @@ func SplitBatch(dst [][]byte, b []byte) ([][]byte, error) {
 		}
 		return fmt.Errorf("%w: empty element %d", ErrBadBatch, len(dst)-n)
 	}
-	for i := 1; i < len(b)-1; i++ {
-		c := b[i]
-		if inString {
-			switch {
-			case escaped:
-				escaped = false
-			case c == '\\':
-				escaped = true
-			case c == '"':
-				inString = false
-			}
-			continue
-		}
-		switch c {
+	last := len(b) - 1 // the closing bracket
+	for i := 1; i < last; i++ {
+		switch b[i] {
 		case '"':
-			inString = true
+			// Skip the string: most of a chunk's bytes are in strings.
+			end := skipString(b[:last], i+1)
+			if end < 0 {
+				return dst[:n], fmt.Errorf("%w: unterminated string", ErrBadBatch)
+			}
+			i = end
 		case '[', '{':
 			if depth == maxBatchDepth {
 				return dst[:n], fmt.Errorf("%w: nested deeper than %d", ErrBadBatch, maxBatchDepth)
 			}
-			open[depth] = c + 2 // ']' = '[' + 2, '}' = '{' + 2
+			open[depth] = b[i] + 2 // ']' = '[' + 2, '}' = '{' + 2
 			depth++
 		case ']', '}':
-			if depth == 0 || open[depth-1] != c {
-				return dst[:n], fmt.Errorf("%w: unmatched %q at byte %d", ErrBadBatch, c, i)
+			if depth == 0 || open[depth-1] != b[i] {
+				return dst[:n], fmt.Errorf("%w: unmatched %q at byte %d", ErrBadBatch, b[i], i)
 			}
 			depth--
 		case ',':
@@ -83,11 +78,30 @@ func SplitBatch(dst [][]byte, b []byte) ([][]byte, error) {
 			}
 		}
 	}
-	if inString || depth != 0 {
-		return dst[:n], fmt.Errorf("%w: unterminated string or bracket", ErrBadBatch)
+	if depth != 0 {
+		return dst[:n], fmt.Errorf("%w: unterminated bracket", ErrBadBatch)
 	}
 	if err := add(b[start : len(b)-1 : len(b)-1]); err != nil {
 		return dst[:n], err
 	}
 	return dst, nil
+}
+
+// skipString returns the index of the quote that closes the string whose
+// content starts at b[i], or -1 when b ends first.
+func skipString(b []byte, i int) int {
+	for {
+		q := bytes.IndexByte(b[i:], '"')
+		if q < 0 {
+			return -1
+		}
+		e := bytes.IndexByte(b[i:i+q], '\\')
+		if e < 0 {
+			return i + q
+		}
+		i += e + 2 // the backslash and the byte it escapes
+		if i > len(b) {
+			return -1
+		}
+	}
 }

@@ -81,3 +81,22 @@ func FuzzSplitBatch(f *testing.F) {
 		}
 	})
 }
+
+// 50 corpus-sized stream chunks, as m2md upstream batches a fast stream.
+func BenchmarkSplitBatch(b *testing.B) {
+	chunk := []byte(`{"id":"chatcmpl-9xyz","object":"chat.completion.chunk","created":1705520400,"model":"gpt-4o-2024-08-06","system_fingerprint":"fp_abc","choices":[{"index":0,"delta":{"content":" the \"answer\" is"},"logprobs":null,"finish_reason":null}]}`)
+	chunks := make([][]byte, 50)
+	for i := range chunks {
+		chunks[i] = chunk
+	}
+	arr := AppendBatch(nil, chunks)
+	out := make([][]byte, 0, 50)
+	b.SetBytes(int64(len(arr)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var err error
+		if out, err = SplitBatch(out[:0], arr); err != nil || len(out) != 50 {
+			b.Fatal(err)
+		}
+	}
+}
