@@ -239,7 +239,32 @@ func BenchmarkOpenAIEdgeBytes(b *testing.B) {
 	for m := range models {
 		ms = append(ms, m)
 	}
+	ms = append(ms, "gpt-4o")
 	ingressURL, _, agent := benchEdges(b, ms)
+	// A whole stream as the fast upstream writes it (50 chunks at once):
+	// the upstream agent sends the chunks as batches (feature batch).
+	b.Run("stream-50-chunks", func(b *testing.B) {
+		body := bytes.Replace(corpus(b, "req-chat-1k-01.json"), []byte(`"model":"gpt-4o"`), []byte(`"model":"gpt-4o","stream":true`), 1)
+		var jsonBytes int
+		for i := range 50 {
+			jsonBytes += len(corpus(b, streamChunks[1+i%10]))
+		}
+		for range b.N {
+			before := agent.Stats()
+			r, err := http.Post(ingressURL+"/v1/chat/completions", "application/json", bytes.NewReader(body))
+			if err != nil {
+				b.Fatal(err)
+			}
+			io.Copy(io.Discard, r.Body)
+			r.Body.Close()
+			after := agent.Stats()
+			wire := after.WireBytesSent - before.WireBytesSent
+			b.ReportMetric(float64(jsonBytes), "JSON-B")
+			b.ReportMetric(float64(wire), "wire-B")
+			b.ReportMetric(float64(jsonBytes)/float64(wire), "JSON/wire")
+			b.ReportMetric(float64(after.FramesSent-before.FramesSent), "replies")
+		}
+	})
 	names := make([]string, 0, len(classes))
 	for c := range classes {
 		names = append(names, c)
