@@ -199,8 +199,9 @@ type Config struct {
 	// SendQueueLen bounds each session's queue of messages waiting to be
 	// written. When it is full the daemon refuses the new message (the sender
 	// gets queue_full) and, if it stays full for SlowConsumerGrace, closes the
-	// slow session. A single write blocked for SlowConsumerGrace (the agent
-	// has stopped reading) closes it too, queue full or not.
+	// slow session. A write during which the connection takes no byte for
+	// SlowConsumerGrace (the agent has stopped reading) closes it too,
+	// queue full or not; a slow but live reader is not closed.
 	SendQueueLen      int
 	SlowConsumerGrace time.Duration
 

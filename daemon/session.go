@@ -70,10 +70,17 @@ type session struct {
 	closeInBatch bool
 	timer        *time.Timer // the state machine's deadline: timerFired
 	tickDue      atomic.Bool
-	// stall fires when one DATA write has been blocked for
-	// SlowConsumerGrace (writeStalled); only the writer arms it.
-	stall *time.Timer
-	rates sessionRates // touched by the reader only
+	// stall fires when a DATA write has been blocked for
+	// SlowConsumerGrace (writeStalled); only the writer arms it
+	// (watchWrite). stallArmed says a write is being watched; stallMark
+	// is the connection's progress (transport.WriteProgress) when the
+	// watch began or was last renewed, so that a peer that goes on taking
+	// bytes, however slowly, is not taken for one that stopped.
+	stall      *time.Timer
+	stallArmed atomic.Bool
+	stallMark  atomic.Uint64
+	progress   transport.WriteProgress // nil if the connection does not report it
+	rates      sessionRates            // touched by the reader only
 	// releaseAddr gives back the source address's connection slot
 	// (admission); serveConn calls it too, and only the first call counts.
 	releaseAddr func()
@@ -229,6 +236,7 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	se.drainFn = se.drain
 	se.stall = time.AfterFunc(time.Hour, se.writeStalled)
 	se.stall.Stop()
+	se.progress, _ = conn.(transport.WriteProgress)
 	se.timer = time.AfterFunc(time.Hour, se.timerFired)
 	se.timer.Stop() // armed once the session is registered
 	var err error

@@ -119,9 +119,9 @@ func (se *session) uncork() {
 	}
 	se.batchWrote = false
 	se.m.writeBatches.Inc()
-	se.stall.Reset(se.srv.cfg.SlowConsumerGrace)
+	se.watchWrite()
 	_ = se.conn.Uncork()
-	se.stall.Stop()
+	se.unwatchWrite()
 	if se.closeInBatch {
 		// Only now has the CLOSE left, behind the batch's replies (which
 		// may be megabytes a slow reader takes seconds to accept): the
@@ -268,11 +268,11 @@ func (se *session) write(m outMsg) {
 		defer cancel()
 	}
 	if m.kind == msgData {
-		se.stall.Reset(se.srv.cfg.SlowConsumerGrace)
+		se.watchWrite()
 	}
 	err := se.conn.Send(ctx, m.ch, *m.buf)
 	if m.kind == msgData {
-		se.stall.Stop()
+		se.unwatchWrite()
 	}
 	se.batchWrote = true
 	if err != nil {
@@ -290,13 +290,45 @@ func (se *session) write(m outMsg) {
 	}
 }
 
-// writeStalled runs when one DATA write has been blocked for
-// SlowConsumerGrace: the peer has not taken a flow-control window's worth in
-// that long. Nothing else would notice: the queue need not fill (nobody may
-// send the session more), and the keepalive, PINGs and session timeout run
-// in this very writer, which is stuck. Close the session like any slow
-// consumer; closing the connection unblocks the write.
+// watchWrite arms the stall timer for a write that may block on the peer;
+// unwatchWrite disarms it when the write returns. Only the writer calls
+// them.
+func (se *session) watchWrite() {
+	se.stallMark.Store(se.bytesWritten())
+	se.stallArmed.Store(true)
+	se.stall.Reset(se.srv.cfg.SlowConsumerGrace)
+}
+
+func (se *session) unwatchWrite() {
+	se.stallArmed.Store(false)
+	se.stall.Stop()
+}
+
+func (se *session) bytesWritten() uint64 {
+	if se.progress == nil {
+		return 0
+	}
+	return se.progress.BytesWritten()
+}
+
+// writeStalled runs when a DATA write has been blocked for
+// SlowConsumerGrace. If the connection took bytes meanwhile, the peer is
+// reading, only slowly (a large message, or a flow-control window that
+// opens in steps): the watch goes on for another grace. If it took none,
+// the peer has stopped reading. Nothing else would notice: the queue need
+// not fill (nobody may send the session more), and the keepalive, PINGs and
+// session timeout run in this very writer, which is stuck. Close the
+// session like any slow consumer; closing the connection unblocks the
+// write.
 func (se *session) writeStalled() {
+	if !se.stallArmed.Load() {
+		return // the write returned as the timer fired
+	}
+	if n := se.bytesWritten(); n != se.stallMark.Load() {
+		se.stallMark.Store(n)
+		se.stall.Reset(se.srv.cfg.SlowConsumerGrace)
+		return
+	}
 	se.log.Warn().Dur("for", se.srv.cfg.SlowConsumerGrace).Msg("closing slow consumer: a write is blocked")
 	se.srv.metrics.queueDrops.WithLabelValues("slow_consumer_closed").Inc()
 	se.initiateClose(negotiate.ReasonError, "slow consumer: not reading")

@@ -77,6 +77,12 @@ func dialRaw(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig, 
 	if err != nil {
 		return nil, err
 	}
+	return handshakeRaw(t, d, conn, cc)
+}
+
+// handshakeRaw completes the handshake with cc on conn, a connection to d.
+func handshakeRaw(t testing.TB, d *testDaemon, conn transport.Conn, cc negotiate.ClientConfig) (*rawAgent, error) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	hs, err := negotiate.NewHello(cc, time.Now())

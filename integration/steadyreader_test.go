@@ -1,6 +1,10 @@
 package integration
 
 import (
+	"context"
+	"io"
+	"net"
+	"sync"
 	"testing"
 	"time"
 
@@ -69,4 +73,109 @@ func TestSlowSteadyReaderNotClosed(t *testing.T) {
 
 		})
 	}
+}
+
+// TestSlowLinkNotClosed (docs/operations.md, Slow consumers): a provider
+// behind a slow link (2 MB/s from the daemon, through a throttling TCP
+// relay on loopback) takes an 8 MB delivery in about 4 s, a write that
+// blocks longer than the grace (1 s) although bytes go out all the time.
+// The stall timer closes only a session whose connection took no bytes
+// for a whole grace, so this one keeps its session and gets the delivery;
+// it used to be closed as a slow consumer mid-write. WebSocket only: a
+// throttled relay for QUIC's UDP would be a test of its own.
+func TestSlowLinkNotClosed(t *testing.T) {
+	const (
+		grace = time.Second
+		rate  = 2 << 20 // bytes a second, daemon to provider
+		size  = 8 << 20
+	)
+	d := startDaemon(t, func(c *daemon.Config) { c.SlowConsumerGrace = grace })
+	relay := throttledRelay(t, d.WSAddr().String(), rate)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := transport.DialWS(ctx, "ws://"+relay+daemon.DefaultWSPath, nil, transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov, err := handshakeRaw(t, d, conn, negotiate.ClientConfig{AgentID: "slow-link", Models: []string{"gpt-4o"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "slow-link-req"})
+	fr := paddedFrame(t, size)
+	start := time.Now()
+	req.mustSend(0, 0, 1, "", fr)
+	dl := prov.recvDataAnswering(30 * time.Second)
+	took := time.Since(start)
+	if dl.hdr.IsReply() || len(dl.frame) != len(fr) {
+		t.Fatalf("delivery: flags %v, %d bytes, code %q", dl.hdr.Flags, len(dl.frame), dl.code)
+	}
+	t.Logf("an %d MB delivery over a %d MB/s link took %v, grace %v", size>>20, rate>>20, took.Round(time.Millisecond), grace)
+	if took < 2*grace {
+		t.Fatalf("the delivery took %v, less than two graces: the link was not slow enough to prove anything", took)
+	}
+	if c := metric(t, d, "m2md_queue_drops_total", "reason=slow_consumer_closed"); c != 0 {
+		t.Fatalf("a provider on a slow link was closed as a slow consumer (%v)", c)
+	}
+	prov.reply(dl.ch, dl.hdr.RequestID, true, corpus(t, "resp-chat-01.json"))
+	if r := req.recvDataAnswering(10 * time.Second); r.code != "" || !r.hdr.IsEnd() {
+		t.Fatalf("reply: code %q flags %v", r.code, r.hdr.Flags)
+	}
+}
+
+// throttledRelay relays one TCP connection at a time to target on
+// loopback, passing target's bytes back at rate bytes a second (the other
+// way unthrottled), and returns its address. Its socket towards target reads
+// little at a time, so that target's writes wait on the rate.
+func throttledRelay(t testing.TB, target string, rate int) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				return
+			}
+			_ = up.(*net.TCPConn).SetReadBuffer(16 << 10)
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				_, _ = io.Copy(up, c)
+				up.Close()
+			}()
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				const piece = 16 << 10
+				buf := make([]byte, piece)
+				next := time.Now()
+				for {
+					n, err := up.Read(buf)
+					if n > 0 {
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							return
+						}
+						next = next.Add(time.Duration(n) * time.Second / time.Duration(rate))
+						time.Sleep(time.Until(next))
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
 }

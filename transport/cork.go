@@ -44,6 +44,8 @@ type corkConn struct {
 	// writes counts the write system calls made (the metric batching
 	// lowers; tests read it).
 	writes atomic.Uint64
+	// written counts the bytes the connection took.
+	written atomic.Uint64
 
 	wmu sync.Mutex // held while writing to Conn; taken before mu
 
@@ -126,8 +128,16 @@ func (c *corkConn) writeLocked(p []byte) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	c.writes.Add(1)
-	n, err := c.Conn.Write(p)
+	// In corkMax pieces, so that written shows a large frame going out as
+	// the peer takes it (transport.WriteProgress).
+	var n int
+	for err == nil && n < len(p) {
+		var k int
+		c.writes.Add(1)
+		k, err = c.Conn.Write(p[n:min(n+corkMax, len(p))])
+		n += k
+		c.written.Add(uint64(k))
+	}
 	if err != nil {
 		c.mu.Lock()
 		if c.err == nil {

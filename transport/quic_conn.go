@@ -30,6 +30,7 @@ var errPeerFinished = errors.New("peer finished the control stream")
 // quicConn is a Conn over one QUIC connection.
 type quicConn struct {
 	qc        *quic.Conn
+	written   atomic.Uint64 // BytesWritten
 	isClient  bool
 	cfg       Config
 	queue     *recvQueue
@@ -429,6 +430,10 @@ func (c *quicConn) stream(ctx context.Context, ch ChannelID) (*quicStream, error
 	}
 }
 
+// BytesWritten is the bytes the streams have handed to QUIC so far
+// (transport.WriteProgress).
+func (c *quicConn) BytesWritten() uint64 { return c.written.Load() }
+
 // write sends one framed message; the caller holds s.sendMu.
 func (c *quicConn) write(ctx context.Context, s *quicStream, msg []byte) error {
 	stop := c.armDeadline(ctx, s)
@@ -446,11 +451,18 @@ func (c *quicConn) write(ctx context.Context, s *quicStream, msg []byte) error {
 		buf = getBuffer(4)
 		putFrameHeader(buf.b, len(msg))
 		written, err = s.str.Write(buf.b)
-		if err == nil {
+		// In pieces, so that BytesWritten shows a large message going out
+		// as the peer takes it.
+		for off := 0; err == nil && off < len(msg); {
 			var n int
-			n, err = s.str.Write(msg)
+			n, err = s.str.Write(msg[off:min(off+sendCopyMax, len(msg))])
+			off += n
 			written += n
+			c.written.Add(uint64(n))
 		}
+	}
+	if len(msg) <= sendCopyMax {
+		c.written.Add(uint64(written))
 	}
 	putBuffer(buf)
 	c.disarmDeadline(s, stop)

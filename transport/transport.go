@@ -130,3 +130,12 @@ type Conn interface {
 	// WebSocket: the closing handshake) for the peer to have read them.
 	Close() error
 }
+
+// WriteProgress is implemented by this package's connections: the bytes
+// they have handed to the network so far, counted in pieces of at most
+// 64 KiB as the peer's flow control lets them go. A Send blocked on a peer
+// that reads slowly still moves it; one blocked on a peer that has stopped
+// reading does not, which is how the daemon tells the two apart.
+type WriteProgress interface {
+	BytesWritten() uint64
+}

@@ -279,6 +279,15 @@ func (c *wsConn) SetReadLimit(n int64) {
 	c.ws.SetReadLimit(n)
 }
 
+// BytesWritten is the bytes the connection has taken so far
+// (transport.WriteProgress); 0 without a cork under the library.
+func (c *wsConn) BytesWritten() uint64 {
+	if c.nc == nil {
+		return 0
+	}
+	return c.nc.written.Load()
+}
+
 func (c *wsConn) Transport() string { return "ws" }
 
 func (c *wsConn) RemoteAddr() net.Addr { return c.remote }
