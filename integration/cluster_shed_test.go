@@ -59,7 +59,9 @@ func incompressible(t testing.TB, n int) []byte {
 // chunk gets the NOTICE, and each node counts what it shed while NATS drops
 // nothing.
 func TestClusterShed(t *testing.T) {
-	nodes := startCluster(t, 2, func(c *cluster.Config) { c.Inbox = 1 }, nil)
+	// DeadAfter is long: on a loaded machine the nodes must not declare
+	// each other dead (agent_gone) while this test floods them.
+	nodes := startCluster(t, 2, func(c *cluster.Config) { c.Inbox, c.DeadAfter = 1, 10*time.Second }, nil)
 	prov := mustDialRaw(t, nodes[1], "ws", negotiate.ClientConfig{AgentID: "shprov"})
 	req := mustDialRaw(t, nodes[0], "ws", negotiate.ClientConfig{AgentID: "shreq"})
 	waitAgentAt(t, nodes[0], "", prov.sess.AgentID, nodes[1])
