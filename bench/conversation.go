@@ -81,12 +81,11 @@ type ConversationReport struct {
 	Baseline ConversationRun `json:"baseline"`
 }
 
-// ConversationRun is one replay of the corpus. Wire bytes are DATA
-// messages as the agents hand them to the transport, which is what the
+// ConversationBytes are the counts and ratios of some turns. Wire bytes are
+// DATA messages as the agents hand them to the transport, which is what the
 // daemon counts in m2md_bytes_in_total: requests are what the requester
 // sent (resends included), responses what the providers sent.
-type ConversationRun struct {
-	Deltas             bool    `json:"deltas"`
+type ConversationBytes struct {
 	Turns              int     `json:"turns"`
 	Errors             int     `json:"errors"`
 	Resends            int     `json:"resends"`
@@ -97,6 +96,30 @@ type ConversationRun struct {
 	RatioRequests      float64 `json:"ratio_requests"`
 	RatioResponses     float64 `json:"ratio_responses"`
 	RatioTotal         float64 `json:"ratio_total"`
+}
+
+// add counts o's turns and bytes in b (not its ratios).
+func (b *ConversationBytes) add(o *ConversationBytes) {
+	b.Turns += o.Turns
+	b.Errors += o.Errors
+	b.Resends += o.Resends
+	b.JSONBytesRequests += o.JSONBytesRequests
+	b.WireBytesRequests += o.WireBytesRequests
+	b.JSONBytesResponses += o.JSONBytesResponses
+	b.WireBytesResponses += o.WireBytesResponses
+}
+
+// ratios computes the ratios from the bytes.
+func (b *ConversationBytes) ratios() {
+	b.RatioRequests = ratioOf(b.JSONBytesRequests, b.WireBytesRequests)
+	b.RatioResponses = ratioOf(b.JSONBytesResponses, b.WireBytesResponses)
+	b.RatioTotal = ratioOf(b.JSONBytesRequests+b.JSONBytesResponses, b.WireBytesRequests+b.WireBytesResponses)
+}
+
+// ConversationRun is one replay of the corpus.
+type ConversationRun struct {
+	Deltas bool `json:"deltas"`
+	ConversationBytes
 	// CPUPerTurnMicros is this process's CPU time (daemon and agents, when
 	// the daemon runs here) per turn.
 	CPUPerTurnMicros float64              `json:"cpu_per_turn_us"`
@@ -107,17 +130,9 @@ type ConversationRun struct {
 
 // ConversationFigure is one conversation's share of a run.
 type ConversationFigure struct {
-	Name               string    `json:"name"`
-	Turns              int       `json:"turns"`
-	Errors             int       `json:"errors"`
-	Resends            int       `json:"resends"`
-	JSONBytesRequests  int64     `json:"json_bytes_requests"`
-	WireBytesRequests  int64     `json:"wire_bytes_requests"`
-	JSONBytesResponses int64     `json:"json_bytes_responses"`
-	WireBytesResponses int64     `json:"wire_bytes_responses"`
-	RatioRequests      float64   `json:"ratio_requests"`
-	RatioTotal         float64   `json:"ratio_total"`
-	TurnLatencyMillis  []float64 `json:"turn_latency_ms"`
+	Name string `json:"name"`
+	ConversationBytes
+	TurnLatencyMillis []float64 `json:"turn_latency_ms"`
 	// TurnWireRequests is each turn's request wire bytes, in order.
 	TurnWireRequests []int64 `json:"turn_wire_bytes_requests"`
 }
@@ -389,24 +404,15 @@ func replay(ctx context.Context, cfg *ConversationConfig, url string, tlsConf *t
 				left = true
 			}
 		}
-		fig.RatioRequests = ratioOf(fig.JSONBytesRequests, fig.WireBytesRequests)
-		fig.RatioTotal = ratioOf(fig.JSONBytesRequests+fig.JSONBytesResponses, fig.WireBytesRequests+fig.WireBytesResponses)
+		fig.ratios()
 		run.Conversations = append(run.Conversations, fig)
-		run.Turns += fig.Turns
-		run.Errors += fig.Errors
-		run.Resends += fig.Resends
-		run.JSONBytesRequests += fig.JSONBytesRequests
-		run.WireBytesRequests += fig.WireBytesRequests
-		run.JSONBytesResponses += fig.JSONBytesResponses
-		run.WireBytesResponses += fig.WireBytesResponses
+		run.add(&fig.ConversationBytes)
 	}
 	cpu := processCPU() - cpu0
 	if wrongBytes > 0 && run.FirstError == "" {
 		run.FirstError = fmt.Sprintf("%d requests did not arrive byte for byte", wrongBytes)
 	}
-	run.RatioRequests = ratioOf(run.JSONBytesRequests, run.WireBytesRequests)
-	run.RatioResponses = ratioOf(run.JSONBytesResponses, run.WireBytesResponses)
-	run.RatioTotal = ratioOf(run.JSONBytesRequests+run.JSONBytesResponses, run.WireBytesRequests+run.WireBytesResponses)
+	run.ratios()
 	if run.Turns > 0 {
 		run.CPUPerTurnMicros = float64(cpu.Microseconds()) / float64(run.Turns)
 	}
