@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -128,19 +129,9 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if cfg.Target != "" {
-		if pin == "" && caFile == "" && !insecure && !strings.HasPrefix(cfg.Target, "ws://") {
-			// The local development daemon, as the demo finds it.
-			fp, err := certFingerprint(filepath.Join(daemon.DefaultCertDir, certs.DevCertFile))
-			if err != nil {
-				return usagef("--url %s needs the daemon's certificate: --pin FINGERPRINT (printed by 'm2md serve'), --ca-file or --insecure; there is no development certificate in ./%s to pin", cfg.Target, daemon.DefaultCertDir)
-			}
-			pin = fp
+		if cfg.TLS, err = targetTLS("url", cfg.Target, pin, caFile, insecure); err != nil {
+			return err
 		}
-		tc, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: pin, CAFile: caFile, InsecureSkipVerify: insecure})
-		if err != nil {
-			return usagef("%v", err)
-		}
-		cfg.TLS = tc
 	}
 	if corpus != "" {
 		if cfg.Payloads, err = bench.LoadCorpus(corpus); err != nil {
@@ -319,18 +310,9 @@ func runBenchConversation(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if cfg.Target != "" {
-		if pin == "" && caFile == "" && !insecure && !strings.HasPrefix(cfg.Target, "ws://") {
-			fp, err := certFingerprint(filepath.Join(daemon.DefaultCertDir, certs.DevCertFile))
-			if err != nil {
-				return usagef("--target %s needs the daemon's certificate: --pin FINGERPRINT (printed by 'm2md serve'), --ca-file or --insecure; there is no development certificate in ./%s to pin", cfg.Target, daemon.DefaultCertDir)
-			}
-			pin = fp
+		if cfg.TLS, err = targetTLS("target", cfg.Target, pin, caFile, insecure); err != nil {
+			return err
 		}
-		tc, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: pin, CAFile: caFile, InsecureSkipVerify: insecure})
-		if err != nil {
-			return usagef("%v", err)
-		}
-		cfg.TLS = tc
 	}
 	cfg.CommandLine = "m2md bench conversation " + strings.Join(args, " ")
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -351,6 +333,24 @@ func runBenchConversation(args []string, stdout, stderr io.Writer) error {
 		return errors.New(strings.TrimPrefix(err.Error(), "bench: "))
 	}
 	return nil
+}
+
+// targetTLS verifies the daemon at target (given with --flag): against pin,
+// the CAs in caFile, nothing (insecure), or by default the local development
+// daemon's certificate in ./certs, as the demo finds it.
+func targetTLS(flag, target, pin, caFile string, insecure bool) (*tls.Config, error) {
+	if pin == "" && caFile == "" && !insecure && !strings.HasPrefix(target, "ws://") {
+		fp, err := certFingerprint(filepath.Join(daemon.DefaultCertDir, certs.DevCertFile))
+		if err != nil {
+			return nil, usagef("--%s %s needs the daemon's certificate: --pin FINGERPRINT (printed by 'm2md serve'), --ca-file or --insecure; there is no development certificate in ./%s to pin", flag, target, daemon.DefaultCertDir)
+		}
+		pin = fp
+	}
+	tc, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: pin, CAFile: caFile, InsecureSkipVerify: insecure})
+	if err != nil {
+		return nil, usagef("%v", err)
+	}
+	return tc, nil
 }
 
 func runBenchTable(args []string, stdout, stderr io.Writer) error {
