@@ -35,9 +35,12 @@ func TestSlowSteadyReaderNotClosed(t *testing.T) {
 			fr := paddedFrame(t, 128<<10)
 			// A small receive budget (1 MiB, and so QUIC's window): the
 			// provider's side holds 16 deliveries, so the daemon's last
-			// writes each wait for the provider's next read. (Below the
-			// size of a message, 64 KiB, a QUIC provider deadlocks instead:
-			// see /work/notes/hq.md.)
+			// writes each wait for the provider's next read. (With a budget
+			// below the size of a delivery, 64 KiB, a QUIC provider stops
+			// taking bytes at all: the stream that wins the freed budget may
+			// be the one whose body cannot arrive, because the connection's
+			// window is full of other streams' deliveries, which wait for
+			// budget. A transport issue, not the daemon's.)
 			prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "steady-" + tr, Models: []string{"gpt-4o"}},
 				transport.Config{ReceiveQueue: 2, ReceiveBudget: 1 << 20})
 			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "steady-req-" + tr})
