@@ -219,6 +219,10 @@ type Config struct {
 	// than negotiated, so tests can watch the 60 s minimum session timeout
 	// act in seconds. Clients still see the negotiated values.
 	timeScale int
+	// beforeCloseWrite, when set, runs in the writer just before it hands
+	// a CLOSE to the transport: tests stretch that moment, as a loaded
+	// machine does, to check that teardown waits for the CLOSE.
+	beforeCloseWrite func()
 }
 
 // openBurst is how many connections one address may open at once: as many

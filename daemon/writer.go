@@ -250,9 +250,6 @@ func (se *session) write(m outMsg) {
 		se.mu.Unlock()
 		se.closeInBatch = true // uncork arms the backstop
 	}
-	if m.closeSent != "" || m.closeAfter {
-		se.closeWritten.Store(true)
-	}
 	// Data is written without a cancellable context: coder/websocket (and
 	// the QUIC transport) register a context.AfterFunc per write for one,
 	// which was most of the daemon's allocations per frame. A write stuck
@@ -270,9 +267,20 @@ func (se *session) write(m outMsg) {
 	if m.kind == msgData {
 		se.watchWrite()
 	}
+	if hook := se.srv.cfg.beforeCloseWrite; hook != nil && (m.closeSent != "" || m.closeAfter) {
+		hook()
+	}
 	err := se.conn.Send(ctx, m.ch, *m.buf)
 	if m.kind == msgData {
 		se.unwatchWrite()
+	}
+	if m.closeSent != "" || m.closeAfter {
+		// Set only once the CLOSE is in the transport's hands (or failed),
+		// not before the Send: awaitCloseWritten lets teardown close the
+		// connection as soon as this is set, and a Close that came first
+		// made the Send refuse the CLOSE, so the peer saw its connection
+		// end without being told why.
+		se.closeWritten.Store(true)
 	}
 	se.batchWrote = true
 	if err != nil {
