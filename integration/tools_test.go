@@ -192,6 +192,21 @@ func (a *rawAgent) expectClose(timeout time.Duration, reason negotiate.CloseReas
 	expectConnClosed(a.t, a.conn, 5*time.Second)
 }
 
+// ackSizeClose acknowledges the CLOSE ERROR the daemon sent after refusing
+// a message for its size. The daemon does not wait for this
+// acknowledgement: it sends CLOSE ERROR and closes (docs/protocol.md §1,
+// WebSocket status 1009), so the connection may be gone already; that, and
+// only that, is no failure.
+func (a *rawAgent) ackSizeClose() {
+	a.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := a.conn.Send(ctx, transport.ControlChannel, negotiate.AppendClose(nil, a.sess.ID, time.Now(), negotiate.ReasonError, "ack"))
+	if err != nil && !errors.Is(err, transport.ErrClosed) {
+		a.t.Fatalf("acknowledging CLOSE: %v", err)
+	}
+}
+
 // ackCloseAsync is expectClose on a goroutine of its own, for an agent the
 // test does not read while it reads another: the agent answers its CLOSE as
 // soon as it comes, as a real agent does whatever else it is busy with (the
