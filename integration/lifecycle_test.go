@@ -255,17 +255,18 @@ func TestGracefulShutdown(t *testing.T) {
 			}
 			_, second := req.request("", corpus(t, "req-chat-1k-01.json"))
 			req.expectError(5*time.Second, second, "shutdown", false)
-			// The request in flight completes.
+			// The request in flight completes; its END ends the drain, so
+			// the requester's CLOSE follows its replies at once.
 			prov.reply(dl.ch, dl.hdr.RequestID, false, chunk("drain", 0))
 			prov.reply(dl.ch, dl.hdr.RequestID, true, corpus(t, "resp-chat-06.json"))
-			if r := req.recvData(5 * time.Second); r.hdr.RequestID != first || r.hdr.IsEnd() || r.code != "" {
+			replies := req.recvDataThenClose(tr, 2, negotiate.ReasonServerShutdown)
+			if r := replies[0]; r.hdr.RequestID != first || r.hdr.IsEnd() || r.code != "" {
 				t.Fatalf("chunk during drain: id %d flags %v code %q", r.hdr.RequestID, r.hdr.Flags, r.code)
 			}
-			if r := req.recvData(5 * time.Second); r.hdr.RequestID != first || !r.hdr.IsEnd() || r.code != "" {
+			if r := replies[1]; r.hdr.RequestID != first || !r.hdr.IsEnd() || r.code != "" {
 				t.Fatalf("final reply during drain: id %d flags %v code %q", r.hdr.RequestID, r.hdr.Flags, r.code)
 			}
 			prov.expectClose(5*time.Second, negotiate.ReasonServerShutdown)
-			req.expectClose(5*time.Second, negotiate.ReasonServerShutdown)
 			if err := waitRun(t, d, 10*time.Second); err != nil {
 				t.Fatalf("Run: %v", err)
 			}

@@ -192,6 +192,46 @@ func (a *rawAgent) expectClose(timeout time.Duration, reason negotiate.CloseReas
 	expectConnClosed(a.t, a.conn, 5*time.Second)
 }
 
+// recvDataThenClose is recvData n times and then expectClose, for DATA the
+// daemon wrote before its CLOSE. On WebSocket order is total: the CLOSE
+// must come last. On QUIC the CLOSE travels on the control stream and may
+// overtake DATA written before it on data streams (docs/protocol.md §1), so
+// it may come anywhere among them, as a client sees it; the DATA must still
+// all come, and the CLOSE is acknowledged only after them.
+func (a *rawAgent) recvDataThenClose(tr string, n int, reason negotiate.CloseReason) []*received {
+	a.t.Helper()
+	var got []*received
+	closeAt := -1
+	deadline := time.Now().Add(10 * time.Second)
+	for len(got) < n || closeAt < 0 {
+		r, cm, err := a.recv(time.Until(deadline))
+		switch {
+		case err == nil:
+			got = append(got, r)
+		case !errors.Is(err, errControl):
+			a.t.Fatalf("after %d of %d DATA (CLOSE after %d): %v", len(got), n, closeAt, err)
+		case cm.Type == negotiate.TypeClose && closeAt < 0:
+			if cm.Close == nil || cm.Close.Reason != reason {
+				a.t.Fatalf("CLOSE %+v, want reason %s", cm.Close, reason)
+			}
+			if tr != "quic" && len(got) < n {
+				a.t.Fatalf("CLOSE after %d of %d DATA on %s", len(got), n, tr)
+			}
+			closeAt = len(got)
+		case cm.Type == negotiate.TypePing:
+			a.sendControl(negotiate.AppendPong(nil, a.sess.ID, time.Now()))
+		default:
+			a.t.Fatalf("got %s while waiting for DATA and CLOSE", cm.Type)
+		}
+	}
+	if closeAt < n {
+		a.t.Logf("%s: CLOSE overtook %d of %d DATA", tr, n-closeAt, n)
+	}
+	a.sendControl(negotiate.AppendClose(nil, a.sess.ID, time.Now(), reason, "ack"))
+	expectConnClosed(a.t, a.conn, 5*time.Second)
+	return got
+}
+
 // ackSizeClose acknowledges the CLOSE ERROR the daemon sent after refusing
 // a message for its size. The daemon does not wait for this
 // acknowledgement: it sends CLOSE ERROR and closes (docs/protocol.md §1,
