@@ -75,7 +75,7 @@ func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, add
 				Security:  frame.SecurityAEAD, // the strongest mode: never below --min-security
 				PinSHA256: srv.Fingerprint(),
 				Reconnect: true,
-				Logger:    log.With().Str("component", "openai").Str("agent", id.AgentID).Logger(),
+				Logger:    log.With().Str("component", "openai").Logger(), // the client adds the agent
 			})
 		},
 	})
