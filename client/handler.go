@@ -135,16 +135,8 @@ func (d *delivery) Chunks(jsons ...[]byte) error {
 func (d *delivery) writeBatch(jsons [][]byte, size int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.done {
-		// After a CANCEL or a notice this side's END may be out already
-		// (end): the handler learns why it was stopped.
-		if cause := context.Cause(d.ctx); errors.Is(cause, ErrDeliveryCancelled) {
-			return cause
-		}
-		return ErrResponded
-	}
-	if d.ctx.Err() != nil {
-		return d.cancelledErr()
+	if err := d.writable(); err != nil {
+		return err
 	}
 	for _, j := range jsons {
 		if d.rec == nil {
@@ -174,16 +166,8 @@ func (d *delivery) Error(code negotiate.ErrorCode, message string) error {
 func (d *delivery) write(flags negotiate.DataFlags, json []byte, code negotiate.ErrorCode, message string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if d.done {
-		// After a CANCEL or a notice this side's END may be out already
-		// (end): the handler learns why it was stopped.
-		if cause := context.Cause(d.ctx); errors.Is(cause, ErrDeliveryCancelled) {
-			return cause
-		}
-		return ErrResponded
-	}
-	if d.ctx.Err() != nil {
-		return d.cancelledErr()
+	if err := d.writable(); err != nil {
+		return err
 	}
 	if d.rec != nil {
 		// Kept before it is sent: the requester's next turn, a delta
@@ -204,6 +188,23 @@ func (d *delivery) write(flags negotiate.DataFlags, json []byte, code negotiate.
 		return d.cancelledErr()
 	}
 	return err
+}
+
+// writable says why the handler may no longer write, if it may not; d.mu
+// is held.
+func (d *delivery) writable() error {
+	if d.done {
+		// After a CANCEL or a notice this side's END may be out already
+		// (end): the handler learns why it was stopped.
+		if cause := context.Cause(d.ctx); errors.Is(cause, ErrDeliveryCancelled) {
+			return cause
+		}
+		return ErrResponded
+	}
+	if d.ctx.Err() != nil {
+		return d.cancelledErr()
+	}
+	return nil
 }
 
 func (d *delivery) cancelledErr() error {

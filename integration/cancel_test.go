@@ -232,19 +232,25 @@ func TestCancelWithoutFeatureIsProtocolError(t *testing.T) {
 				ch = a.channel()
 			}
 			a.sendCancel(ch, 1)
-			for {
-				_, cm, err := a.recv(5 * time.Second)
-				if errors.Is(err, errControl) && cm.Type == negotiate.TypeClose {
-					if cm.Close.Reason != negotiate.ReasonError {
-						t.Fatalf("CLOSE %s", cm.Close.Reason)
-					}
-					return
-				}
-				if err != nil && !errors.Is(err, errControl) {
-					t.Fatalf("waiting for CLOSE: %v", err)
-				}
-			}
+			a.expectCloseError()
 		})
+	}
+}
+
+// expectCloseError waits for the daemon's CLOSE ERROR (a protocol error).
+func (a *rawAgent) expectCloseError() {
+	a.t.Helper()
+	for {
+		_, cm, err := a.recv(5 * time.Second)
+		if errors.Is(err, errControl) && cm.Type == negotiate.TypeClose {
+			if cm.Close.Reason != negotiate.ReasonError {
+				a.t.Fatalf("CLOSE %s", cm.Close.Reason)
+			}
+			return
+		}
+		if err != nil && !errors.Is(err, errControl) {
+			a.t.Fatalf("waiting for CLOSE: %v", err)
+		}
 	}
 }
 

@@ -233,18 +233,7 @@ func TestChunkBatchProtocolErrors(t *testing.T) {
 				if err := a.send(ch, tc.flags, 1, "", a.protect(ch, fr)); err != nil {
 					t.Fatal(err)
 				}
-				for {
-					_, cm, err := a.recv(5 * time.Second)
-					if errors.Is(err, errControl) && cm.Type == negotiate.TypeClose {
-						if cm.Close.Reason != negotiate.ReasonError {
-							t.Fatalf("CLOSE %s", cm.Close.Reason)
-						}
-						return
-					}
-					if err != nil && !errors.Is(err, errControl) {
-						t.Fatalf("waiting for CLOSE: %v", err)
-					}
-				}
+				a.expectCloseError()
 			})
 		}
 	}
