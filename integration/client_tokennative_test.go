@@ -11,6 +11,7 @@ import (
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/internal/llama3vocab"
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/tokennative"
 )
 
 // TestClientTokenNativeAddressed: with the client library, a request sent as
@@ -23,6 +24,17 @@ func TestClientTokenNativeAddressed(t *testing.T) {
 	body := corpus(t, "req-multiturn-4k-01.json")
 	reply := corpus(t, "resp-chat-03.json")
 	algos := []negotiate.Algorithm{negotiate.AlgorithmM2M, negotiate.AlgorithmTokenNative}
+	// Each vocabulary loads once per process, on first use (tokennative
+	// package doc: ~100 ms each, ten times that under -race), and the
+	// clients share it. Load them before the round trips, whose 5 s bound is
+	// about the daemon and the clients: on a loaded machine the first
+	// request of an encoding, paying the load, took 9 s.
+	tn := tokennative.New(tokennative.Config{Llama3Path: vocab})
+	for _, e := range tn.Available() {
+		if _, err := tn.Tokenizer(e); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tr := range transports {
 		for _, enc := range []negotiate.Encoding{negotiate.EncodingCl100k, negotiate.EncodingO200k, negotiate.EncodingLlamaBPE} {
 			t.Run(tr+"/"+string(enc), func(t *testing.T) {
