@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"sync"
@@ -19,30 +20,33 @@ import (
 // all that is queued for it takes several graces while no single write
 // waits one, keeps its session and gets every delivery. (One that stops
 // reading is closed after the grace: TestStalledWriterClosed.)
+//
+// The provider's receive budget is small (and so, on QUIC, its connection
+// window): 1 MiB holds 8 deliveries, so the daemon's last writes each wait
+// for the provider's next read; 64 KiB is below one delivery, where a QUIC
+// provider used to stop taking bytes altogether: the freed budget could go
+// to the stream whose body was still on its way while the connection's
+// window was full of the bodies of streams waiting for budget.
 func TestSlowSteadyReaderNotClosed(t *testing.T) {
 	const (
 		grace = time.Second
 		pace  = 80 * time.Millisecond // between two reads of the provider
 		n     = 25                    // deliveries: 2 s of reading, two graces
 	)
-	for _, tr := range transports {
-		t.Run(tr, func(t *testing.T) {
+	for _, tc := range []struct {
+		tr     string
+		budget int
+	}{{"quic", 1 << 20}, {"ws", 1 << 20}, {"quic", 64 << 10}, {"ws", 64 << 10}} {
+		tr := tc.tr
+		t.Run(fmt.Sprintf("%s/budget%dk", tr, tc.budget>>10), func(t *testing.T) {
 			t.Parallel()
 			d := startDaemon(t, func(c *daemon.Config) {
 				c.SlowConsumerGrace = grace
 				c.CloseTimeout = time.Second
 			})
 			fr := paddedFrame(t, 128<<10)
-			// A small receive budget (1 MiB, and so QUIC's window): the
-			// provider's side holds 16 deliveries, so the daemon's last
-			// writes each wait for the provider's next read. (With a budget
-			// below the size of a delivery, 64 KiB, a QUIC provider stops
-			// taking bytes at all: the stream that wins the freed budget may
-			// be the one whose body cannot arrive, because the connection's
-			// window is full of other streams' deliveries, which wait for
-			// budget. A transport issue, not the daemon's.)
 			prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "steady-" + tr, Models: []string{"gpt-4o"}},
-				transport.Config{ReceiveQueue: 2, ReceiveBudget: 1 << 20})
+				transport.Config{ReceiveQueue: 2, ReceiveBudget: tc.budget})
 			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "steady-req-" + tr})
 
 			// All n queued for the provider at once.

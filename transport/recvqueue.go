@@ -29,15 +29,18 @@ import (
 // session's memory. It never shrinks; a connection that once needed the
 // room is likely to need it again.
 type recvQueue struct {
-	mu       sync.Mutex
-	space    sync.Cond // producers wait here for a slot or for budget
-	items    []queued  // ring buffer
-	head, n  int
-	held     [2]int // bytes queued and reserved, by pool
-	bound    [2]int // each pool's budget
-	maxItems int
-	err      error // terminal error, returned once items are drained
-	closed   bool
+	mu      sync.Mutex
+	space   sync.Cond // producers wait here for a slot or for budget
+	items   []queued  // ring buffer
+	head, n int
+	held    [2]int // bytes queued and reserved, by pool
+	bound   [2]int // each pool's budget
+	// ticket and serving hand out each pool's budget in the order the
+	// messages' length prefixes were read (reserve).
+	ticket, serving [2]uint64
+	maxItems        int
+	err             error // terminal error, returned once items are drained
+	closed          bool
 
 	ready chan struct{} // cap 1: "an item or the error may be there"
 	done  chan struct{} // closed by close
@@ -89,9 +92,18 @@ func (q *recvQueue) signal() {
 // waiting while the budget is spent. It fails once the queue is closed or
 // failed; on success the caller either pushReserved's a message of exactly
 // n bytes or gives the bytes back with unreserve.
+//
+// Waiters are served in the order they came. Budget freed to whichever
+// waiter woke first could go to the stream whose body is still on its way
+// while the QUIC connection's window is full of the bodies of streams that
+// wait for budget: that stream's body could then never arrive, and the
+// connection stopped taking bytes until MessageTimeout. A peer writing one
+// message after another (the daemon) is read in its order this way.
 func (q *recvQueue) reserve(n int, p pool) error {
 	q.mu.Lock()
-	for !q.closed && q.err == nil && q.held[p] > 0 && q.held[p]+n > q.bound[p] {
+	t := q.ticket[p]
+	q.ticket[p]++
+	for !q.closed && q.err == nil && (q.serving[p] != t || q.held[p] > 0 && q.held[p]+n > q.bound[p]) {
 		q.space.Wait()
 	}
 	if err := q.stateErr(); err != nil {
@@ -99,6 +111,8 @@ func (q *recvQueue) reserve(n int, p pool) error {
 		return err
 	}
 	q.held[p] += n
+	q.serving[p]++
+	q.space.Broadcast() // the next in line may fit too
 	q.mu.Unlock()
 	return nil
 }
