@@ -6,13 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/internal/leakcheck"
 	"github.com/m2md/m2md/negotiate"
 )
 
@@ -130,32 +130,9 @@ func remoteCode(err error) negotiate.ErrorCode {
 	return ""
 }
 
-// ourGoroutines lists the stacks of goroutines that run m2md or network
-// library code, apart from the tests themselves.
-func ourGoroutines() []string {
-	buf := make([]byte, 1<<20)
-	for {
-		n := runtime.Stack(buf, true)
-		if n < len(buf) {
-			buf = buf[:n]
-			break
-		}
-		buf = make([]byte, 2*len(buf))
-	}
-	var out []string
-	for i, g := range strings.Split(string(buf), "\n\n") {
-		if i == 0 || strings.Contains(g, "testing.tRunner") {
-			continue // this goroutine, and running tests
-		}
-		for _, pkg := range []string{"m2md/m2md/", "quic-go/quic-go", "coder/websocket"} {
-			if strings.Contains(g, pkg) {
-				out = append(out, g)
-				break
-			}
-		}
-	}
-	return out
-}
+// ourGoroutines lists the stacks of goroutines that run m2md or the network
+// libraries it drives, apart from the tests themselves.
+func ourGoroutines() []string { return leakcheck.Goroutines() }
 
 // expectGoroutinesBack waits (up to 10 s) until no more such goroutines run
 // than before (base, from ourGoroutines), and fails listing the extra ones.
