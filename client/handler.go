@@ -100,17 +100,12 @@ func (d *delivery) Chunk(json []byte) error {
 	return d.write(negotiate.FlagReply, json, "", "")
 }
 
-// maxBatchJSON bounds the JSON of one batch reply: far below any
-// max_payload, and large enough that the chunks a relay has buffered
-// travel in one reply.
-const maxBatchJSON = 64 << 10
-
 func (d *delivery) Chunks(jsons ...[]byte) error {
 	for len(jsons) > 0 {
-		// As many chunks as fit maxBatchJSON; a chunk too large for a
-		// batch goes alone.
+		// As many chunks as fit negotiate.MaxBatchJSON; a chunk too
+		// large for a batch goes alone.
 		n, size := 1, len(jsons[0])+2
-		for n < len(jsons) && size+len(jsons[n])+1 <= maxBatchJSON {
+		for n < len(jsons) && size+len(jsons[n])+1 <= negotiate.MaxBatchJSON {
 			size += len(jsons[n]) + 1
 			n++
 		}

@@ -99,12 +99,12 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 		se.forwardRemote(dh, fr, format, d, start)
 		return
 	}
-	srv.deliverRequest(d, se.agent, se.neg.Params.Has(negotiate.FeatureBatch), fr, format, start)
+	srv.deliverRequest(d, se.agent, se.takesBatches(), fr, format, start)
 }
 
 // deliverRequest hands a routed request to its (local) provider, addressed
 // from requester; on failure the requester gets the error. batch: the
-// requester takes batched stream chunks (its session negotiated batch).
+// requester takes batched stream chunks (takesBatches).
 func (srv *Server) deliverRequest(d router.Delivery[*session], requester string, batch bool, fr []byte, format frameFormat, start time.Time) {
 	prov := d.Provider.Value()
 	fail := func(code negotiate.ErrorCode, message string) {
@@ -143,7 +143,7 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 	}
 	srv.router.SetProviderChannel(d.Provider, d.ID, uint64(pch))
 	var flags negotiate.DataFlags
-	if batch && prov.neg.Params.Has(negotiate.FeatureBatch) {
+	if batch && prov.takesBatches() {
 		flags = negotiate.FlagBatch
 	}
 	m, ok := buildData(pch, flags, d.ID, requester, fr, format)
@@ -255,7 +255,7 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Session[*session], deliveryID uint64, provider string, batch bool, fr []byte, format frameFormat, start time.Time) (negotiate.ErrorCode, string) {
 	req := rep.Requester.Value()
 	end := rep.End
-	if batch && (req.remote != nil || !req.neg.Params.Has(negotiate.FeatureBatch)) {
+	if batch && (req.remote != nil || !req.takesBatches()) {
 		// The delivery was not marked BATCH: the provider broke the rule.
 		if _, err := srv.router.Abort(provRS, deliveryID); err == nil {
 			req.endRequestWithError(transport.ChannelID(rep.Channel), rep.RequestID, negotiate.CodeBadFrame, "provider sent a batch of stream chunks to a requester that does not take them", provider)
@@ -314,6 +314,13 @@ func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Sessi
 	}
 	srv.metrics.routingSeconds.Observe(time.Since(start).Seconds())
 	return "", ""
+}
+
+// takesBatches reports whether this session may be sent, or send, batched
+// stream chunks: it negotiated batch, with a max_payload any batch fits
+// (docs/protocol.md §4.4).
+func (se *session) takesBatches() bool {
+	return se.neg.Params.Has(negotiate.FeatureBatch) && se.neg.Params.MaxPayload >= negotiate.MinBatchPayload
 }
 
 // outLen is the size fr (a plain M2M frame, or TokenNative) will have on

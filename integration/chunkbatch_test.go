@@ -203,6 +203,17 @@ func TestChunkBatchWire(t *testing.T) {
 				t.Fatalf("provider got %+v code %q", n.hdr, n.code)
 			}
 			waitOutstanding(t, d, 0)
+
+			// A requester with batch but a max_payload a batch might not
+			// fit (below 128 KiB): the delivery is not marked.
+			small := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "bwsmall-" + tr, Features: batchFeat, MaxPayload: negotiate.MinBatchPayload - 1})
+			small.request("", body)
+			got = prov.recvData(5 * time.Second)
+			if got.hdr.Flags != 0 {
+				t.Fatalf("delivery to a requester with max_payload %d has flags %#02x", negotiate.MinBatchPayload-1, got.hdr.Flags)
+			}
+			prov.reply(got.ch, got.hdr.RequestID, true, []byte(`{"done":true}`))
+			small.recvData(5 * time.Second)
 		})
 	}
 }

@@ -10,6 +10,16 @@ import (
 // array of one or more chunks (docs/protocol.md §4.4).
 var ErrBadBatch = errors.New("negotiate: malformed batch of stream chunks")
 
+// Batch sizes (docs/protocol.md §4.4): a batch carries at most MaxBatchJSON
+// bytes of JSON, and the daemon marks a delivery BATCH only when both
+// sessions' max_payload is at least MinBatchPayload, so that every batch
+// fits both (Brotli never grows 64 KiB by more than a few bytes; the
+// frame's headers and tag are well under 1 KiB).
+const (
+	MaxBatchJSON    = 64 << 10
+	MinBatchPayload = 2 * MaxBatchJSON
+)
+
 // maxBatchDepth bounds the nesting SplitBatch follows, as the codec's JSON
 // rules do (wire reference §2.5).
 const maxBatchDepth = 128
