@@ -287,8 +287,8 @@ type lru[K comparable] struct {
 type lruEntry[K comparable] struct {
 	key        K
 	base       *delta.Base
-	tag        uint64 // the requester's index key
-	full       uint8  // the requester's: turns still to send in full (fullAfterMiss)
+	tag        uint64       // the requester's index key
+	miss       deltaBackoff // the requester's: what base_missing answers taught it
 	prev, next *lruEntry[K]
 }
 
@@ -324,7 +324,7 @@ func (l *lru[K]) get(k K) *lruEntry[K] {
 
 // put keeps b under k, evicting the least recently used beyond the
 // budget; a base larger than the whole budget is not kept.
-func (l *lru[K]) put(k K, b *delta.Base, tag uint64, full uint8) {
+func (l *lru[K]) put(k K, b *delta.Base, tag uint64, miss deltaBackoff) {
 	size := b.Size() + entryOverhead
 	if size > l.budget {
 		return
@@ -332,7 +332,7 @@ func (l *lru[K]) put(k K, b *delta.Base, tag uint64, full uint8) {
 	if old := l.m[k]; old != nil {
 		l.remove(old)
 	}
-	e := &lruEntry[K]{key: k, base: b, tag: tag, full: full}
+	e := &lruEntry[K]{key: k, base: b, tag: tag, miss: miss}
 	l.m[k] = e
 	l.front(e)
 	l.used += size
@@ -370,24 +370,24 @@ func newHistory(budget int) *history {
 }
 
 // find returns the kept document whose messages and answer begin the
-// messages keyed by keys, preferring the longest; id 0 when none. full is
-// how many turns of its conversation are still to go in full.
-func (h *history) find(keys []uint64) (id uint64, base *delta.Base, full uint8) {
+// messages keyed by keys, preferring the longest; id 0 when none. miss is
+// its conversation's deltaBackoff after base_missing.
+func (h *history) find(keys []uint64) (id uint64, base *delta.Base, miss deltaBackoff) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for i := len(keys) - 1; i >= 0; i-- {
 		if id := h.index[keys[i]]; id != 0 {
 			if e := h.docs.get(id); e != nil {
-				return id, e.base, e.full
+				return id, e.base, e.miss
 			}
 		}
 	}
-	return 0, nil, 0
+	return 0, nil, deltaBackoff{}
 }
 
 // add keeps document id, whose messages are keyed by last (the last key
 // messageKeys returned) and whose response's assistant message by reply.
-func (h *history) add(id, last, reply uint64, b *delta.Base, full uint8) {
+func (h *history) add(id, last, reply uint64, b *delta.Base, miss deltaBackoff) {
 	tag := chain(h.seed, last, reply)
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -396,7 +396,7 @@ func (h *history) add(id, last, reply uint64, b *delta.Base, full uint8) {
 		// for both is enough, the newest.
 		h.docs.remove(old)
 	}
-	h.docs.put(id, b, tag, full)
+	h.docs.put(id, b, tag, miss)
 	if _, kept := h.docs.m[id]; kept {
 		h.index[tag] = id
 	}
@@ -432,5 +432,5 @@ func (b *bases) get(from string, doc uint64) *delta.Base {
 func (b *bases) put(from string, doc uint64, base *delta.Base) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.l.put(baseKey{from, doc}, base, 0, 0)
+	b.l.put(baseKey{from, doc}, base, 0, deltaBackoff{})
 }

@@ -238,20 +238,35 @@ func TestConversationCorpus(t *testing.T) {
 }
 
 // A provider that lost a base answers base_missing; the client resends the
-// request in full, once, and the caller sees only the reply. The next turns
-// go in full (fullAfterMiss), then deltas are tried again.
+// request in full, once, and the caller sees only the reply. After each
+// miss the next 0, 1, 3, then 7 turns go in full, then a delta is tried
+// again.
 func TestConversationBaseMissing(t *testing.T) {
 	d := startDaemon(t)
 	prov := &chatter{}
 	p := dial(t, d, "quic", Options{AgentID: "forgetful", Models: []string{"forget"}, Handler: prov, ConversationBases: -1})
 	r := dial(t, d, "quic", Options{AgentID: "asker"})
-	turns := fullAfterMiss + 3
+	const turns = 17
 	play(t, r, prov, &conversation{model: "forget"}, turns)
-	// Turn 2: delta, base_missing, resent in full; turns 3 to 10 in full;
-	// turn 11 a delta again, base_missing again, resent.
+	// Deltas, each base_missing and resent, at turns 2, 3, 5, 9 and 17;
+	// turns 4, 6-8 and 10-16 in full.
 	rs, ps := r.Stats(), p.Stats()
-	if rs.DeltasSent != 2 || rs.DeltaResends != 2 || ps.BasesMissing != 2 || ps.DeltasReceived != 0 || rs.Requests != uint64(turns+2) {
+	if rs.DeltasSent != 5 || rs.DeltaResends != 5 || ps.BasesMissing != 5 || ps.DeltasReceived != 0 || rs.Requests != turns+5 {
 		t.Fatalf("requester %+v\nprovider %+v", rs, ps)
+	}
+}
+
+// A delta that arrives ends the backoff: after one miss (the provider lost
+// that one base) the very next turn is a delta again.
+func TestDeltaBackoff(t *testing.T) {
+	var b deltaBackoff
+	var fulls []uint8
+	for range 6 {
+		b = b.missed()
+		fulls = append(fulls, b.full)
+	}
+	if want := []uint8{0, 1, 3, 7, 7, 7}; !slices.Equal(fulls, want) {
+		t.Fatalf("full turns after each miss: %v, want %v", fulls, want)
 	}
 }
 
@@ -297,9 +312,9 @@ func TestConversationWithoutDelta(t *testing.T) {
 	}{
 		{"requester without", Options{}, Options{DisableFeatures: off}, 0, 0},
 		{"requester keeps nothing", Options{}, Options{ConversationHistory: -1}, 0, 0},
-		// The daemon has no base for a provider without delta: the first
-		// delta comes back base_missing, the next turns go in full.
-		{"provider without", Options{DisableFeatures: off}, Options{}, 1, 1},
+		// The daemon has no base for a provider without delta: the deltas
+		// of turns 2 and 3 come back base_missing, turn 4 goes in full.
+		{"provider without", Options{DisableFeatures: off}, Options{}, 2, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			id := fmt.Sprintf("plain-%d", tc.deltas+uint64(len(tc.name)))

@@ -22,16 +22,33 @@ type turn struct {
 	replies       int  // reply bodies returned to the caller
 	recording     bool // d still holds every reply (within the budget)
 	resent        bool
-	full          uint8 // the next turns to send in full, kept with it
+	miss          deltaBackoff // kept with it in the history
 }
 
-// fullAfterMiss is how many turns of a conversation go in full (naming
-// their base, for affinity) after a delta came back base_missing. A provider
-// without feature delta (the daemon strips the block) never keeps a base,
-// and each delta to it would cost a round trip for base_missing; a provider
-// that lost one base keeps the next. One try in so many bounds the first
-// cost and loses little of the second.
-const fullAfterMiss = 8
+// deltaBackoff is what a conversation's base_missing answers have taught its
+// requester: after a delta comes back base_missing (and is resent in full),
+// the next 0, 1, 3, then 7 turns go in full (naming their base, for
+// affinity) as misses follow each other, and a delta that arrives resets
+// it. A provider that lost one base, or left, keeps the base of the resend
+// (the daemon routes the next turn to whichever provider took it), so it
+// costs one resend; a provider without feature delta never keeps a base
+// and would cost a round trip per turn, so it costs one try in eight once
+// the misses have doubled up to the cap.
+type deltaBackoff struct {
+	full   uint8 // turns still to send in full
+	misses uint8 // base_missing answers in a row, at most maxMisses
+}
+
+const maxMisses = 4 // full turns after a miss: 0, 1, 3, 7 (2^(misses-1) - 1)
+
+// missed is the deltaBackoff after one more base_missing.
+func (b deltaBackoff) missed() deltaBackoff {
+	if b.misses < maxMisses {
+		b.misses++
+	}
+	b.full = 1<<(b.misses-1) - 1
+	return b
+}
 
 var keyBufs = sync.Pool{New: func() any { return new([]uint64) }}
 
@@ -54,10 +71,10 @@ func (s *session) encodeRequest(o outgoing, payload []byte) (*turn, error) {
 	}
 	t := &turn{docID: c.newDocID(), last: keys[len(keys)-1], reqLen: len(payload), recording: true}
 	var base *delta.Base
-	var full uint8
-	t.baseID, base, full = c.hist.find(keys)
-	if full > 0 {
-		base, t.full = nil, full-1
+	t.baseID, base, t.miss = c.hist.find(keys)
+	if t.miss.full > 0 {
+		base = nil
+		t.miss.full--
 	}
 	b, isDelta, err := delta.AppendEncodeFrame(*o.buf, payload, frame.Extension{DocID: t.docID, BaseID: t.baseID}, base, s.encLim)
 	switch {
@@ -93,9 +110,12 @@ func (t *turn) reply(c *Client, body []byte, end bool) {
 	if !end || !t.recording {
 		return
 	}
+	if t.delta && !t.resent {
+		t.miss = deltaBackoff{} // the provider had the base
+	}
 	reply, ok := replyKey(c.hist.seed, t.d[t.reqLen:], t.replies > 1)
 	if ok {
-		c.hist.add(t.docID, t.last, reply, delta.MakeBase(t.d, t.reqLen), t.full)
+		c.hist.add(t.docID, t.last, reply, delta.MakeBase(t.d, t.reqLen), t.miss)
 	}
 	t.d = nil
 }
@@ -114,7 +134,7 @@ func (t *turn) resendable(err error) bool {
 // new request's replies.
 func (st *Stream) resend() error {
 	t := st.turn
-	t.resent, t.full = true, fullAfterMiss
+	t.resent, t.miss = true, t.miss.missed()
 	c := st.cl.s.c
 	s, err := c.current(st.ctx)
 	if err != nil {
