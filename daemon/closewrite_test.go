@@ -21,25 +21,12 @@ import (
 // had picked the CLOSE up, before it was written, and the agent saw status
 // 1009 without being told why.
 func TestCloseErrorBeforeConnectionEnds(t *testing.T) {
-	srv, err := New(Config{
+	srv := runServer(t, Config{
 		QUICAddr: "-", AdminAddr: "-", WSAddr: "127.0.0.1:0",
 		CertDir:          t.TempDir(),
 		Logger:           zerolog.New(io.Discard),
 		beforeCloseWrite: func() { time.Sleep(100 * time.Millisecond) },
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	<-srv.Ready()
 
 	dctx, dcancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer dcancel()

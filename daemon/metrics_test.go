@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"context"
 	"io"
 	"net/http"
 	"os"
@@ -10,7 +9,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -72,28 +70,7 @@ func readDocumentedMetrics(t *testing.T) map[string]documentedMetric {
 // scrape starts a daemon and reads its /metrics before any connection.
 func scrape(t *testing.T) map[string]*dto.MetricFamily {
 	t.Helper()
-	srv, err := New(Config{QUICAddr: "127.0.0.1:0", WSAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", CertDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	defer func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			t.Error("daemon did not stop")
-		}
-	}()
-	select {
-	case <-srv.Ready():
-	case err := <-done:
-		t.Fatal(err)
-	case <-time.After(10 * time.Second):
-		t.Fatal("daemon did not start")
-	}
+	srv := runServer(t, Config{QUICAddr: "127.0.0.1:0", WSAddr: "127.0.0.1:0", AdminAddr: "127.0.0.1:0", CertDir: t.TempDir()})
 	resp, err := http.Get("http://" + srv.AdminAddr().String() + "/metrics")
 	if err != nil {
 		t.Fatal(err)

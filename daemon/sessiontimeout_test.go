@@ -22,26 +22,13 @@ import (
 // stays open past both, since a PONG counts as received.
 func TestMinimumSessionTimeout(t *testing.T) {
 	const scale = 30
-	srv, err := New(Config{
+	srv := runServer(t, Config{
 		QUICAddr: "-", AdminAddr: "-", WSAddr: "127.0.0.1:0",
 		CertDir:        t.TempDir(),
 		SessionTimeout: time.Minute, PingInterval: 50 * time.Second, PongTimeout: 20 * time.Second,
 		Logger:    zerolog.New(io.Discard),
 		timeScale: scale,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(ctx) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	}()
-	<-srv.Ready()
 
 	dial := func(t *testing.T, id string) (transport.Conn, *negotiate.Session) {
 		t.Helper()
