@@ -127,6 +127,11 @@ func extID(b []byte, pos int, what string) (uint64, int, error) {
 		return 0, 0, errorf(ErrMalformed, "extension: %s runs past the block", what)
 	case n < 0 || n > maxUvarintLen:
 		return 0, 0, errorf(ErrMalformed, "extension: %s longer than 10 bytes", what)
+	case n == maxUvarintLen && b[pos+n-1] > 1:
+		// readUvarint keeps the Rust reference's M2M v1 reading, which
+		// drops the bits of a tenth byte beyond 64; an id is an m2md field
+		// and must read back as what was written.
+		return 0, 0, errorf(ErrMalformed, "extension: %s overflows 64 bits", what)
 	case x == 0:
 		return 0, 0, errorf(ErrMalformed, "extension: %s is 0", what)
 	case n > 1 && b[pos+n-1] == 0:
