@@ -105,19 +105,25 @@ func getEncoder(class int) (*zstd.Encoder, error) {
 // zstd frame without its magic number. doc must not be empty.
 // len(doc)+base.Size() must not exceed MaxSpan (ErrTooLarge).
 func AppendEncode(dst, doc []byte, base *Base) ([]byte, error) {
+	return appendEncode(dst, doc, base.d)
+}
+
+// appendEncode is AppendEncode against the dictionary dict: a base's D,
+// or a reply's D_r (AppendReplyDict).
+func appendEncode(dst, doc, dict []byte) ([]byte, error) {
 	if len(doc) == 0 {
 		return dst, errorf(ErrCorrupt, "empty document")
 	}
-	span := len(doc) + len(base.d)
+	span := len(doc) + len(dict)
 	if span > MaxSpan {
-		return dst, errorf(ErrTooLarge, "base of %d bytes and document of %d exceed %d", len(base.d), len(doc), MaxSpan)
+		return dst, errorf(ErrTooLarge, "dictionary of %d bytes and document of %d exceed %d", len(dict), len(doc), MaxSpan)
 	}
 	class := windowClass(span)
 	enc, err := getEncoder(class)
 	if err != nil {
 		return dst, errorf(ErrCorrupt, "zstd encoder: %v", err)
 	}
-	if err := enc.ResetWithOptions(nil, zstd.WithEncoderDictRaw(0, base.d)); err != nil {
+	if err := enc.ResetWithOptions(nil, zstd.WithEncoderDictRaw(0, dict)); err != nil {
 		return dst, errorf(ErrCorrupt, "zstd encoder: %v", err)
 	}
 	start := len(dst)
@@ -239,6 +245,11 @@ func AppendDecode(dst, payload []byte, base *Base, lim frame.Limits) ([]byte, er
 	if base == nil {
 		return dst, errorf(ErrNoBase, "no base to decode against")
 	}
+	return appendDecode(dst, payload, base.d, lim)
+}
+
+// appendDecode is AppendDecode against the dictionary dict.
+func appendDecode(dst, payload, dict []byte, lim frame.Limits) ([]byte, error) {
 	lim = lim.Effective()
 	size, err := contentSize(payload)
 	if err != nil {
@@ -279,7 +290,7 @@ func AppendDecode(dst, payload []byte, base *Base, lim frame.Limits) ([]byte, er
 	// its 1 KiB minimum window).
 	start := len(dst)
 	maxMem := uint64(start) + max(size, zstd.MinWindowSize)
-	if err := dec.ResetWithOptions(nil, zstd.WithDecoderDictRaw(0, base.d), zstd.WithDecoderMaxMemory(maxMem)); err != nil {
+	if err := dec.ResetWithOptions(nil, zstd.WithDecoderDictRaw(0, dict), zstd.WithDecoderMaxMemory(maxMem)); err != nil {
 		return dst, errorf(ErrCorrupt, "zstd decoder: %v", err)
 	}
 	out := slices.Grow(dst, int(size))

@@ -28,34 +28,60 @@ func AppendEncodeFrame(dst, doc []byte, ext frame.Extension, base *Base, lim fra
 		out, err = frame.AppendEncodeExt(dst, doc, ext, lim)
 		return out, false, err
 	}
+	return appendSmaller(dst, doc, base.d, &ext, lim)
+}
+
+// appendSmaller appends doc's frame as a delta against dict when that is
+// smaller than the full frame, else the full frame: a request frame with
+// the extension block ext, or for ext nil a final response frame (a reply
+// delta, or the plain frame). A document that cannot travel as a delta
+// (dictionary and document over MaxSpan; for a reply, a document that is
+// not a chat response) goes full.
+func appendSmaller(dst, doc, dict []byte, ext *frame.Extension, lim frame.Limits) (out []byte, delta bool, err error) {
+	full := func(dst []byte) ([]byte, error) {
+		if ext == nil {
+			return frame.AppendEncode(dst, doc, lim)
+		}
+		e := *ext
+		e.Delta = false
+		return frame.AppendEncodeExt(dst, doc, e, lim)
+	}
 	buf := bufpool.Get(len(doc)/goodRatio + 64)
 	defer bufpool.Put(buf)
-	p, err := AppendEncode((*buf)[:0], doc, base)
+	p, err := appendEncode((*buf)[:0], doc, dict)
 	*buf = p
 	if err != nil {
 		if errors.Is(err, ErrTooLarge) {
-			out, err = frame.AppendEncodeExt(dst, doc, ext, lim)
+			out, err = full(dst)
 			return out, false, err
 		}
 		return dst, false, err
 	}
 	start := len(dst)
-	ext.Delta = true
-	out, err = frame.AppendEncodeDelta(dst, doc, p, ext, lim)
+	if ext == nil {
+		out, err = frame.AppendEncodeReplyDelta(dst, doc, p, lim)
+		if errors.Is(err, frame.ErrSchema) {
+			out, err = full(dst)
+			return out, false, err
+		}
+	} else {
+		e := *ext
+		e.Delta = true
+		out, err = frame.AppendEncodeDelta(dst, doc, p, e, lim)
+	}
 	if err != nil || len(p) <= len(doc)/goodRatio {
 		return out, err == nil, err
 	}
-	// A poor delta (the base shares little with the document): keep it
-	// only if the full frame is not smaller.
+	// A poor delta (the dictionary shares little with the document): keep
+	// it only if the full frame is not smaller.
 	deltaLen := len(out) - start
-	ext.Delta = false
-	full, err := frame.AppendEncodeExt(out, doc, ext, lim)
+	whole, err := full(out)
 	if err != nil {
 		return out, true, nil
 	}
-	if fullLen := len(full) - len(out); fullLen < deltaLen {
-		n := copy(full[start:], full[len(out):])
-		return full[:start+n], false, nil
+	if fullLen := len(whole) - len(out); fullLen < deltaLen {
+		n := copy(whole[start:], whole[len(out):])
+		return whole[:start+n], false, nil
 	}
 	return out, true, nil
 }
@@ -70,32 +96,50 @@ func AppendEncodeFrame(dst, doc []byte, ext frame.Extension, base *Base, lim fra
 // package's sentinels for the frame and for a document that is not JSON
 // within lim. On error dst is returned unchanged.
 func AppendDecodeFrame(dst, fr []byte, base *Base, lim frame.Limits) ([]byte, error) {
-	lim = lim.Effective()
-	if len(fr) > lim.MaxMessage {
-		return dst, errorf(frame.ErrLimit, "frame of %d bytes exceeds the %d-byte message limit", len(fr), lim.MaxMessage)
-	}
 	var h frame.Header
-	if err := frame.ReadHeader(fr, &h); err != nil {
+	if err := readDeltaHeader(fr, &h, lim); err != nil {
 		return dst, err
 	}
-	if h.Security == frame.SecurityAEAD {
-		return dst, frame.ErrEncrypted
-	}
-	if !h.Ext.Delta {
-		return dst, errorf(ErrNotDelta, "extension block %+v", h.Ext)
+	if h.Ext.DocID == 0 {
+		return dst, errorf(ErrNotDelta, "a reply delta: decode it with AppendDecodeReply")
 	}
 	if base == nil {
 		return dst, errorf(ErrNoBase, "base %d", h.Ext.BaseID)
 	}
+	return decodePayload(dst, fr, &h, base.d, lim)
+}
+
+// readDeltaHeader reads the header of fr, a delta frame of either kind.
+func readDeltaHeader(fr []byte, h *frame.Header, lim frame.Limits) error {
+	lim = lim.Effective()
+	if len(fr) > lim.MaxMessage {
+		return errorf(frame.ErrLimit, "frame of %d bytes exceeds the %d-byte message limit", len(fr), lim.MaxMessage)
+	}
+	if err := frame.ReadHeader(fr, h); err != nil {
+		return err
+	}
+	if h.Security == frame.SecurityAEAD {
+		return frame.ErrEncrypted
+	}
+	if !h.Ext.Delta {
+		return errorf(ErrNotDelta, "extension block %+v", h.Ext)
+	}
+	return nil
+}
+
+// decodePayload decodes the delta payload of fr, whose header is h,
+// against dict and checks the document.
+func decodePayload(dst, fr []byte, h *frame.Header, dict []byte, lim frame.Limits) ([]byte, error) {
+	lim = lim.Effective()
 	at := h.PayloadOffset() + 8
 	start := len(dst)
-	out, err := AppendDecode(dst, fr[at:at+int(h.PayloadLen)], base, lim)
+	out, err := appendDecode(dst, fr[at:at+int(h.PayloadLen)], dict, lim)
 	if err != nil {
 		return dst, err
 	}
 	doc := out[start:]
 	if got := crc32.ChecksumIEEE(doc); got != h.CRC {
-		return dst, errorf(ErrBaseMismatch, "base %d: frame says %08x, document has %08x", h.Ext.BaseID, h.CRC, got)
+		return dst, errorf(ErrBaseMismatch, "frame says %08x, document has %08x", h.CRC, got)
 	}
 	if !utf8.Valid(doc) {
 		return dst, errorf(frame.ErrMalformed, "document is not valid UTF-8")
@@ -107,4 +151,46 @@ func AppendDecodeFrame(dst, fr []byte, base *Base, lim frame.Limits) ([]byte, er
 		return dst, errorf(frame.ErrLimit, "document: %v", err)
 	}
 	return out, nil
+}
+
+// AppendReplyDict appends to dst D_r, the dictionary of the reply to a
+// request (docs/protocol.md §4.3, "Reply deltas"): the response of base,
+// the request's base, when the request travelled as a delta (base not
+// nil), then request, the request's full JSON. Requester and provider
+// build the same bytes.
+func AppendReplyDict(dst []byte, base *Base, request []byte) []byte {
+	if base != nil {
+		dst = append(dst, base.Response()...)
+	}
+	return append(dst, request...)
+}
+
+// AppendEncodeReply appends the final response frame that carries resp,
+// the answer to the request whose reply dictionary is dict
+// (AppendReplyDict): a reply delta (schema 02 with the block 01 01) when
+// it is smaller than the plain frame, else the plain frame AppendEncode
+// writes. delta reports which. A document that is not a chat response
+// (it would not travel as schema 02) always gets the plain frame.
+func AppendEncodeReply(dst, resp, dict []byte, lim frame.Limits) (out []byte, delta bool, err error) {
+	return appendSmaller(dst, resp, dict, nil, lim)
+}
+
+// AppendDecodeReply decodes a reply delta (a final response frame, binary
+// shape, whose extension block says DELTA) against dict, the dictionary
+// of the request it answers (AppendReplyDict), and appends the response
+// to dst, byte for byte as its provider had it. Security modes as
+// AppendDecodeFrame. Errors: ErrNotDelta for another frame (a request's
+// delta included), ErrCorrupt for a delta that does not decode,
+// ErrBaseMismatch when the response fails the frame's CRC-32, the frame
+// package's sentinels for the frame and for a response that is not JSON
+// within lim. On error dst is returned unchanged.
+func AppendDecodeReply(dst, fr, dict []byte, lim frame.Limits) ([]byte, error) {
+	var h frame.Header
+	if err := readDeltaHeader(fr, &h, lim); err != nil {
+		return dst, err
+	}
+	if h.Ext.DocID != 0 {
+		return dst, errorf(ErrNotDelta, "a request's delta: decode it with AppendDecodeFrame")
+	}
+	return decodePayload(dst, fr, &h, dict, lim)
 }

@@ -3,6 +3,7 @@ package delta
 import (
 	"bytes"
 	"errors"
+	"hash/crc32"
 	"testing"
 
 	"github.com/m2md/m2md/frame"
@@ -19,6 +20,17 @@ func FuzzDecode(f *testing.F) {
 	for _, conv := range convs {
 		for i := 1; i < len(conv); i += 4 {
 			p, err := AppendEncode(nil, conv[i].request, NewBase(conv[i-1].request, conv[i-1].response))
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(p)
+		}
+	}
+	// Reply deltas' payloads (docs/protocol.md §4.3 "Reply deltas").
+	for _, conv := range convs {
+		for i := 1; i < len(conv); i += 4 {
+			dict := AppendReplyDict(nil, NewBase(conv[i-1].request, conv[i-1].response), conv[i].request)
+			p, err := appendEncode(nil, conv[i].response, dict)
 			if err != nil {
 				f.Fatal(err)
 			}
@@ -43,6 +55,52 @@ func FuzzDecode(f *testing.F) {
 		size, err := contentSize(payload)
 		if err != nil || uint64(len(out)-3) != size || size > 1<<20 || !bytes.HasPrefix(out, []byte("pre")) {
 			t.Fatalf("decoded %d bytes, content size %d (%v)", len(out)-3, size, err)
+		}
+	})
+}
+
+// FuzzDecodeReply decodes arbitrary frames as reply deltas against the D_r
+// of docs/protocol.md §4.3's example (seeds under
+// testdata/fuzz/FuzzDecodeReply, and the example's frame, a request delta
+// and a plain response). Every input either fails with a typed error,
+// leaving dst as it was, or decodes to a response with the frame's CRC-32
+// that is JSON within the limit.
+func FuzzDecodeReply(f *testing.F) {
+	dict := AppendReplyDict(nil, NewBase([]byte(exampleRequest), []byte(exampleResponse)), []byte(exampleDoc))
+	fr, isDelta, err := AppendEncodeReply(nil, []byte(exampleReply), dict, frame.Limits{})
+	if err != nil || !isDelta {
+		f.Fatal(isDelta, err)
+	}
+	f.Add(fr)
+	plain, err := frame.AppendEncode(nil, []byte(exampleReply), frame.Limits{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(plain)
+	req, _, err := AppendEncodeFrame(nil, []byte(exampleDoc), frame.Extension{DocID: 2, BaseID: 1}, NewBase([]byte(exampleRequest), []byte(exampleResponse)), frame.Limits{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(req)
+	lim := frame.Limits{MaxDecompressed: 1 << 20}
+	f.Fuzz(func(t *testing.T, fr []byte) {
+		out, err := AppendDecodeReply([]byte("pre"), fr, dict, lim)
+		if err != nil {
+			if string(out) != "pre" {
+				t.Fatalf("error %v with output %q", err, out)
+			}
+			for _, want := range []error{ErrCorrupt, ErrBaseMismatch, ErrNotDelta, frame.ErrLimit, frame.ErrMalformed, frame.ErrTruncated,
+				frame.ErrBadPrefix, frame.ErrEncrypted, frame.ErrInvalidJSON} {
+				if errors.Is(err, want) {
+					return
+				}
+			}
+			t.Fatalf("untyped error %v", err)
+		}
+		var h frame.Header
+		if err := frame.ReadHeader(fr, &h); err != nil || h.Schema != frame.SchemaResponse || !h.Ext.Delta ||
+			crc32.ChecksumIEEE(out[3:]) != h.CRC || len(out)-3 > 1<<20 || !bytes.HasPrefix(out, []byte("pre")) {
+			t.Fatalf("decoded %d bytes from a frame with header %+v (%v)", len(out)-3, h, err)
 		}
 	})
 }

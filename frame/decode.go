@@ -34,6 +34,9 @@ func AppendDecode(dst, frame []byte, lim Limits) ([]byte, error) {
 		return dst, errorf(ErrEncrypted, "security mode %s", h.Security)
 	}
 	if h.Ext.Delta {
+		if h.Ext.DocID == 0 {
+			return dst, errorf(ErrDelta, "reply delta against its request")
+		}
 		return dst, errorf(ErrDelta, "doc_id %d against base %d", h.Ext.DocID, h.Ext.BaseID)
 	}
 	at := h.PayloadOffset() + 8

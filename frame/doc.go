@@ -22,6 +22,7 @@
 //	AppendEncodeBrotliText / AppendDecodeBrotliText   the "#M2M[v3.0]|DATA:" Brotli text form (§6.1)
 //	AppendEncodeExt / AppendEncodeDelta / StripExtension   request frames with m2md's
 //	                                         extension block (docs/protocol.md §4.3), read by ReadHeader
+//	AppendEncodeReplyDelta                   a final response carried as a reply delta (§4.3)
 //
 // ReadHeader is what a router uses: it does not allocate and costs tens of
 // nanoseconds, whatever the payload size. Decoding checks everything before

@@ -102,8 +102,8 @@ func appendFrame(dst, json []byte, schema Schema, lim Limits) ([]byte, error) {
 }
 
 // appendFrameExt writes a binary frame with, when ext is not nil, an
-// extension block (request frames only, extension.go) and, for a delta, the
-// payload to carry instead of the document.
+// extension block (extension.go: a request's, or with DocID 0 a reply
+// delta's) and, for a delta, the payload to carry instead of the document.
 func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byte, lim Limits) ([]byte, error) {
 	lim = lim.Effective()
 	if len(json) > lim.MaxDecompressed {
@@ -121,7 +121,11 @@ func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byt
 	if schema == 0 {
 		schema = classify(sum)
 	}
-	if ext != nil && schema != SchemaRequest {
+	reply := ext != nil && ext.DocID == 0 // a reply delta's block
+	switch {
+	case reply && schema != SchemaResponse:
+		return dst, errorf(ErrSchema, "reply delta of schema %#02x: only a final chat response (02) carries one", byte(schema))
+	case ext != nil && !reply && schema != SchemaRequest:
 		return dst, errorf(ErrSchema, "extension block on schema %#02x: only a chat request (01) carries one", byte(schema))
 	}
 
@@ -140,7 +144,11 @@ func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byt
 	if err != nil {
 		return dst, err
 	}
-	if ext != nil {
+	switch {
+	case reply:
+		out = append(out, replyBlock[:]...)
+		flags |= FlagHasExtensions
+	case ext != nil:
 		out = appendExtension(out, *ext)
 		flags |= FlagHasExtensions
 	}

@@ -2,14 +2,15 @@ package frame
 
 import "encoding/binary"
 
-// The m2md extension block of a request frame (docs/protocol.md §4.3,
-// feature `delta`). A request frame (schema 01) whose common flag
-// HAS_EXTENSIONS is set ends its variable header, after the routing
-// fields, with
+// The m2md extension block (docs/protocol.md §4.3, feature `delta`). A
+// request frame (schema 01) whose common flag HAS_EXTENSIONS is set ends
+// its variable header, after the routing fields, with
 //
 //	ext flags (1) ‖ doc_id (uvarint) ‖ base_id (uvarint, iff BASE) ‖ L (1)
 //
-// where L is the length of what precedes it in the block (2..21). Being
+// where L is the length of what precedes it in the block (2..21). A final
+// response frame (schema 02) may carry the block of a reply delta, after
+// its response header fields: exactly 01 01 (flags DELTA, L 1). Being
 // inside header_len, the block is covered by the HMAC and authenticated
 // (not encrypted) by AEAD like the routing header, and a reader finds it
 // from the end of the variable header without parsing the routing fields.
@@ -33,7 +34,8 @@ const (
 )
 
 // Extension is what the extension block says. The zero value means no
-// block: DocID is never 0 in a block.
+// block: DocID is never 0 in a request's block, and a response's block
+// (a reply delta) has Delta alone.
 type Extension struct {
 	// DocID is this document's id, chosen by the requester, so that a
 	// later request can name it as its base.
@@ -43,11 +45,26 @@ type Extension struct {
 	BaseID uint64
 	// Delta reports that the payload is a delta against the base
 	// (COMPRESSED clear; decode it with package delta), not the document.
+	// On a response frame: against the request it answers (a reply
+	// delta).
 	Delta bool
 }
 
 // Present reports whether the frame carries an extension block.
-func (e Extension) Present() bool { return e.DocID != 0 }
+func (e Extension) Present() bool { return e.DocID != 0 || e.Delta }
+
+// replyBlock is the whole extension block of a reply delta (schema 02):
+// ext flags DELTA, L 1.
+var replyBlock = [2]byte{extDelta, 1}
+
+// parseReplyExtension reads the block at the end of v, the variable header
+// of a response frame with HAS_EXTENSIONS: it must be exactly replyBlock.
+func parseReplyExtension(v []byte) (Extension, int, error) {
+	if len(v) < len(replyBlock) || v[len(v)-1] != replyBlock[1] || v[len(v)-2] != replyBlock[0] {
+		return Extension{}, 0, errorf(ErrMalformed, "extension: a response's block must be exactly 01 01 (DELTA, L 1)")
+	}
+	return Extension{Delta: true}, len(replyBlock), nil
+}
 
 // check refuses what no reader accepts.
 func (e Extension) check() error {
@@ -166,6 +183,16 @@ func AppendEncodeDelta(dst, json, delta []byte, ext Extension, lim Limits) ([]by
 		return dst, err
 	}
 	return appendFrameExt(dst, json, SchemaRequest, &ext, delta, lim)
+}
+
+// AppendEncodeReplyDelta appends the final response frame (schema 02) of
+// the document json whose payload is delta, json encoded by package delta
+// against the request it answers (a reply delta, docs/protocol.md §4.3):
+// the response header and the CRC-32 are json's, COMPRESSED is clear and
+// the extension block is 01 01. json must classify as a response (ErrSchema
+// otherwise: send it as a plain frame); json itself is not carried.
+func AppendEncodeReplyDelta(dst, json, delta []byte, lim Limits) ([]byte, error) {
+	return appendFrameExt(dst, json, 0, &Extension{Delta: true}, delta, lim)
 }
 
 // StripExtension removes the extension block from a full request frame in

@@ -2,6 +2,7 @@ package frame
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"hash/crc32"
 	"testing"
@@ -209,5 +210,109 @@ func TestReadExtensionAllocations(t *testing.T) {
 		}
 	}); n != 0 {
 		t.Errorf("ReadHeader: %v allocations", n)
+	}
+}
+
+// replyJSON is a final chat response with usage (so its header carries the
+// cost estimate, the field right before a reply delta's block).
+const replyJSON = `{"id":"chatcmpl-abc123","object":"chat.completion","created":1705520400,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"The answer is 4."},"finish_reason":"stop"}],"usage":{"prompt_tokens":50,"completion_tokens":10,"total_tokens":60}}`
+
+// TestReplyDeltaBytes: a reply delta is the plain response frame with
+// HAS_EXTENSIONS, the block 01 01 after the response header fields,
+// COMPRESSED clear and the delta as payload (docs/protocol.md §4.3, "Reply
+// deltas").
+func TestReplyDeltaBytes(t *testing.T) {
+	doc := []byte(replyJSON)
+	plain := mustEncode(t, replyJSON)
+	ph := mustReadHeader(t, plain)
+	delta := []byte{0x20, 0xa5, 1, 2, 3}
+	got, err := AppendEncodeReplyDelta(nil, doc, delta, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end := ph.PayloadOffset()
+	want := append([]byte{}, plain[:end]...)
+	want = append(want, 0x01, 0x01)
+	binary.LittleEndian.PutUint16(want[OffHeaderLen:], uint16(ph.HeaderLen+2))
+	binary.LittleEndian.PutUint32(want[OffFlags:], uint32(ph.Flags&^FlagCompressed|FlagHasExtensions))
+	want = binary.LittleEndian.AppendUint32(want, uint32(len(delta)))
+	want = binary.LittleEndian.AppendUint32(want, crc32.ChecksumIEEE(doc))
+	want = append(want, delta...)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("AppendEncodeReplyDelta:\n got %x\nwant %x", got, want)
+	}
+	h := mustReadHeader(t, got)
+	if h.Schema != SchemaResponse || h.Ext != (Extension{Delta: true}) || !h.Ext.Present() || h.ExtLen != 2 ||
+		string(h.ID) != "chatcmpl-abc123" || !h.HasEstCost || h.EstCost != ph.EstCost || h.PromptTokens != 50 ||
+		h.PayloadLen != uint32(len(delta)) || h.CRC != crc32.ChecksumIEEE(doc) {
+		t.Fatalf("header %+v", h)
+	}
+	if _, err := AppendDecode(nil, got, Limits{}); !errors.Is(err, ErrDelta) {
+		t.Fatalf("AppendDecode of a reply delta: %v, want ErrDelta", err)
+	}
+	if _, err := StripExtension(got); !errors.Is(err, ErrDelta) {
+		t.Fatalf("StripExtension of a reply delta: %v, want ErrDelta", err)
+	}
+	// Without usage the header has no cost estimate: the block follows
+	// the token counts.
+	short := `{"id":"chatcmpl-9","model":"gpt-4o","choices":[{"finish_reason":"stop"}]}`
+	fr, err := AppendEncodeReplyDelta(nil, []byte(short), delta, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := mustReadHeader(t, fr); h.HasEstCost || h.Ext != (Extension{Delta: true}) || h.FinishReason != FinishStop {
+		t.Fatalf("header %+v", h)
+	}
+	// Only a chat response carries one.
+	for _, doc := range []string{frameAJSON, `{"object":"list","data":[]}`} {
+		if _, err := AppendEncodeReplyDelta(nil, []byte(doc), delta, Limits{}); !errors.Is(err, ErrSchema) {
+			t.Errorf("%s: %v, want ErrSchema", doc, err)
+		}
+	}
+}
+
+// TestReadReplyExtension: the strict rules of a response's block.
+func TestReadReplyExtension(t *testing.T) {
+	doc := []byte(replyJSON)
+	crc := crc32.ChecksumIEEE(doc)
+	ph := mustReadHeader(t, mustEncode(t, replyJSON))
+	plain := mustEncode(t, replyJSON)
+	fields := plain[OffVarHeader:ph.PayloadOffset()] // id, model, finish, counts, cost
+	build := func(schema Schema, flags Flags, v []byte) []byte {
+		return assemble(schema, SecurityNone, flags|ph.Flags&^FlagCompressed, v, []byte{1, 2, 3}, crc)
+	}
+	cat := func(parts ...[]byte) []byte { return bytes.Join(parts, nil) }
+	if h := mustReadHeader(t, build(SchemaResponse, FlagHasExtensions, cat(fields, []byte{1, 1}))); h.Ext != (Extension{Delta: true}) || h.ExtLen != 2 {
+		t.Fatalf("valid block read as %+v, %d bytes", h.Ext, h.ExtLen)
+	}
+	bad := []struct {
+		name   string
+		schema Schema
+		v      []byte
+	}{
+		{"flags 00", SchemaResponse, cat(fields, []byte{0, 1})},
+		{"flags 03", SchemaResponse, cat(fields, []byte{3, 1})},
+		{"flags 02", SchemaResponse, cat(fields, []byte{2, 1})},
+		{"L 2", SchemaResponse, cat(fields, []byte{1, 0, 2})},
+		{"L 0", SchemaResponse, cat(fields, []byte{1, 0})},
+		{"a request's block", SchemaResponse, cat(fields, []byte{0, 1, 2})},
+		{"block alone", SchemaResponse, []byte{1, 1}},
+		{"a byte before the block", SchemaResponse, cat(fields, []byte{0xee, 1, 1})},
+		{"block inside the cost", SchemaResponse, cat(fields[:len(fields)-1], []byte{1, 1})},
+		{"schema 03", SchemaStream, cat(fields, []byte{1, 1})},
+		{"schema 05", SchemaEmbeddingResponse, cat(fields, []byte{1, 1})},
+		{"schema 10", SchemaError, cat(fields, []byte{1, 1})},
+	}
+	for _, tc := range bad {
+		fr := build(tc.schema, FlagHasExtensions, tc.v)
+		if err := ReadHeader(fr, new(Header)); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: ReadHeader %v, want ErrMalformed", tc.name, err)
+		}
+	}
+	// Without the cost estimate's flag the four cost bytes are no field:
+	// a block after them does not follow the fields.
+	noCost := assemble(SchemaResponse, SecurityNone, FlagHasExtensions, cat(fields, []byte{1, 1}), []byte{1}, crc)
+	if err := ReadHeader(noCost, new(Header)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("fields then 4 stray bytes then the block: %v, want ErrMalformed", err)
 	}
 }

@@ -298,3 +298,45 @@ func FuzzExtension(f *testing.F) {
 		}
 	})
 }
+
+// FuzzReplyExtension reads arbitrary variable headers of a response frame
+// (schema 02) with HAS_EXTENSIONS, with and without the cost estimate's
+// flag (seeds under testdata/fuzz/FuzzReplyExtension: the valid block after
+// the fields of a response and the malformed ones of docs/protocol.md
+// §4.3). A header that reads ends with the block 01 01, right after
+// response fields that read the same without it.
+func FuzzReplyExtension(f *testing.F) {
+	fields := "\x0fchatcmpl-abc123\x06gpt-4o\x00\x32\x0a\x9a\x99\x19\x37"
+	for _, s := range []string{fields + "\x01\x01", fields + "\x00\x01\x02", fields + "\x03\x01", fields + "\xee\x01\x01", "\x01\x01", ""} {
+		f.Add([]byte(s), true)
+		f.Add([]byte(s), false)
+	}
+	payload := []byte{1, 2, 3}
+	f.Fuzz(func(t *testing.T, v []byte, cost bool) {
+		if len(v) > 0xffff-FixedHeaderLen {
+			return
+		}
+		flags := FlagHasExtensions
+		if cost {
+			flags |= FlagHasCostEstimate
+		}
+		var h Header
+		if err := ReadHeader(assemble(SchemaResponse, SecurityNone, flags, v, payload, 7), &h); err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v is not ErrMalformed", err)
+			}
+			return
+		}
+		if h.Ext != (Extension{Delta: true}) || h.ExtLen != 2 || !bytes.HasSuffix(v, replyBlock[:]) {
+			t.Fatalf("header %x read as %+v (%d bytes)", v, h.Ext, h.ExtLen)
+		}
+		var bare Header
+		if err := ReadHeader(assemble(SchemaResponse, SecurityNone, flags&^FlagHasExtensions, v[:len(v)-2], payload, 7), &bare); err != nil {
+			t.Fatalf("fields without the block: %v", err)
+		}
+		rest, _ := bare.parseResponse(v[:len(v)-2])
+		if rest != 0 || string(bare.ID) != string(h.ID) || bare.PromptTokens != h.PromptTokens || bare.HasEstCost != h.HasEstCost {
+			t.Fatalf("fields read as %+v with the block, %+v without (%d bytes left)", h, bare, rest)
+		}
+	})
+}

@@ -111,8 +111,9 @@ type Header struct {
 	EstCost    float32
 	HasEstCost bool
 
-	// Ext is the m2md extension block of a request frame with
-	// HAS_EXTENSIONS (docs/protocol.md §4.3); zero when there is none.
+	// Ext is the m2md extension block of a request frame, or of a final
+	// response frame (a reply delta: Delta alone), with HAS_EXTENSIONS
+	// (docs/protocol.md §4.3); zero when there is none.
 	Ext Extension
 	// ExtLen is the bytes the block takes at the end of the variable
 	// header (L + 1), 0 without one.
@@ -201,10 +202,15 @@ func parseHeader(b []byte, total int, h *Header) error {
 	v := b[OffVarHeader:end]
 	var err error
 	if h.Flags.HasExtensions() {
-		if h.Schema != SchemaRequest {
-			return errorf(ErrMalformed, "extension: HAS_EXTENSIONS on schema %#02x; only a chat request (01) carries a block", byte(h.Schema))
+		switch h.Schema {
+		case SchemaRequest:
+			h.Ext, h.ExtLen, err = parseExtension(v)
+		case SchemaResponse:
+			h.Ext, h.ExtLen, err = parseReplyExtension(v)
+		default:
+			err = errorf(ErrMalformed, "extension: HAS_EXTENSIONS on schema %#02x; only a chat request (01) or a chat response (02) carries a block", byte(h.Schema))
 		}
-		if h.Ext, h.ExtLen, err = parseExtension(v); err != nil {
+		if err != nil {
 			return err
 		}
 		v = v[:len(v)-h.ExtLen]
@@ -213,7 +219,12 @@ func parseHeader(b []byte, total int, h *Header) error {
 	case SchemaRequest, SchemaEmbeddingRequest:
 		err = h.parseRouting(v)
 	case SchemaResponse, SchemaEmbeddingResponse, SchemaError:
-		err = h.parseResponse(v)
+		var rest int
+		rest, err = h.parseResponse(v)
+		if err == nil && h.ExtLen > 0 && rest != 0 {
+			// As for a request: the block follows the fields exactly.
+			err = errorf(ErrMalformed, "extension: the response header fields end %d bytes before the block", rest)
+		}
 	}
 	if err != nil {
 		return err
@@ -331,19 +342,21 @@ func (h *Header) parseRouting(v []byte) error {
 	return nil
 }
 
-func (h *Header) parseResponse(v []byte) error {
+// parseResponse reads the response header fields from v and returns how
+// many bytes of v follow them (the Rust decoder ignores such bytes).
+func (h *Header) parseResponse(v []byte) (int, error) {
 	id, pos, err := lenPrefixed(v, 0, "id")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	h.ID = id
 	model, pos, err := lenPrefixed(v, pos, "model")
 	if err != nil {
-		return err
+		return 0, err
 	}
 	h.Model = model
 	if pos >= len(v) {
-		return errorf(ErrMalformed, "variable header ends before the finish reason")
+		return 0, errorf(ErrMalformed, "variable header ends before the finish reason")
 	}
 	h.FinishReason = FinishReason(v[pos])
 	switch h.FinishReason {
@@ -354,28 +367,29 @@ func (h *Header) parseResponse(v []byte) error {
 	pos++
 	var x uint64
 	if x, pos, err = varintAt(v, pos, "prompt_tokens"); err != nil {
-		return err
+		return 0, err
 	}
 	h.PromptTokens = uint32(x)
 	if x, pos, err = varintAt(v, pos, "completion_tokens"); err != nil {
-		return err
+		return 0, err
 	}
 	h.CompletionTokens = uint32(x)
 	if h.Flags.HasCachedTokens() {
 		if x, pos, err = varintAt(v, pos, "cached_tokens"); err != nil {
-			return err
+			return 0, err
 		}
 		h.CachedTokens = uint32(x)
 	}
 	if h.Flags.HasReasoningTokens() {
 		if x, pos, err = varintAt(v, pos, "reasoning_tokens"); err != nil {
-			return err
+			return 0, err
 		}
 		h.ReasoningTokens = uint32(x)
 	}
 	if h.Flags.HasCostEstimate() && len(v)-pos >= 4 {
 		h.EstCost = math.Float32frombits(binary.LittleEndian.Uint32(v[pos:]))
 		h.HasEstCost = true
+		pos += 4
 	}
-	return nil
+	return len(v) - pos, nil
 }
