@@ -37,7 +37,7 @@ func (se *session) handleData(msg transport.Message, start time.Time) {
 		return
 	}
 	if in.dh.IsReply() {
-		se.forwardReply(msg.Channel, &in.dh, in.fr, in.format, start)
+		se.forwardReply(msg.Channel, &in.dh, in.fr, in.format, in.h.ExtLen > 0, start)
 		return
 	}
 	se.forwardRequest(msg.Channel, &in.dh, in.fr, in.format, &in.h, start)
@@ -141,7 +141,10 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 		}
 		return
 	}
-	srv.router.SetProviderChannel(d.Provider, d.ID, uint64(pch))
+	// Only a request that reaches its provider with the block may be
+	// answered by a reply delta (docs/protocol.md §4.3).
+	ext := format == formatM2M && prov.delta && hasExtension(fr)
+	srv.router.SetProviderChannel(d.Provider, d.ID, uint64(pch), ext)
 	var flags negotiate.DataFlags
 	if batch && prov.takesBatches() {
 		flags = negotiate.FlagBatch
@@ -222,12 +225,25 @@ func routeMessage(code negotiate.ErrorCode, dh *negotiate.DataHeader, h *frame.H
 	return "request has no address and no routing header"
 }
 
-func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader, fr []byte, format frameFormat, start time.Time) {
+// forwardReply routes a reply; replyDelta: its frame carries the block of a
+// reply delta (readData has checked that it is a final schema-02 reply).
+func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader, fr []byte, format frameFormat, replyDelta bool, start time.Time) {
 	srv := se.srv
 	end := dh.IsEnd()
 	rep, err := srv.router.RouteReply(se.rs, dh.RequestID, end)
 	if end {
 		se.conn.ReleaseChannel(ch)
+	}
+	if err == nil && replyDelta && !rep.Ext {
+		// Its requester may not hold the dictionary: the request was
+		// delivered without its block (docs/protocol.md §4.3). Refused as
+		// refuseTelling refuses a malformed reply; the delivery ended with
+		// this final reply.
+		const message = "a reply delta answers a request delivered with its extension block (docs/protocol.md §4.3); this one was delivered without"
+		srv.metrics.framesRefused.WithLabelValues(string(negotiate.CodeBadFrame)).Inc()
+		rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeBadFrame, "provider's reply was refused: "+message, se.agent)
+		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, negotiate.CodeBadFrame, message, "")
+		return
 	}
 	if err != nil {
 		code := negotiate.CodeUnknownRequest
@@ -244,6 +260,8 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 	if code, message := srv.deliverReply(rep, se.rs, dh.RequestID, se.agent, dh.IsBatch(), fr, format, start); code != "" {
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
 		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, code, message, "")
+	} else if replyDelta {
+		srv.metrics.deltaReplies.Inc()
 	}
 }
 

@@ -82,8 +82,16 @@ func readData(in *dataIn, msg []byte, ch uint32, recv *negotiate.Sealer, params 
 		if err := frame.ReadHeader(fr, &in.h); err != nil {
 			return refusal{code: negotiate.CodeBadFrame, message: "frame header unreadable"}
 		}
-		if in.h.ExtLen > 0 && !params.Has(negotiate.FeatureDelta) {
-			return refusal{code: negotiate.CodeBadFrame, message: "frame carries the extension block of feature delta, which this session did not negotiate (docs/protocol.md §4.3)"}
+		if in.h.ExtLen > 0 {
+			switch {
+			case !params.Has(negotiate.FeatureDelta):
+				return refusal{code: negotiate.CodeBadFrame, message: "frame carries the extension block of feature delta, which this session did not negotiate (docs/protocol.md §4.3)"}
+			case dh.IsReply() != (in.h.Schema == frame.SchemaResponse):
+				// ReadHeader allows a block on schemas 01 and 02 only.
+				return refusal{code: negotiate.CodeBadFrame, message: "a request carries a request's extension block (schema 01), a reply only a reply delta's (schema 02) (docs/protocol.md §4.3)"}
+			case dh.IsReply() && (!dh.IsEnd() || dh.IsNotice()):
+				return refusal{code: negotiate.CodeBadFrame, message: "a reply delta is a final response (REPLY|END) (docs/protocol.md §4.3)"}
+			}
 		}
 	case !recv.Protected():
 		if form == negotiate.FormSealedTN {

@@ -57,7 +57,12 @@ func FuzzReadData(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	frames := [][]byte{m2m, withExt, asDelta, m2m[:24], big, text, {0x00, 0x81, 0x01}, {0x02, 0x05}, {0x00}, {0x99, 0x81, 0x01}, {'T', 1, 0}, []byte("#M2M|1|")}
+	// A reply delta (schema 02 with the block 01 01).
+	replyDelta, err := frame.AppendEncodeReplyDelta(nil, []byte(`{"id":"chatcmpl-9","model":"gpt-4o","choices":[{"finish_reason":"stop"}]}`), []byte("delta"), frame.Limits{})
+	if err != nil {
+		f.Fatal(err)
+	}
+	frames := [][]byte{m2m, withExt, asDelta, replyDelta, m2m[:24], big, text, {0x00, 0x81, 0x01}, {0x02, 0x05}, {0x00}, {0x99, 0x81, 0x01}, {'T', 1, 0}, []byte("#M2M|1|")}
 	for _, fr := range frames {
 		for mode := range byte(3) {
 			for seal := range byte(3) {
@@ -65,6 +70,8 @@ func FuzzReadData(f *testing.F) {
 				f.Add(mode, byte(4), uint32(4), seal, append(hdr(0, 1, ""), fr...))
 			}
 			f.Add(mode, byte(0), uint32(4), byte(2), append(hdr(negotiate.FlagReply|negotiate.FlagEnd, 77, ""), fr...))
+			f.Add(mode, byte(4), uint32(4), byte(1), append(hdr(negotiate.FlagReply|negotiate.FlagEnd, 77, ""), fr...))
+			f.Add(mode, byte(4), uint32(4), byte(1), append(hdr(negotiate.FlagReply, 77, ""), fr...))
 		}
 	}
 	f.Add(byte(0), byte(0), uint32(0), byte(0), []byte{0x02, 0x08, 0x01, 0x00, 0x00})
@@ -163,6 +170,12 @@ func FuzzReadData(f *testing.F) {
 			}
 			if h.ExtLen > 0 && !params.Has(negotiate.FeatureDelta) {
 				t.Fatal("extension block accepted from a session without feature delta")
+			}
+			// A request's block on requests, a reply delta's on final
+			// replies (docs/protocol.md §4.3).
+			if h.ExtLen > 0 && (in.dh.IsReply() != (h.Schema == frame.SchemaResponse) ||
+				in.dh.IsReply() && (!in.dh.IsEnd() || in.dh.IsNotice())) {
+				t.Fatalf("extension block of schema %#02x accepted on DATA flags %#02x", byte(h.Schema), byte(in.dh.Flags))
 			}
 		case formatTokenNative:
 			if in.dh.IsBatch() {

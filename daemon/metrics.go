@@ -134,6 +134,8 @@ type metrics struct {
 	cancels           *prometheus.CounterVec
 	// deltaRoutes is resolved per result: the hot path adds to a Counter.
 	deltaRoutes [3]prometheus.Counter // affinity, spread, base_missing
+	// deltaReplies counts reply deltas delivered (docs/protocol.md §4.3).
+	deltaReplies prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -217,6 +219,9 @@ func newMetrics() *metrics {
 	for i, r := range deltaRouteResults {
 		m.deltaRoutes[i] = deltaRoutes.WithLabelValues(r)
 	}
+	m.deltaReplies = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "m2md_delta_replies_total", Help: "Final responses that providers sent as reply deltas (feature delta: compressed against the request they answer) and this node accepted for delivery.",
+	})
 	m.registry.MustRegister(
 		build,
 		collectors.NewGoCollector(),
@@ -224,7 +229,7 @@ func newMetrics() *metrics {
 		m.sessions, m.sessionsTotal, m.handshakeFailures, m.handshakeSeconds,
 		m.framesIn, m.framesOut, m.writeBatches, m.bytesIn, m.bytesOut,
 		m.routingFailures, m.framesRefused, m.queueDrops, m.routingSeconds, m.sessionsClosed, m.limited, m.cancels,
-		deltaRoutes,
+		deltaRoutes, m.deltaReplies,
 	)
 	return m
 }

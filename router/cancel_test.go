@@ -11,7 +11,7 @@ func TestCancel(t *testing.T) {
 	r, ss := setup(t, Config{}, agentSpec{id: "req"}, agentSpec{id: "p", models: []string{"m"}})
 	req, p := ss["req"], ss["p"]
 	d := mustRoute(t, r, req, Request{ID: 5, Channel: 8, Model: []byte("m"), HasRoutingHeader: true})
-	r.SetProviderChannel(p, d.ID, 13)
+	r.SetProviderChannel(p, d.ID, 13, false)
 	mustReply(t, r, p, d.ID, false) // a chunk: still outstanding
 
 	// A CANCEL on another channel names another request (the id may have
@@ -90,5 +90,30 @@ func TestModels(t *testing.T) {
 	}
 	if got := r.Models("other-org"); len(got) != 0 {
 		t.Fatalf("other org: %q", got)
+	}
+}
+
+// A delivery remembers whether its request carried an extension block
+// (reply deltas, docs/protocol.md §4.3) until its END, and a reused slot
+// forgets it.
+func TestDeliveryExt(t *testing.T) {
+	r, ss := setup(t, Config{}, agentSpec{id: "req"}, agentSpec{id: "p", models: []string{"m"}})
+	req, p := ss["req"], ss["p"]
+	d := mustRoute(t, r, req, Request{ID: 1, Model: []byte("m"), HasRoutingHeader: true})
+	r.SetProviderChannel(p, d.ID, 3, true)
+	if rep := mustReply(t, r, p, d.ID, false); !rep.Ext {
+		t.Fatalf("chunk: %+v", rep)
+	}
+	if rep := mustReply(t, r, p, d.ID, true); !rep.Ext || !rep.End {
+		t.Fatalf("final: %+v", rep)
+	}
+	d = mustRoute(t, r, req, Request{ID: 2, Model: []byte("m"), HasRoutingHeader: true})
+	if rep := mustReply(t, r, p, d.ID, true); rep.Ext {
+		t.Fatalf("reused slot, no SetProviderChannel: %+v", rep)
+	}
+	d = mustRoute(t, r, req, Request{ID: 3, Model: []byte("m"), HasRoutingHeader: true})
+	r.SetProviderChannel(p, d.ID, 3, false)
+	if rep := mustReply(t, r, p, d.ID, true); rep.Ext {
+		t.Fatalf("delivered without its block: %+v", rep)
 	}
 }

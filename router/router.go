@@ -101,6 +101,9 @@ type Reply[S any] struct {
 	// End repeats the END flag the reply was routed with: this was the
 	// request's last reply and its mapping is gone.
 	End bool
+	// Ext is what SetProviderChannel recorded: the request reached the
+	// provider with its extension block.
+	Ext bool
 }
 
 // Orphan is a request whose provider left before its final reply: the
@@ -354,9 +357,11 @@ func (ns *namespace[S]) required(requester *Session[S], req *Request, max int) (
 
 // SetProviderChannel records the channel the daemon sends delivery
 // deliveryID on, so that Cancel can say where its CANCEL goes (behind the
-// request, on the same channel).
-func (r *Router[S]) SetProviderChannel(provider *Session[S], deliveryID, channel uint64) {
-	provider.setProviderChannel(deliveryID, channel, r.shift)
+// request, on the same channel), and ext: the request goes to the provider
+// with its extension block (feature delta), so its final reply may be a
+// reply delta (Reply.Ext).
+func (r *Router[S]) SetProviderChannel(provider *Session[S], deliveryID, channel uint64, ext bool) {
+	provider.setProviderChannel(deliveryID, channel, ext, r.shift)
 }
 
 // Cancelled is a request that Cancel ended: the daemon sends Provider a

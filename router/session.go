@@ -67,6 +67,9 @@ type slot[S any] struct {
 	// provChannel is the channel the delivery travels on to the provider,
 	// set by SetProviderChannel: a CANCEL follows the request there.
 	provChannel uint64
+	// ext: the request reached the provider with its extension block
+	// (SetProviderChannel), so its final reply may be a reply delta.
+	ext bool
 }
 
 // Value returns the value the daemon registered the session with.
@@ -189,6 +192,7 @@ func (s *Session[S]) deliver(req *Session[S], requestID, channel uint64, start t
 	sl.channel = channel
 	sl.start = start
 	sl.provChannel = 0
+	sl.ext = false
 	s.outstanding.Add(1)
 	return sl.id, nil
 }
@@ -205,7 +209,7 @@ func (s *Session[S]) lookup(id uint64, end bool, shift uint) (Reply[S], time.Dur
 	if sl == nil {
 		return Reply[S]{}, 0, ErrUnknownRequest
 	}
-	rep := Reply[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, End: end}
+	rep := Reply[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, End: end, Ext: sl.ext}
 	start := sl.start
 	if end {
 		s.freeLocked(sl, i, shift)
@@ -230,11 +234,12 @@ func (s *Session[S]) freeLocked(sl *slot[S], i uint32, shift uint) {
 	s.outstanding.Add(-1)
 }
 
-// setProviderChannel records the channel of delivery id.
-func (s *Session[S]) setProviderChannel(id, ch uint64, shift uint) {
+// setProviderChannel records the channel of delivery id and whether it
+// carried an extension block.
+func (s *Session[S]) setProviderChannel(id, ch uint64, ext bool, shift uint) {
 	s.provMu.Lock()
 	if sl, _ := s.slotLocked(id, shift); sl != nil {
-		sl.provChannel = ch
+		sl.provChannel, sl.ext = ch, ext
 	}
 	s.provMu.Unlock()
 }
