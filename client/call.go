@@ -251,7 +251,7 @@ func (st *Stream) recv() (body []byte, end bool, err error) {
 			st.finish(err)
 			return nil, false, err
 		}
-		body, err = st.cl.s.decodeReply(r, st.lim())
+		body, err = st.cl.s.decodeReply(r, st.lim(), st.turn)
 		if err != nil && st.turn != nil && st.turn.resendable(err) {
 			// The provider or the daemon lacks the delta's base: the same
 			// document again, in full, transparently (docs/protocol.md §4.3).
@@ -321,8 +321,9 @@ func (st *Stream) finish(err error) {
 }
 
 // decodeReply turns a queued reply into JSON, or into the error it carries,
-// and releases its buffer.
-func (s *session) decodeReply(r reply, lim frame.Limits) ([]byte, error) {
+// and releases its buffer. t is the request's turn, nil when it carried no
+// extension block: only such a request may be answered by a reply delta.
+func (s *session) decodeReply(r reply, lim frame.Limits, t *turn) ([]byte, error) {
 	defer r.msg.Release()
 	if r.err != nil {
 		return nil, r.err
@@ -334,6 +335,13 @@ func (s *session) decodeReply(r reply, lim frame.Limits) ([]byte, error) {
 		return nil, decodeErrorFrame(string(r.peer), r.frame, lim)
 	}
 	body, err := frame.AppendDecode(nil, r.frame, lim)
+	if errors.Is(err, frame.ErrDelta) {
+		// A reply delta (docs/protocol.md §4.3): rebuilt against the
+		// request it answers; a failure is the provider's, not resent.
+		if body, err = t.decodeReplyDelta(r.frame, lim); err == nil {
+			s.c.stats.replyDeltasReceived.Add(1)
+		}
+	}
 	if err != nil {
 		s.c.stats.badFrames.Add(1)
 		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)

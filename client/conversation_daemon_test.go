@@ -10,6 +10,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
@@ -17,10 +18,20 @@ import (
 
 // chatter is a provider that answers each request with an assistant
 // message naming the request's last message, streamed in chunks when the
-// request asks for it, and keeps every body its handler was given.
+// request asks for it, and keeps every body its handler was given and
+// every final reply it gave.
 type chatter struct {
 	mu     sync.Mutex
 	bodies [][]byte
+	finals [][]byte
+}
+
+// respond sends the final reply and keeps it.
+func (ch *chatter) respond(w ResponseWriter, final []byte) {
+	ch.mu.Lock()
+	ch.finals = append(ch.finals, final)
+	ch.mu.Unlock()
+	w.Respond(final)
 }
 
 func (ch *chatter) ServeM2M(_ context.Context, req *Request, w ResponseWriter) {
@@ -37,7 +48,7 @@ func (ch *chatter) ServeM2M(_ context.Context, req *Request, w ResponseWriter) {
 	}
 	answer := fmt.Sprintf("Answer %d, to %d messages. The last one was %d bytes long.", n, len(r.Messages), len(r.Messages[len(r.Messages)-1]))
 	if !req.Stream {
-		w.Respond(fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion","model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":%q,"refusal":null},"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":12,"total_tokens":%d}}`,
+		ch.respond(w, fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion","model":%q,"choices":[{"index":0,"message":{"role":"assistant","content":%q,"refusal":null},"finish_reason":"stop"}],"usage":{"prompt_tokens":%d,"completion_tokens":12,"total_tokens":%d}}`,
 			n, req.Model, answer, len(req.Body)/4, len(req.Body)/4+12))
 		return
 	}
@@ -49,13 +60,19 @@ func (ch *chatter) ServeM2M(_ context.Context, req *Request, w ResponseWriter) {
 		chunks = append(chunks, fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":%q}}]}`, n, answer[i:min(i+16, len(answer))]))
 	}
 	w.Chunks(chunks...)
-	w.Respond(fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`, n))
+	ch.respond(w, fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`, n))
 }
 
 func (ch *chatter) received() [][]byte {
 	ch.mu.Lock()
 	defer ch.mu.Unlock()
 	return slices.Clone(ch.bodies)
+}
+
+func (ch *chatter) answered() [][]byte {
+	ch.mu.Lock()
+	defer ch.mu.Unlock()
+	return slices.Clone(ch.finals)
 }
 
 // conversation plays turns of a conversation the way an SDK user does: each
@@ -117,10 +134,12 @@ func userText(i int) string {
 }
 
 // play runs turns of cv from req and checks that the provider's handler
-// got every request byte for byte.
+// got every request byte for byte, and the caller every final reply (a
+// reply delta's included).
 func play(t *testing.T, req *Client, prov *chatter, cv *conversation, turns int) {
 	t.Helper()
 	before := len(prov.received())
+	answeredBefore := len(prov.answered())
 	var sent [][]byte
 	var resp *Response
 	for i := range turns {
@@ -133,6 +152,9 @@ func play(t *testing.T, req *Client, prov *chatter, cv *conversation, turns int)
 		if cv.stream != (len(resp.Chunks) > 0) {
 			t.Fatalf("turn %d: %d chunks", i+1, len(resp.Chunks))
 		}
+		if a := prov.answered(); len(a) <= answeredBefore+i || !bytes.Equal(resp.Body, a[answeredBefore+i]) {
+			t.Fatalf("turn %d: the caller got the final reply\n%s\nthe handler's was not that", i+1, resp.Body)
+		}
 	}
 	got := prov.received()[before:]
 	if len(got) != turns {
@@ -142,6 +164,21 @@ func play(t *testing.T, req *Client, prov *chatter, cv *conversation, turns int)
 		if !bytes.Equal(got[i], sent[i]) {
 			t.Fatalf("turn %d: the handler got\n%s\nwant\n%s", i+1, got[i], sent[i])
 		}
+	}
+}
+
+// replyDeltasSent returns p's Stats once it counts n reply deltas sent (a
+// provider counts one once its write returned, which can be after the
+// requester had it), or after a second.
+func replyDeltasSent(t *testing.T, p *Client, n uint64) Stats {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		ps := p.Stats()
+		if ps.ReplyDeltasSent >= n || time.Now().After(deadline) {
+			return ps
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -167,6 +204,12 @@ func TestConversationDeltas(t *testing.T) {
 					rs, ps := r.Stats(), p.Stats()
 					if rs.DeltasSent != turns-1 || rs.DeltaResends != 0 || ps.DeltasReceived != turns-1 || ps.BasesMissing != 0 {
 						t.Fatalf("requester %+v\nprovider %+v", rs, ps)
+					}
+					// Final replies as reply deltas, rebuilt byte for byte
+					// (play compared them).
+					ps = replyDeltasSent(t, p, rs.ReplyDeltasReceived)
+					if rs.ReplyDeltasReceived != ps.ReplyDeltasSent || rs.ReplyDeltasReceived < turns-1 || rs.BadFrames != 0 {
+						t.Fatalf("reply deltas: requester %+v\nprovider %+v", rs, ps)
 					}
 					// Streamed: a chunk, a batch of the others, the final.
 					if stream && rs.Replies != 3*turns {
@@ -196,7 +239,7 @@ func TestConversationCorpus(t *testing.T) {
 	}
 	// The provider answers with the assistant message the next turn holds.
 	var mu sync.Mutex
-	var got [][]byte
+	var got, answers [][]byte
 	handler := HandlerFunc(func(_ context.Context, req *Request, w ResponseWriter) {
 		mu.Lock()
 		got = append(got, req.Body)
@@ -213,13 +256,24 @@ func TestConversationCorpus(t *testing.T) {
 			}
 			msg = next.Messages[len(next.Messages)-2]
 		}
-		w.Respond(fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":%s,"finish_reason":"stop"}]}`, i, msg))
+		answer := fmt.Appendf(nil, `{"id":"chatcmpl-%d","object":"chat.completion","model":"gpt-4o","choices":[{"index":0,"message":%s,"finish_reason":"stop"}]}`, i, msg)
+		mu.Lock()
+		answers = append(answers, answer)
+		mu.Unlock()
+		w.Respond(answer)
 	})
-	dial(t, d, "ws", Options{AgentID: "corpus-p", Models: []string{"gpt-4o"}, Handler: handler})
+	p := dial(t, d, "ws", Options{AgentID: "corpus-p", Models: []string{"gpt-4o"}, Handler: handler})
 	r := dial(t, d, "ws", Options{AgentID: "corpus-r"})
 	for i, body := range turns {
-		if _, err := r.Do(testCtx(t), body); err != nil {
+		resp, err := r.Do(testCtx(t), body)
+		if err != nil {
 			t.Fatalf("turn %d: %v", i+1, err)
+		}
+		mu.Lock()
+		same := bytes.Equal(resp.Body, answers[i])
+		mu.Unlock()
+		if !same {
+			t.Fatalf("turn %d: the answer arrived different", i+1)
 		}
 	}
 	for i := range turns {
@@ -231,7 +285,11 @@ func TestConversationCorpus(t *testing.T) {
 	if s.DeltasSent != uint64(len(turns)-1) {
 		t.Fatalf("%d deltas for %d turns", s.DeltasSent, len(turns))
 	}
-	t.Logf("%d turns: %d JSON bytes in %d wire bytes (%.1fx)", len(turns), s.JSONBytesSent, s.WireBytesSent, s.SendRatio())
+	t.Logf("%d turns: %d JSON bytes in %d wire bytes (%.1fx); answers: %d JSON bytes in %d wire bytes (%.2fx), %d reply deltas",
+		len(turns), s.JSONBytesSent, s.WireBytesSent, s.SendRatio(), s.JSONBytesReceived, s.WireBytesReceived, s.ReceiveRatio(), s.ReplyDeltasReceived)
+	if ps := replyDeltasSent(t, p, s.ReplyDeltasReceived); s.ReplyDeltasReceived != ps.ReplyDeltasSent || s.ReplyDeltasReceived < uint64(len(turns)-1) {
+		t.Fatalf("reply deltas: %d received, %d sent", s.ReplyDeltasReceived, ps.ReplyDeltasSent)
+	}
 	if s.SendRatio() < 20 {
 		t.Fatalf("requests only %.1fx smaller than their JSON", s.SendRatio())
 	}
@@ -323,11 +381,15 @@ func TestConversationWithoutDelta(t *testing.T) {
 			tc.prov.AgentID, tc.prov.Models, tc.prov.Handler = "p-"+id, []string{model}, prov
 			tc.req.AgentID = "r-" + id
 			tc.prov.Security, tc.req.Security = frame.SecurityHMAC, frame.SecurityHMAC
-			dial(t, d, "ws", tc.prov)
+			p := dial(t, d, "ws", tc.prov)
 			r := dial(t, d, "ws", tc.req)
 			play(t, r, prov, &conversation{model: model}, 4)
 			if rs := r.Stats(); rs.DeltasSent != tc.deltas || rs.DeltaResends != tc.resent {
 				t.Fatalf("requester %+v", rs)
+			}
+			// No block reached the provider: no reply deltas either.
+			if rs, ps := r.Stats(), p.Stats(); rs.ReplyDeltasReceived != 0 || ps.ReplyDeltasSent != 0 {
+				t.Fatalf("reply deltas: requester %+v\nprovider %+v", rs, ps)
 			}
 		})
 	}

@@ -71,6 +71,13 @@
 // transparently. Options.ConversationHistory and ConversationBases bound
 // what either side keeps.
 //
+// The answer travels back the same way: a provider's final response to a
+// request that came with its extension block goes as a reply delta,
+// compressed against that request (and the answer it continued), when that
+// is smaller (ResponseWriter.Respond decides; Stats.ReplyDeltasSent counts
+// them). The requester rebuilds the exact JSON; one that does not rebuild
+// fails the request with ErrBadFrame.
+//
 // Session reports the negotiated parameters, and Stats counts frames and
 // bytes on the wire against JSON bytes, which is the compression achieved.
 package client

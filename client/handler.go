@@ -86,6 +86,9 @@ type delivery struct {
 	mu   sync.Mutex
 	done bool       // the final reply was sent
 	rec  *recording // kept as a base once answered (feature delta)
+	// reply is what a reply delta is encoded against, when the request
+	// came with an extension block (feature delta); nil otherwise.
+	reply *replyDict
 }
 
 func newDelivery(s *session, id uint64, ch transport.ChannelID, from string) *delivery {
@@ -170,9 +173,13 @@ func (d *delivery) write(flags negotiate.DataFlags, json []byte, code negotiate.
 		d.record(json, code, flags&negotiate.FlagEnd != 0)
 	}
 	var err error
-	if code != "" {
+	switch {
+	case code != "":
 		err = d.s.sendError(d.ch, d.id, code, message)
-	} else {
+	case d.reply != nil && flags&negotiate.FlagEnd != 0:
+		err = d.s.sendFinal(d.ch, d.id, json, d.reply)
+		d.reply = nil
+	default:
 		err = d.s.sendJSON(d.ch, flags, d.id, json)
 	}
 	switch {

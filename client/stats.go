@@ -35,6 +35,11 @@ type Stats struct {
 	DeltaResends   uint64
 	DeltasReceived uint64
 	BasesMissing   uint64
+	// Reply deltas (docs/protocol.md §4.3): final responses this provider
+	// sent compressed against the request they answer, and final
+	// responses this requester received so and rebuilt.
+	ReplyDeltasSent     uint64
+	ReplyDeltasReceived uint64
 
 	FramesSent        uint64
 	FramesReceived    uint64
@@ -66,31 +71,34 @@ type counters struct {
 	framesSent, framesReceived                                                atomic.Uint64
 	cancelsSent, cancelsReceived                                              atomic.Uint64
 	deltasSent, deltaResends, deltasReceived, basesMissing                    atomic.Uint64
+	replyDeltasSent, replyDeltasReceived                                      atomic.Uint64
 	wireSent, wireReceived, jsonSent, jsonReceived                            atomic.Uint64
 }
 
 func (c *counters) snapshot() Stats {
 	return Stats{
-		Requests:          c.requests.Load(),
-		Replies:           c.replies.Load(),
-		Deliveries:        c.deliveries.Load(),
-		BusyRejections:    c.busy.Load(),
-		Notices:           c.notices.Load(),
-		LateReplies:       c.late.Load(),
-		BadFrames:         c.badFrames.Load(),
-		Reconnects:        c.reconnects.Load(),
-		CancelsSent:       c.cancelsSent.Load(),
-		CancelsReceived:   c.cancelsReceived.Load(),
-		DeltasSent:        c.deltasSent.Load(),
-		DeltaResends:      c.deltaResends.Load(),
-		DeltasReceived:    c.deltasReceived.Load(),
-		BasesMissing:      c.basesMissing.Load(),
-		FramesSent:        c.framesSent.Load(),
-		FramesReceived:    c.framesReceived.Load(),
-		WireBytesSent:     c.wireSent.Load(),
-		WireBytesReceived: c.wireReceived.Load(),
-		JSONBytesSent:     c.jsonSent.Load(),
-		JSONBytesReceived: c.jsonReceived.Load(),
+		Requests:            c.requests.Load(),
+		Replies:             c.replies.Load(),
+		Deliveries:          c.deliveries.Load(),
+		BusyRejections:      c.busy.Load(),
+		Notices:             c.notices.Load(),
+		LateReplies:         c.late.Load(),
+		BadFrames:           c.badFrames.Load(),
+		Reconnects:          c.reconnects.Load(),
+		CancelsSent:         c.cancelsSent.Load(),
+		CancelsReceived:     c.cancelsReceived.Load(),
+		DeltasSent:          c.deltasSent.Load(),
+		DeltaResends:        c.deltaResends.Load(),
+		DeltasReceived:      c.deltasReceived.Load(),
+		BasesMissing:        c.basesMissing.Load(),
+		ReplyDeltasSent:     c.replyDeltasSent.Load(),
+		ReplyDeltasReceived: c.replyDeltasReceived.Load(),
+		FramesSent:          c.framesSent.Load(),
+		FramesReceived:      c.framesReceived.Load(),
+		WireBytesSent:       c.wireSent.Load(),
+		WireBytesReceived:   c.wireReceived.Load(),
+		JSONBytesSent:       c.jsonSent.Load(),
+		JSONBytesReceived:   c.jsonReceived.Load(),
 	}
 }
 

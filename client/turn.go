@@ -3,11 +3,14 @@ package client
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/m2md/m2md/delta"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/bufpool"
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/transport"
 )
 
 // turn is a request sent with an extension block (docs/protocol.md §4.3):
@@ -18,9 +21,10 @@ type turn struct {
 	last          uint64 // messageKeys' key of all its messages
 	d             []byte // the request, then its replies' JSON appended
 	reqLen        int
-	delta         bool // sent as a delta
-	replies       int  // reply bodies returned to the caller
-	recording     bool // d still holds every reply (within the budget)
+	delta         bool        // sent as a delta
+	base          *delta.Base // the base of the delta, for its reply's D_r
+	replies       int         // reply bodies returned to the caller
+	recording     bool        // d still holds every reply (within the budget)
 	resent        bool
 	miss          deltaBackoff // kept with it in the history
 }
@@ -89,6 +93,7 @@ func (s *session) encodeRequest(o outgoing, payload []byte) (*turn, error) {
 	*o.buf = b
 	t.delta = isDelta
 	if isDelta {
+		t.base = base
 		c.stats.deltasSent.Add(1)
 	}
 	t.d = append(make([]byte, 0, len(payload)+len(payload)/8+512), payload...)
@@ -101,8 +106,10 @@ func (t *turn) reply(c *Client, body []byte, end bool) {
 	t.replies++
 	if t.recording {
 		if len(t.d)+len(body) > c.cfg.ConversationHistory {
+			// The request itself stays until the end: a reply delta's
+			// dictionary holds it.
 			t.recording = false
-			t.d = nil
+			t.d = t.d[:t.reqLen:t.reqLen]
 		} else {
 			t.d = append(t.d, body...)
 		}
@@ -118,6 +125,24 @@ func (t *turn) reply(c *Client, body []byte, end bool) {
 		c.hist.add(t.docID, t.last, reply, delta.MakeBase(t.d, t.reqLen), t.miss)
 	}
 	t.d = nil
+}
+
+// decodeReplyDelta rebuilds a reply delta to t's request against its
+// dictionary D_r (docs/protocol.md §4.3, "Reply deltas"): the base's
+// response when the request travelled as a delta (not its resend in
+// full), then the request.
+func (t *turn) decodeReplyDelta(fr []byte, lim frame.Limits) ([]byte, error) {
+	if t == nil || len(t.d) < t.reqLen {
+		return nil, errors.New("client: a reply delta to a request that carried no extension block")
+	}
+	var base *delta.Base
+	if t.delta && !t.resent {
+		base = t.base
+	}
+	dict := bufpool.Get(t.reqLen + 4096)
+	defer bufpool.Put(dict)
+	*dict = delta.AppendReplyDict((*dict)[:0], base, t.d[:t.reqLen])
+	return delta.AppendDecodeReply(nil, fr, *dict, lim)
 }
 
 // resendable reports whether err, the request's reply, is base_missing for
@@ -206,8 +231,8 @@ func (s *session) decodeDelivery(d *delivery, plain []byte, h *frame.Header) ([]
 	}
 	var body []byte
 	var err error
+	var base *delta.Base
 	if h.Ext.Delta {
-		var base *delta.Base
 		if c.bases != nil {
 			base = c.bases.get(d.from, h.Ext.BaseID)
 		}
@@ -225,10 +250,55 @@ func (s *session) decodeDelivery(d *delivery, plain []byte, h *frame.Header) ([]
 	} else if body, err = frame.AppendDecode(nil, plain, s.decLim); err != nil {
 		return nil, negotiate.CodeBadFrame, err
 	}
+	// What a reply delta is encoded against: the request as the handler
+	// gets it, and the base it was rebuilt from.
+	r := &replyDict{base: base}
 	if c.bases != nil && len(body) < c.cfg.ConversationBases {
 		d.rec = &recording{docID: h.Ext.DocID, d: append(make([]byte, 0, len(body)+len(body)/8+512), body...), reqLen: len(body)}
+		r.req = d.rec.d[:len(body):len(body)] // never written after
+	} else {
+		r.req = slices.Clone(body) // the handler owns body
 	}
+	d.reply = r
 	return body, "", nil
+}
+
+// replyDict is what a provider keeps of a request with an extension block
+// to encode its final response as a reply delta (docs/protocol.md §4.3,
+// "Reply deltas"): D_r = the base's response (a delta request) ‖ req.
+type replyDict struct {
+	base *delta.Base // nil unless the request was a delta
+	req  []byte
+}
+
+// sendFinal sends json, the final reply to a request that came with an
+// extension block: as a reply delta against r when that is smaller, else
+// as the plain frame.
+func (s *session) sendFinal(ch transport.ChannelID, id uint64, json []byte, r *replyDict) error {
+	o, err := newOutgoing(negotiate.FlagReply|negotiate.FlagEnd, id, "", len(json))
+	if err != nil {
+		return err
+	}
+	defer o.free()
+	dict := bufpool.Get(len(r.req) + 4096)
+	defer bufpool.Put(dict)
+	*dict = delta.AppendReplyDict((*dict)[:0], r.base, r.req)
+	b, isDelta, err := delta.AppendEncodeReply(*o.buf, json, *dict, s.encLim)
+	switch {
+	case errors.Is(err, frame.ErrLimit):
+		return fmt.Errorf("%w: %w", ErrTooLarge, err)
+	case err != nil:
+		return fmt.Errorf("client: encode: %w", err)
+	}
+	*o.buf = b
+	if err := s.sendMessage(ch, o); err != nil {
+		return err
+	}
+	s.c.stats.jsonSent.Add(uint64(len(json)))
+	if isDelta {
+		s.c.stats.replyDeltasSent.Add(1)
+	}
+	return nil
 }
 
 // record adds a reply the provider is sending to its recording; the final

@@ -82,14 +82,15 @@ func (r *convRig) turn(req *client.Client, c bench.Conversation, k int) string {
 	return resp.From
 }
 
-// Affinity across providers, every security mode: the whole conversation
-// stays with the provider of its first turn, every later turn travels as a
-// delta, and nothing is resent.
+// Affinity across providers, every security mode on both transports: the
+// whole conversation stays with the provider of its first turn, every later
+// turn travels as a delta, nothing is resent, and the answers travel as
+// reply deltas (docs/protocol.md §4.3) that arrive byte for byte.
 func TestConversationAffinity(t *testing.T) {
 	d := startDaemon(t, nil)
 	convs := loadConversations(t)
-	for i, mode := range modes {
-		tr := transports[i%len(transports)]
+	for i, mt := range modesTransports() {
+		mode, tr := mt.mode, mt.tr
 		t.Run(mode.String()+"/"+tr, func(t *testing.T) {
 			r := &convRig{t: t, d: d, tr: tr, mode: mode, convs: convs}
 			sfx := fmt.Sprintf("-%s-%s", mode, tr)
@@ -113,7 +114,45 @@ func TestConversationAffinity(t *testing.T) {
 			if st.WireBytesSent*10 > st.JSONBytesSent {
 				t.Errorf("requests: %d wire bytes for %d JSON bytes", st.WireBytesSent, st.JSONBytesSent)
 			}
+			sent := waitReplyDeltas(t, st.ReplyDeltasReceived, p1, p2)
+			if st.ReplyDeltasReceived != sent || sent < uint64(len(c.Turns)-1) || st.BadFrames != 0 {
+				t.Errorf("%d reply deltas received (%d bad frames), %d sent; want at least %d", st.ReplyDeltasReceived, st.BadFrames, sent, len(c.Turns)-1)
+			}
 		})
+	}
+}
+
+type modeTransport struct {
+	mode frame.Security
+	tr   string
+}
+
+// modesTransports is every security mode on every transport.
+func modesTransports() []modeTransport {
+	var mts []modeTransport
+	for _, m := range modes {
+		for _, tr := range transports {
+			mts = append(mts, modeTransport{m, tr})
+		}
+	}
+	return mts
+}
+
+// waitReplyDeltas returns the reply deltas the providers sent, once they
+// count n (a provider counts one when its write returns, which can be after
+// the requester had it) or after a second.
+func waitReplyDeltas(t *testing.T, n uint64, providers ...*client.Client) uint64 {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		var sent uint64
+		for _, p := range providers {
+			sent += p.Stats().ReplyDeltasSent
+		}
+		if sent >= n || time.Now().After(deadline) {
+			return sent
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
