@@ -68,8 +68,13 @@ type session struct {
 	// closeInBatch: the pass's batch holds this side's CLOSE (owned by the
 	// running writer).
 	closeInBatch bool
-	timer        *time.Timer // the state machine's deadline: timerFired
-	tickDue      atomic.Bool
+	// outFrames and outBytes count the pass's DATA frames written, by
+	// format, until uncork adds them to the shared counters: one atomic
+	// add per batch instead of two per frame (owned by the running
+	// writer).
+	outFrames, outBytes [numFormats]int
+	timer               *time.Timer // the state machine's deadline: timerFired
+	tickDue             atomic.Bool
 	// stall fires when a DATA write has been blocked for
 	// SlowConsumerGrace (writeStalled); only the writer arms it
 	// (watchWrite). stallArmed says a write is being watched; stallMark

@@ -94,6 +94,12 @@ func (se *session) drainOnce() {
 	}
 	se.batch = se.queue.takeAll(se.batch[:0])
 	se.slowSince.Store(0) // the queue had room again
+	// One watch for the whole batch, up to the end of its write in
+	// uncork: a Send inside the batch blocks only when the held bytes
+	// pass the cork's limit, and the watch covers that as it covers the
+	// final write. Arming and stopping the timer around each frame cost
+	// two timer-heap operations per frame for nothing.
+	se.watchWrite()
 	for i, m := range se.batch {
 		// Control messages (a CLOSE, a PONG) overtake a long batch.
 		if se.writePendingControl() {
@@ -115,11 +121,23 @@ func (se *session) drainOnce() {
 func (se *session) uncork() {
 	if !se.batchWrote {
 		_ = se.conn.Uncork() // nothing held: returns at once
+		if se.stallArmed.Load() {
+			se.unwatchWrite() // every frame of the batch was dropped
+		}
 		return
 	}
 	se.batchWrote = false
 	se.m.writeBatches.Inc()
-	se.watchWrite()
+	for f := range numFormats {
+		if se.outFrames[f] > 0 {
+			se.m.framesOut[f].Add(float64(se.outFrames[f]))
+			se.m.bytesOut[f].Add(float64(se.outBytes[f]))
+			se.outFrames[f], se.outBytes[f] = 0, 0
+		}
+	}
+	if !se.stallArmed.Load() {
+		se.watchWrite() // a batch of control messages only
+	}
 	_ = se.conn.Uncork()
 	se.unwatchWrite()
 	if se.closeInBatch {
@@ -264,16 +282,10 @@ func (se *session) write(m outMsg) {
 		ctx, cancel = context.WithTimeout(context.WithoutCancel(se.ctx), se.srv.cfg.CloseTimeout)
 		defer cancel()
 	}
-	if m.kind == msgData {
-		se.watchWrite()
-	}
 	if hook := se.srv.cfg.beforeCloseWrite; hook != nil && (m.closeSent != "" || m.closeAfter) {
 		hook()
 	}
-	err := se.conn.Send(ctx, m.ch, *m.buf)
-	if m.kind == msgData {
-		se.unwatchWrite()
-	}
+	err := se.conn.Send(ctx, m.ch, *m.buf) // watched by the batch's stall timer (drainOnce)
 	if m.closeSent != "" || m.closeAfter {
 		// Set only once the CLOSE is in the transport's hands (or failed),
 		// not before the Send: awaitCloseWritten lets teardown close the
@@ -290,8 +302,8 @@ func (se *session) write(m outMsg) {
 		return
 	}
 	if m.kind == msgData {
-		se.m.framesOut[m.format].Inc()
-		se.m.bytesOut[m.format].Add(float64(len(*m.buf)))
+		se.outFrames[m.format]++
+		se.outBytes[m.format] += len(*m.buf)
 	}
 	if m.closeAfter {
 		se.conn.Close()
