@@ -33,9 +33,16 @@ type wsConn struct {
 	// readMessage: it refuses to read on once the tap has seen the
 	// message's declared size pass the limit.
 	body wsBody
-	// slow fires when a message has not arrived whole within
-	// Config.MessageTimeout of its first frame header.
-	slow *time.Timer
+	// slow fires when a message may have taken longer than
+	// Config.MessageTimeout since its first frame header (watchSlow).
+	// msgStart is when the message being read began (nanoseconds on the
+	// connection's monotonic clock, since born), 0 between messages, and
+	// -1 once the timer has claimed it as timed out; slowArmed says the
+	// timer is set.
+	slow      *time.Timer
+	born      time.Time
+	msgStart  atomic.Int64
+	slowArmed atomic.Bool
 
 	done      chan struct{}
 	closeOnce sync.Once
@@ -78,7 +85,8 @@ func newWSConn(ws *websocket.Conn, nc *corkConn, remote net.Addr, cfg Config, ta
 	if tap != nil {
 		tap.refuse = c.announcedTooLarge
 	}
-	c.slow = time.AfterFunc(time.Hour, c.messageTimedOut)
+	c.born = time.Now()
+	c.slow = time.AfterFunc(time.Hour, c.watchSlow)
 	c.slow.Stop()
 	// The library's own default (32 KiB) must never apply: set the
 	// protocol's pre-ACCEPT limit before the first read.
@@ -93,7 +101,13 @@ func newWSConn(ws *websocket.Conn, nc *corkConn, remote net.Addr, cfg Config, ta
 // passed down; Close unblocks the read instead.
 func (c *wsConn) readLoop() {
 	defer c.wg.Done()
-	defer c.slow.Stop()
+	defer func() {
+		// No message is read any more: watchSlow, which may be running
+		// now, leaves the timer unset (an armed timer would hold the
+		// connection until it fired).
+		c.msgStart.Store(-1)
+		c.slow.Stop()
+	}()
 	ctx := context.Background()
 	last := wsFirstRead
 	for {
@@ -111,13 +125,19 @@ func (c *wsConn) readLoop() {
 			c.queue.fail(ErrTextMessage)
 			return
 		}
-		c.slow.Reset(c.cfg.MessageTimeout)
+		c.msgStart.Store(max(1, int64(time.Since(c.born))))
+		if !c.slowArmed.Load() && c.slowArmed.CompareAndSwap(false, true) {
+			c.slow.Reset(c.cfg.MessageTimeout)
+		}
 		c.body.r = r
 		limit := c.readLimit.Load()
 		buf, err := readMessage(&c.body, limit, last, &c.probe)
 		c.body.r = nil
-		if !c.slow.Stop() {
-			return // messageTimedOut has failed the queue
+		if c.msgStart.Swap(0) < 0 {
+			if buf != nil {
+				putBuffer(buf)
+			}
+			return // watchSlow has failed the queue
 		}
 		if err != nil {
 			if errors.Is(err, ErrMessageTooLarge) || isWSTooBig(err) {
@@ -143,6 +163,40 @@ func (c *wsConn) announcedTooLarge() {
 	c.tooBig.Store(true)
 	if !c.isClosing() {
 		c.queue.fail(fmt.Errorf("%w: message exceeds the read limit %d", errAnnouncedTooLarge, c.readLimit.Load()))
+	}
+}
+
+// watchSlow runs when the message timer fires. The timer is not set and
+// stopped around every message, which cost two timer-heap operations per
+// message received: once set, it stays set while messages keep coming,
+// and each time it fires it looks at the message being read now. A
+// message that began less than MessageTimeout ago sets it for the rest of
+// its time; one older than that has timed out; between messages the timer
+// is left unset, so an idle connection has none pending.
+func (c *wsConn) watchSlow() {
+	for {
+		start := c.msgStart.Load()
+		if start <= 0 {
+			c.slowArmed.Store(false)
+			// A message that began after the load found no timer set
+			// and set none: take it on.
+			if c.msgStart.Load() > 0 && c.slowArmed.CompareAndSwap(false, true) {
+				continue
+			}
+			return
+		}
+		if left := c.cfg.MessageTimeout - (time.Since(c.born) - time.Duration(start)); left > 0 {
+			c.slow.Reset(left)
+			if c.msgStart.Load() < 0 {
+				c.slow.Stop() // the reader ended meanwhile
+			}
+			return
+		}
+		if c.msgStart.CompareAndSwap(start, -1) {
+			c.messageTimedOut()
+			return
+		}
+		// The message ended meanwhile, and maybe another began: look again.
 	}
 }
 

@@ -137,6 +137,47 @@ func TestWSMessageTimeout(t *testing.T) {
 	}
 }
 
+// TestWSMessageTimeoutWhileMessagesFlow: the message timer is not set and
+// stopped around each message but left running while messages come. Its
+// firing while messages flow fails none of them; and a message that
+// trickles is given its whole MessageTimeout from its own first header,
+// not from when an earlier message set the timer.
+func TestWSMessageTimeoutWhileMessagesFlow(t *testing.T) {
+	const timeout = 400 * time.Millisecond
+	nc, server := rawWSServer(t, Config{MessageTimeout: timeout})
+	data := []byte{0x02, 1, 2, 3}
+	send := func(i int) {
+		nc.Write(append(wsFrameHeader(true, 2, uint64(len(data))), data...))
+		m, err := server.Receive(testCtx(t))
+		if err != nil {
+			t.Fatalf("message %d: %v", i, err)
+		}
+		m.Release()
+	}
+	// 13 whole messages over 600 ms: the timer, set by the first, fires
+	// while they flow.
+	for i := range 13 {
+		if i > 0 {
+			time.Sleep(50 * time.Millisecond)
+		}
+		send(i)
+	}
+	// Idle past the timer's last firing; then one message sets it again,
+	// and the trickling one begins half-way to its firing.
+	time.Sleep(timeout + 100*time.Millisecond)
+	send(13)
+	time.Sleep(timeout / 2)
+	start := time.Now()
+	nc.Write(append(wsFrameHeader(true, 2, 100), 1, 2, 3))
+	_, err := server.Receive(testCtx(t))
+	if !errors.Is(err, ErrMessageTimeout) {
+		t.Fatalf("Receive: %v, want ErrMessageTimeout", err)
+	}
+	if d := time.Since(start); d < timeout*7/8 || d > 2*time.Second {
+		t.Fatalf("a trickling message was given up after %v; MessageTimeout %v", d, timeout)
+	}
+}
+
 // FuzzWSTap: the tap's view of a byte stream does not depend on how the
 // stream is cut into reads.
 func FuzzWSTap(f *testing.F) {
