@@ -15,8 +15,8 @@ import (
 )
 
 // TestSlowSteadyReaderNotClosed (docs/operations.md, Slow consumers): the
-// daemon's stall timer (--slow-consumer-grace) watches each write, not a
-// whole batch. A provider that reads slowly but steadily, so that writing
+// daemon's stall timer (--slow-consumer-grace) watches a batch's writes
+// for progress, not for their end. A provider that reads slowly but steadily, so that writing
 // all that is queued for it takes several graces while no single write
 // waits one, keeps its session and gets every delivery. (One that stops
 // reading is closed after the grace: TestStalledWriterClosed.)
