@@ -353,7 +353,8 @@ func (se *session) readLoop() {
 			se.protocolError("unknown message kind")
 			continue
 		}
-		if limit := se.rates.allow(time.Now(), len(msg.Data)); limit != "" {
+		now := time.Now() // one clock reading per message: rates, state machine, routing time
+		if limit := se.rates.allow(now, len(msg.Data)); limit != "" {
 			se.srv.limitHit(limit, se.conn.RemoteAddr(), se.neg.ID)
 			if kind == negotiate.KindData {
 				if dh, _, err := negotiate.ParseData(msg.Data); err == nil {
@@ -385,7 +386,6 @@ func (se *session) readLoop() {
 				se.protocolError("DATA on the control stream")
 				continue
 			}
-			now := time.Now()
 			se.mu.Lock()
 			_, err := se.machine.Received(now, negotiate.KindData, "")
 			se.mu.Unlock()
