@@ -1,9 +1,7 @@
 package client
 
 import (
-	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"hash/maphash"
 	"slices"
 	"strings"
@@ -147,89 +145,6 @@ func writeCanonical(h *maphash.Hash, p *jsonscan.Doc, v jsonscan.Node) {
 		h.WriteByte(byte('0' + v.Kind))
 		h.Write(p.Text(v))
 	}
-}
-
-// streamMessage returns, as JSON, the assistant message a streamed
-// response's chunks (concatenated) add up to: their choices[0].delta
-// pieces, or the choices[0].message of a stream that ends with a whole
-// response. ok is false when there is none.
-func streamMessage(resp []byte) (_ []byte, ok bool) {
-	type call struct {
-		ID       string `json:"id,omitempty"`
-		Type     string `json:"type,omitempty"`
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	}
-	var msg struct {
-		Role      string  `json:"role"`
-		Content   *string `json:"content"`
-		ToolCalls []call  `json:"tool_calls,omitempty"`
-	}
-	dec := json.NewDecoder(bytes.NewReader(resp))
-	for dec.More() {
-		var raw json.RawMessage
-		if dec.Decode(&raw) != nil {
-			return nil, false
-		}
-		if raw[0] != '{' {
-			continue // a relay's end marker ("[DONE]"), not a chunk
-		}
-		var chunk struct {
-			Choices []struct {
-				Message json.RawMessage `json:"message"`
-				Delta   struct {
-					Role      string  `json:"role"`
-					Content   *string `json:"content"`
-					ToolCalls []struct {
-						Index int `json:"index"`
-						call
-					} `json:"tool_calls"`
-				} `json:"delta"`
-			} `json:"choices"`
-		}
-		if json.Unmarshal(raw, &chunk) != nil {
-			return nil, false
-		}
-		if len(chunk.Choices) == 0 {
-			continue
-		}
-		if m := chunk.Choices[0].Message; len(m) > 0 && string(m) != "null" {
-			// A stream that ends with a whole response: its message is
-			// the answer.
-			return m, true
-		}
-		d := chunk.Choices[0].Delta
-		if msg.Role == "" {
-			msg.Role = d.Role
-		}
-		if d.Content != nil {
-			s := *d.Content
-			if msg.Content != nil {
-				s = *msg.Content + s
-			}
-			msg.Content = &s
-		}
-		for _, tc := range d.ToolCalls {
-			if tc.Index < 0 || tc.Index > len(msg.ToolCalls) {
-				return nil, false
-			}
-			if tc.Index == len(msg.ToolCalls) {
-				msg.ToolCalls = append(msg.ToolCalls, call{})
-			}
-			c := &msg.ToolCalls[tc.Index]
-			c.ID += tc.ID
-			c.Type += tc.Type
-			c.Function.Name += tc.Function.Name
-			c.Function.Arguments += tc.Function.Arguments
-		}
-	}
-	if msg.Role == "" {
-		return nil, false
-	}
-	b, err := json.Marshal(msg)
-	return b, err == nil
 }
 
 // replyKey is the key of a response's assistant message (its
