@@ -469,7 +469,8 @@ func TestOpenAIErrors(t *testing.T) {
 	}
 
 	// Bad JSON and over the limit: 400, from the ingress itself.
-	for _, body := range [][]byte{[]byte(`{"model":`), []byte(`{"messages":[]}`), bytes.Repeat([]byte("x"), 17<<20)} {
+	for _, body := range [][]byte{[]byte(`{"model":`), []byte(`{"messages":[]}`), []byte(`["gpt-4o"]`), []byte(`{"model":4}`),
+		[]byte(`{"model":"gpt-4o","messages":` + strings.Repeat("[", 40) + strings.Repeat("]", 40) + `}`), bytes.Repeat([]byte("x"), 17<<20)} {
 		r, err := http.Post(e.base+"/v1/chat/completions", "application/json", bytes.NewReader(body))
 		if err != nil {
 			t.Fatal(err)

@@ -176,30 +176,47 @@ func (in *Ingress) serveRequest(w http.ResponseWriter, r *http.Request, schema f
 	if !ok {
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, int64(in.cfg.MaxBody)))
+	if r.ContentLength > int64(in.cfg.MaxBody) {
+		tooLarge(w, in.cfg.MaxBody)
+		return
+	}
+	body, err := openai.ReadAll(http.MaxBytesReader(w, r.Body, int64(in.cfg.MaxBody)), r.ContentLength)
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			openai.WriteError(w, http.StatusBadRequest, fmt.Sprintf("request body exceeds %d bytes", in.cfg.MaxBody), "invalid_request_error", "request_too_large", false)
+			tooLarge(w, in.cfg.MaxBody)
 		}
 		return // the client is gone otherwise
 	}
-	var head struct {
-		Model  *string `json:"model"`
-		Stream bool    `json:"stream"`
-	}
-	if err := json.Unmarshal(body, &head); err != nil {
-		openai.WriteError(w, http.StatusBadRequest, "request body is not valid JSON: "+err.Error(), "invalid_request_error", "invalid_json", false)
+	// One scan checks the JSON and finds the model, the stream flag and
+	// whether it is a chat request (the client's encoder scans once more
+	// to frame it).
+	sum := summaries.Get().(*jsonscan.Summary)
+	defer func() {
+		*sum = jsonscan.Summary{Roles: sum.Roles[:0]} // do not pin the body
+		summaries.Put(sum)
+	}()
+	if err := sum.Scan(body, jsonscan.Limits{}); err != nil {
+		if errors.Is(err, jsonscan.ErrSyntax) {
+			openai.WriteError(w, http.StatusBadRequest, "request body is not valid JSON: "+err.Error(), "invalid_request_error", "invalid_json", false)
+		} else {
+			badFrame(w, err) // deeper, longer or larger than the protocol's limits
+		}
 		return
 	}
-	if head.Model == nil || *head.Model == "" || len(*head.Model) > negotiate.MaxModelLen {
+	if !sum.TopObject {
+		openai.WriteError(w, http.StatusBadRequest, "request body is not a JSON object", "invalid_request_error", "invalid_json", false)
+		return
+	}
+	if !sum.Model.IsString || sum.Model.Len == 0 || sum.Model.Len > negotiate.MaxModelLen {
 		openai.WriteError(w, http.StatusBadRequest, fmt.Sprintf("\"model\" must be a string of 1-%d bytes", negotiate.MaxModelLen), "invalid_request_error", "invalid_model", false)
 		return
 	}
+	stream, chat := sum.StreamTrue, sum.Keys.Has(jsonscan.KeyMessages|jsonscan.KeyModel)
 	ctx, cancel := context.WithTimeout(r.Context(), in.cfg.Timeout)
 	defer cancel()
 	var st *client.Stream
-	if keys, kerr := jsonscan.TopLevelKeys(body, jsonscan.Limits{}); schema == frame.SchemaRequest && kerr == nil && keys.Has(jsonscan.KeyMessages|jsonscan.KeyModel) {
+	if schema == frame.SchemaRequest && chat {
 		// A chat request goes to the client as JSON (it frames it as a
 		// request: it has messages and a model), so that the turns of a
 		// conversation travel as deltas (feature delta, docs/protocol.md
@@ -227,7 +244,7 @@ func (in *Ingress) serveRequest(w http.ResponseWriter, r *http.Request, schema f
 		in.writeError(w, r, id, err)
 		return
 	}
-	if !head.Stream || (final && string(first) != openai.Done) {
+	if !stream || (final && string(first) != openai.Done) {
 		// One answer (a stream request the upstream answered in one body
 		// is passed on as it came).
 		w.Header().Set("Content-Type", "application/json")
@@ -244,6 +261,13 @@ func framingError(err error) bool {
 	return errors.Is(err, frame.ErrLimit) || errors.Is(err, frame.ErrInvalidJSON) ||
 		errors.Is(err, frame.ErrFieldTooLong) || errors.Is(err, frame.ErrSchema)
 }
+
+func tooLarge(w http.ResponseWriter, max int) {
+	openai.WriteError(w, http.StatusBadRequest, fmt.Sprintf("request body exceeds %d bytes", max), "invalid_request_error", "request_too_large", false)
+}
+
+// summaries keeps the Roles buffers of request scans.
+var summaries = sync.Pool{New: func() any { return new(jsonscan.Summary) }}
 
 func badFrame(w http.ResponseWriter, err error) {
 	openai.WriteError(w, http.StatusBadRequest, "request cannot be framed: "+err.Error(), "invalid_request_error", "invalid_request", false)
