@@ -5,10 +5,12 @@ import (
 	"io"
 	"strings"
 	"testing"
+	"testing/iotest"
 )
 
 func readEvents(t testing.TB, in string, max int) ([]string, error) {
 	e := newEventReader(strings.NewReader(in), max)
+	defer e.release()
 	var out []string
 	for range 1000 {
 		d, err := e.next()
@@ -69,23 +71,66 @@ func FuzzEventReader(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		const max = 256
+		// Events read one byte at a time and kept until the end (as a
+		// batch keeps them until reuse) are those read whole and copied
+		// at once.
 		e := newEventReader(strings.NewReader(string(in)), max)
+		defer e.release()
+		slow := newEventReader(iotest.OneByteReader(strings.NewReader(string(in))), max)
+		defer slow.release()
+		var want []string
+		var kept [][]byte
 		for i := 0; ; i++ {
 			if i > len(in)+1 {
 				t.Fatal("more events than bytes")
 			}
 			d, err := e.next()
+			d2, err2 := slow.next()
+			if !errors.Is(err2, err) {
+				t.Fatalf("event %d: error %v, one byte at a time %v", i, err, err2)
+			}
 			if err != nil {
 				if !errors.Is(err, io.EOF) && !errors.Is(err, errEventTooLarge) {
 					t.Fatalf("error %v", err)
 				}
-				return
+				break
 			}
 			if len(d) > max {
 				t.Fatalf("event of %d bytes", len(d))
 			}
+			want, kept = append(want, string(d)), append(kept, d2)
+			e.reuse()
+		}
+		for i := range want {
+			if string(kept[i]) != want[i] {
+				t.Fatalf("event %d kept as %q, read as %q", i, kept[i], want[i])
+			}
 		}
 	})
+}
+
+// A line longer than the read buffer is gathered whole; events returned
+// before reuse stay intact while later ones are read.
+func TestEventReaderLongLines(t *testing.T) {
+	long := strings.Repeat("x", 100<<10)
+	in := "data: a\n\ndata: " + long + "\ndata: b\n\n: " + long + "\ndata: c\n\n"
+	got, err := readEvents(t, in, 1<<20)
+	if !errors.Is(err, io.EOF) || len(got) != 3 || got[0] != "a" || got[1] != long+"\nb" || got[2] != "c" {
+		t.Fatalf("%d events, %v", len(got), err)
+	}
+	e := newEventReader(iotest.HalfReader(strings.NewReader(in)), 1<<20)
+	defer e.release()
+	var kept [][]byte
+	for range 3 {
+		d, err := e.next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, d)
+	}
+	if string(kept[0]) != "a" || string(kept[1]) != long+"\nb" || string(kept[2]) != "c" {
+		t.Fatal("events changed while later ones were read")
+	}
 }
 
 // ready says whether next would return an event without reading the body:

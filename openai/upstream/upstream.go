@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -194,7 +195,7 @@ func (u *Upstream) ServeM2M(ctx context.Context, req *client.Request, w client.R
 		u.relayStream(ctx, rctx, w, req, body)
 		return
 	}
-	b, err := io.ReadAll(io.LimitReader(body, int64(u.cfg.MaxResponse)+1))
+	b, err := openai.ReadAll(io.LimitReader(body, int64(u.cfg.MaxResponse)+1), resp.ContentLength)
 	switch {
 	case err != nil:
 		u.failTransport(ctx, w, req, err, rctx)
@@ -220,6 +221,7 @@ const (
 // pass on those it has.
 func (u *Upstream) relayStream(ctx, rctx context.Context, w client.ResponseWriter, req *client.Request, body io.Reader) {
 	events := newEventReader(body, u.cfg.MaxResponse)
+	defer events.release()
 	batch, size := make([][]byte, 0, 16), 0
 	flush := func() bool {
 		if len(batch) == 0 {
@@ -227,6 +229,7 @@ func (u *Upstream) relayStream(ctx, rctx context.Context, w client.ResponseWrite
 		}
 		err := w.Chunks(batch...)
 		batch = batch[:0]
+		events.reuse()
 		if err != nil {
 			if ctx.Err() == nil {
 				u.fail(w, req, openai.CodeBadUpstreamReply, "an upstream stream event is not JSON", err)
@@ -329,35 +332,53 @@ var errEventTooLarge = errors.New("an upstream stream event exceeds the size lim
 // follow): lines end in \n or \r\n; "data:" lines (one optional space
 // after the colon) accumulate, joined by \n, until a blank line dispatches
 // the event; comments (":…") and other fields are skipped.
+//
+// The data of the events next returns is kept in one buffer that reuse
+// empties, so a stream's events cost no allocation each; the 64 KiB read
+// buffer is pooled (release).
 type eventReader struct {
-	r    *bufio.Reader
-	max  int
-	data []byte
-	has  bool
+	r     *bufio.Reader
+	max   int
+	buf   []byte // the data of the events returned since reuse
+	start int    // where the data of the event being read begins in buf
+	long  []byte // a line longer than the read buffer
+	has   bool
 }
+
+// sseReaders holds the read buffers of finished streams.
+var sseReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, 64<<10) }}
 
 func newEventReader(r io.Reader, max int) *eventReader {
-	return &eventReader{r: bufio.NewReaderSize(r, 64<<10), max: max}
+	br := sseReaders.Get().(*bufio.Reader)
+	br.Reset(r)
+	return &eventReader{r: br, max: max}
 }
 
-// next returns the next event's data; io.EOF at the end of the body.
+// release returns the read buffer; e is not used after.
+func (e *eventReader) release() {
+	e.r.Reset(nil)
+	sseReaders.Put(e.r)
+	e.r = nil
+}
+
+// reuse lets the next events overwrite the data of those returned so far.
+func (e *eventReader) reuse() { e.buf, e.start = e.buf[:0], 0 }
+
+// next returns the next event's data, valid until reuse; io.EOF at the end
+// of the body.
 func (e *eventReader) next() ([]byte, error) {
 	for {
 		line, err := e.line()
 		if err != nil {
 			if errors.Is(err, io.EOF) && e.has {
 				// A last event without its blank line still counts.
-				e.has = false
-				return e.data, nil
+				return e.event(), nil
 			}
 			return nil, err
 		}
 		if len(line) == 0 {
 			if e.has {
-				e.has = false
-				out := e.data
-				e.data = nil
-				return out, nil
+				return e.event(), nil
 			}
 			continue
 		}
@@ -367,14 +388,21 @@ func (e *eventReader) next() ([]byte, error) {
 		}
 		value = bytes.TrimPrefix(value, []byte(" "))
 		if e.has {
-			e.data = append(e.data, '\n')
+			e.buf = append(e.buf, '\n')
 		}
-		if len(e.data)+len(value) > e.max {
+		if len(e.buf)-e.start+len(value) > e.max {
 			return nil, errEventTooLarge
 		}
-		e.data = append(e.data, value...)
+		e.buf = append(e.buf, value...)
 		e.has = true
 	}
+}
+
+// event ends the event being read and returns its data.
+func (e *eventReader) event() []byte {
+	out := e.buf[e.start:len(e.buf):len(e.buf)]
+	e.start, e.has = len(e.buf), false
+	return out
 }
 
 // ready reports whether the next event has arrived whole, so that next
@@ -401,24 +429,23 @@ func (e *eventReader) ready() bool {
 	}
 }
 
-// line reads one line without its terminator.
+// line reads one line without its terminator, valid until the next read.
 func (e *eventReader) line() ([]byte, error) {
-	var out []byte
-	for {
-		frag, err := e.r.ReadSlice('\n')
-		out = append(out, frag...)
-		if len(out) > e.max+16 {
-			return nil, errEventTooLarge
+	frag, err := e.r.ReadSlice('\n')
+	out := frag
+	if errors.Is(err, bufio.ErrBufferFull) {
+		// Longer than the read buffer: gather it.
+		e.long = append(e.long[:0], frag...)
+		for errors.Is(err, bufio.ErrBufferFull) && len(e.long) <= e.max+16 {
+			frag, err = e.r.ReadSlice('\n')
+			e.long = append(e.long, frag...)
 		}
-		if err == nil {
-			break
-		}
-		if errors.Is(err, bufio.ErrBufferFull) {
-			continue
-		}
-		if len(out) > 0 && errors.Is(err, io.EOF) {
-			break
-		}
+		out = e.long
+	}
+	if len(out) > e.max+16 {
+		return nil, errEventTooLarge
+	}
+	if err != nil && !(len(out) > 0 && errors.Is(err, io.EOF)) {
 		return nil, err
 	}
 	out = bytes.TrimSuffix(out, []byte("\n"))
