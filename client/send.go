@@ -163,6 +163,9 @@ func (s *session) sendJSON(ch transport.ChannelID, flags negotiate.DataFlags, id
 
 // sendBatch sends stream chunks as one batch reply (REPLY|BATCH, schema
 // 03 whose JSON is negotiate.AppendBatch's array; size its length).
+// maxBatchCheck is how many chunks sendBatch checks without allocating.
+const maxBatchCheck = 64
+
 func (s *session) sendBatch(ch transport.ChannelID, id uint64, jsons [][]byte, size int) error {
 	o, err := newOutgoing(negotiate.FlagReply|negotiate.FlagBatch, id, "", size)
 	if err != nil {
@@ -182,7 +185,8 @@ func (s *session) sendBatch(ch transport.ChannelID, id uint64, jsons [][]byte, s
 	// The array is JSON (the encoder checked it); it splits into as many
 	// chunks as were joined only if each is one JSON value ("1,2" would
 	// come out as two).
-	if parts, err := negotiate.SplitBatch(nil, arr); err != nil || len(parts) != len(jsons) {
+	var room [maxBatchCheck][]byte // no allocation for a batch of up to 64 chunks
+	if parts, err := negotiate.SplitBatch(room[:0], arr); err != nil || len(parts) != len(jsons) {
 		return fmt.Errorf("client: encode: a chunk of the batch is not one JSON value")
 	}
 	*o.buf = b
