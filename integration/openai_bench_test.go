@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -56,7 +57,8 @@ func fastUpstream(tb testing.TB) *httptest.Server {
 }
 
 // benchEdges is the whole path: ingress → daemon → m2md upstream → fast
-// upstream, over QUIC, in mode aead (the defaults of serve and upstream).
+// upstream, in mode aead, the ingress's session over loopback WebSocket
+// and the upstream agent's over QUIC (the defaults of serve and upstream).
 func benchEdges(b *testing.B, models []string) (ingressURL, upstreamURL string, agent *client.Client) {
 	up := fastUpstream(b)
 	d := startDaemon(b, nil)
@@ -71,7 +73,9 @@ func benchEdges(b *testing.B, models []string) (ingressURL, upstreamURL string, 
 	defer cancel()
 	in, err := ingress.New(ctx, ingress.Config{Models: d.Models,
 		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
-			return client.Dial(ctx, d.url("quic"), client.Options{AgentID: id.AgentID, Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(b)})
+			// As serve does: the ingress's own session over loopback
+			// WebSocket (cmd/m2md meshURL).
+			return client.Dial(ctx, d.url("ws"), client.Options{AgentID: id.AgentID, Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(b)})
 		}})
 	if err != nil {
 		b.Fatal(err)
@@ -101,21 +105,7 @@ func BenchmarkOpenAIEdgeCost(b *testing.B) {
 		for _, path := range []struct{ name, url string }{{"direct", upstreamURL}, {"mesh", ingressURL}} {
 			b.Run(kind.name+"/"+path.name, func(b *testing.B) {
 				url := path.url + "/v1/chat/completions"
-				do := func() error {
-					r, err := hc.Post(url, "application/json", bytes.NewReader(kind.body))
-					if err != nil {
-						return err
-					}
-					out, _ := io.ReadAll(r.Body)
-					r.Body.Close()
-					if r.StatusCode != 200 || len(out) < 100 {
-						return fmt.Errorf("HTTP %d, %d bytes", r.StatusCode, len(out))
-					}
-					if kind.name == "stream50" && !bytes.HasSuffix(out, []byte("data: [DONE]\n\n")) {
-						return fmt.Errorf("stream without [DONE]: %.200s", out[max(0, len(out)-200):])
-					}
-					return nil
-				}
+				do := func() error { return edgeRequest(hc, url, kind.body, kind.name == "stream50") }
 				for range b.N {
 					// CPU per request, the whole process's (client, edges,
 					// daemon and upstream share it): on a shared machine
@@ -132,6 +122,143 @@ func BenchmarkOpenAIEdgeCost(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkOpenAIEdgeRequest is one request per operation, 32 in flight,
+// for benchstat and profiles: ns/op, allocations and the process's CPU per
+// request (cpu-µs/op). With a fixed count its instructions can be counted
+// (perf stat -e instructions:u), which a shared machine disturbs least:
+//
+//	go test ./integration -run '^$' -bench OpenAIEdgeRequest -count 5
+func BenchmarkOpenAIEdgeRequest(b *testing.B) {
+	ingressURL, upstreamURL, _ := benchEdges(b, []string{"gpt-4o"})
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}}
+	b.Cleanup(hc.CloseIdleConnections)
+	req1k := corpus(b, "req-chat-1k-01.json")
+	stream := bytes.Replace(req1k, []byte(`"model":"gpt-4o"`), []byte(`"model":"gpt-4o","stream":true`), 1)
+	for _, kind := range []struct {
+		name string
+		body []byte
+	}{{"1KB", req1k}, {"stream50", stream}} {
+		for _, path := range []struct{ name, url string }{{"direct", upstreamURL}, {"mesh", ingressURL}} {
+			b.Run(kind.name+"/"+path.name, func(b *testing.B) {
+				url := path.url + "/v1/chat/completions"
+				b.ReportAllocs()
+				b.SetParallelism(16) // 32 in flight on 2 cores
+				cpu0 := processCPU()
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						if err := edgeRequest(hc, url, kind.body, kind.name == "stream50"); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				b.ReportMetric(float64(processCPU()-cpu0)/1e3/float64(b.N), "cpu-µs/op")
+			})
+		}
+	}
+}
+
+// edgeGoalRounds is how many interleaved repetitions BenchmarkOpenAIEdgeGoal
+// takes the median and range of.
+const edgeGoalRounds = 5
+
+// BenchmarkOpenAIEdgeGoal answers issue 10's goals in one command: for each
+// request kind, edgeGoalRounds rounds, each measuring the maximum rate of
+// the direct path and of the mesh (closed loop, 32 clients, 1 s each),
+// then the latency of both at half the mesh's maximum rate (open loop, 2 s
+// each: the same offered load on both paths, so the difference is what the
+// mesh adds). Direct and mesh take turns, and which goes first alternates
+// by round, so the load of a shared machine falls on both alike. It
+// reports, as the median of the rounds with their minimum and maximum,
+// the throughput ratio mesh/direct and the added p50 and p99 (mesh minus
+// direct), and the CPU per request of each path:
+//
+//	go test ./integration -run '^$' -bench OpenAIEdgeGoal -benchtime 1x
+func BenchmarkOpenAIEdgeGoal(b *testing.B) {
+	ingressURL, upstreamURL, _ := benchEdges(b, []string{"gpt-4o"})
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}}
+	b.Cleanup(hc.CloseIdleConnections)
+	req1k := corpus(b, "req-chat-1k-01.json")
+	stream := bytes.Replace(req1k, []byte(`"model":"gpt-4o"`), []byte(`"model":"gpt-4o","stream":true`), 1)
+	for _, kind := range []struct {
+		name string
+		body []byte
+	}{{"1KB", req1k}, {"stream50", stream}} {
+		b.Run(kind.name, func(b *testing.B) {
+			do := func(base string) func() error {
+				return func() error { return edgeRequest(hc, base+"/v1/chat/completions", kind.body, kind.name == "stream50") }
+			}
+			paths := [2]func() error{do(upstreamURL), do(ingressURL)} // direct, mesh
+			for range b.N {
+				var ratio, addP50, addP99, rates []float64
+				var p50, cpu [2][]float64 // direct, mesh
+				for round := range edgeGoalRounds {
+					// Which path goes first alternates by round.
+					order := [2]int{round % 2, 1 - round%2}
+					var maxRate [2]float64
+					for _, i := range order {
+						cpu0 := processCPU()
+						r, n := closedLoop(b, paths[i], 32, time.Second)
+						maxRate[i] = r
+						cpu[i] = append(cpu[i], float64(processCPU()-cpu0)/float64(max(n, 1))/1e3)
+					}
+					rate := maxRate[1] / 2
+					var h [2]*hdrhistogram.Histogram
+					for _, i := range order {
+						h[i] = openLoop(b, paths[i], rate, 2*time.Second)
+					}
+					q := func(i int, p float64) float64 { return float64(h[i].ValueAtQuantile(p)) / 1e3 }
+					ratio = append(ratio, maxRate[1]/maxRate[0])
+					addP50 = append(addP50, q(1, 50)-q(0, 50))
+					addP99 = append(addP99, q(1, 99)-q(0, 99))
+					p50[0], p50[1] = append(p50[0], q(0, 50)), append(p50[1], q(1, 50))
+					rates = append(rates, rate)
+				}
+				report := func(v []float64, unit string) {
+					b.ReportMetric(median(v), unit)
+					b.ReportMetric(slices.Min(v), unit+"-min")
+					b.ReportMetric(slices.Max(v), unit+"-max")
+				}
+				report(ratio, "throughput-x")
+				report(addP50, "added-p50-µs")
+				report(addP99, "added-p99-µs")
+				b.ReportMetric(median(p50[0]), "direct-p50-µs")
+				b.ReportMetric(median(p50[1]), "mesh-p50-µs")
+				b.ReportMetric(median(rates), "half-rate-req/s")
+				b.ReportMetric(median(cpu[0]), "direct-cpu-µs/req")
+				b.ReportMetric(median(cpu[1]), "mesh-cpu-µs/req")
+			}
+		})
+	}
+}
+
+// edgeRequest POSTs body to url and checks the answer: 200, a whole body,
+// and for a stream its [DONE].
+func edgeRequest(hc *http.Client, url string, body []byte, stream bool) error {
+	r, err := hc.Post(url, "application/json", bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	out, _ := io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != 200 || len(out) < 100 {
+		return fmt.Errorf("HTTP %d, %d bytes", r.StatusCode, len(out))
+	}
+	if stream && !bytes.HasSuffix(out, []byte("data: [DONE]\n\n")) {
+		return fmt.Errorf("stream without [DONE]: %.200s", out[max(0, len(out)-200):])
+	}
+	return nil
+}
+
+func median(v []float64) float64 {
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
 // processCPU is the process's user and system CPU time in nanoseconds.

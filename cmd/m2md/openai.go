@@ -111,8 +111,12 @@ func (e *openAIEdge) stop(grace time.Duration) {
 	e.in.Close()
 }
 
-// meshURL is the daemon's own listener as seen from this process: QUIC if
-// it runs, else plain WebSocket, on loopback.
+// meshURL is the daemon's own listener as seen from this process, on
+// loopback: plain WebSocket if it runs, else QUIC. The session never leaves
+// the machine and is sealed (AEAD) either way; over WebSocket a request
+// and its answer cost about 40 µs less CPU than over QUIC (quic-go's
+// per-packet work; docs/benchmarks.md, "The OpenAI edges": "The ingress's
+// own session over WebSocket").
 func meshURL(srv *daemon.Server, wsPath string) (string, error) {
 	loop := func(a net.Addr) string {
 		host, port, _ := net.SplitHostPort(a.String())
@@ -125,10 +129,10 @@ func meshURL(srv *daemon.Server, wsPath string) (string, error) {
 		return net.JoinHostPort(host, port)
 	}
 	switch {
-	case srv.QUICAddr() != nil:
-		return "quic://" + loop(srv.QUICAddr()), nil
 	case srv.WSAddr() != nil:
 		return "ws://" + loop(srv.WSAddr()) + wsPath, nil
+	case srv.QUICAddr() != nil:
+		return "quic://" + loop(srv.QUICAddr()), nil
 	}
-	return "", errors.New("--openai-addr needs the daemon's QUIC or plain WebSocket listener (--quic-addr or --ws-addr)")
+	return "", errors.New("--openai-addr needs the daemon's plain WebSocket or QUIC listener (--ws-addr or --quic-addr)")
 }
