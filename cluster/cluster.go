@@ -41,6 +41,10 @@ type Handler interface {
 	// Notice: a reply to a request this node is serving could not be
 	// delivered to its requester on the sending node.
 	Notice(n *Notice)
+	// Lost: a request or reply this node sent never reached its node
+	// (NATS dropped it), or messages between this node and another were
+	// lost beyond naming (seq.go). Answer it as a refusal.
+	Lost(l *Lost)
 }
 
 // Cluster is this node's membership of the cluster: the NATS connection
@@ -57,7 +61,11 @@ type Cluster struct {
 	prefix  string // "m2md.<name>."
 	ctlSubj string
 	mySubj  string
-	subjs   sync.Map // node id -> its subject
+	dests   sync.Map // node id -> *dest (seq.go)
+	// rx is the next data sequence number expected from each node
+	// (seq.go; dispatcher goroutine only).
+	rx       map[string]uint64
+	ringSize int
 
 	inbox chan *nats.Msg
 	done  chan struct{}
@@ -91,12 +99,21 @@ type Stats struct {
 	// Shed: requests and replies not delivered because the inbox was
 	// full; each was answered with an error (Request.Shed, Reply.Shed).
 	Shed atomic.Uint64
-	// Messages dropped without an answer: lost by the NATS client when
-	// even the inbox's headroom was full (slow consumer), undecodable, or
-	// from a node that is not (or no longer) a member.
-	SlowConsumer, Malformed, UnknownNode atomic.Uint64
-	SendFailed                           atomic.Uint64 // publishes that failed (connection down)
-	NodesDown                            atomic.Uint64 // nodes declared dead
+	// SlowConsumer: data messages from other nodes that never arrived
+	// (NATS dropped them when even the inbox's headroom was full), seen
+	// by their sequence numbers and reported to their senders to answer.
+	SlowConsumer atomic.Uint64
+	// LostAnswered: this node's data messages that other nodes reported
+	// lost and that were answered (an error to the requester, a NOTICE
+	// to the provider, or sent again). LostUnnamed: reported lost when
+	// this node no longer remembered them: every request between the two
+	// nodes was ended instead.
+	LostAnswered, LostUnnamed atomic.Uint64
+	// Messages dropped without an answer: undecodable, or from a node
+	// that is not (or no longer) a member.
+	Malformed, UnknownNode atomic.Uint64
+	SendFailed             atomic.Uint64 // publishes that failed (connection down)
+	NodesDown              atomic.Uint64 // nodes declared dead
 }
 
 type peer struct {
@@ -122,13 +139,15 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 		h:      h,
 		prefix: "m2md." + cfg.Name + ".",
 		inc:    randomID(),
-		inbox:  make(chan *nats.Msg, inboxCap(cfg.Inbox)),
+		inbox:  make(chan *nats.Msg, inboxCap(&cfg)),
 		done:   make(chan struct{}),
 		local:  make(map[string]Agent),
 		peers:  make(map[string]*peer),
+		rx:     make(map[string]uint64),
 	}
+	c.ringSize = ringSize(&cfg)
 	c.ctlSubj = c.prefix + "ctl"
-	c.mySubj = c.nodeSubject(cfg.Node)
+	c.mySubj = c.prefix + "n." + cfg.Node
 	c.bufs.New = func() any { b := make([]byte, 0, 2048); return &b }
 
 	opts := []nats.Option{
@@ -138,9 +157,8 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 		nats.ReconnectWait(250 * time.Millisecond),
 		nats.ReconnectBufSize(64 << 20),
 		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
-			if errors.Is(err, nats.ErrSlowConsumer) {
-				c.stats.SlowConsumer.Add(1)
-			}
+			// A slow consumer's losses are counted (and answered) by
+			// their sequence numbers (seq.go).
 			c.log.Warn().Err(err).Msg("cluster connection error")
 		}),
 		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
@@ -329,14 +347,7 @@ func (c *Cluster) Abort() {
 	c.log.Warn().Msg("left cluster abruptly")
 }
 
-func (c *Cluster) nodeSubject(node string) string {
-	if s, ok := c.subjs.Load(node); ok {
-		return s.(string)
-	}
-	s := c.prefix + "n." + node
-	c.subjs.Store(strings.Clone(node), s) // node may alias a message
-	return s
-}
+func (c *Cluster) nodeSubject(node string) string { return c.dest(node).subj }
 
 // Announce publishes a local agent registration. The daemon calls it for
 // every session registered on this node, after deciding a.Stamp.
@@ -367,40 +378,43 @@ func (c *Cluster) Withdraw(a Agent) {
 // connection is down.
 var ErrNotConnected = errors.New("cluster: not connected to NATS")
 
-// SendRequest publishes r to node. r.From is set to this node.
+// SendRequest publishes r to node. r.From and r.Seq are set here.
 func (c *Cluster) SendRequest(node string, r *Request) error {
 	r.From = c.cfg.Node
 	bp := c.bufs.Get().(*[]byte)
 	b, err := appendRequest((*bp)[:0], r)
 	if err == nil {
-		err = c.publish(c.nodeSubject(node), b)
+		err = c.publishData(node, b, sent{kind: kindRequest, w: r.W})
 	}
 	*bp = b[:0]
 	c.bufs.Put(bp)
 	return err
 }
 
-// SendReply publishes r to node. r.From is set to this node.
+// SendReply publishes r to node. r.From and r.Seq are set here; r.Ref,
+// Delivery and Channel are remembered with it (Lost, Notice).
 func (c *Cluster) SendReply(node string, r *Reply) error {
 	r.From = c.cfg.Node
 	bp := c.bufs.Get().(*[]byte)
 	b, err := appendReply((*bp)[:0], r)
 	if err == nil {
-		err = c.publish(c.nodeSubject(node), b)
+		err = c.publishData(node, b, sent{kind: kindReply, w: r.W, end: r.End, ref: r.Ref, aux: r.Delivery, aux2: r.Channel})
 	}
 	*bp = b[:0]
 	c.bufs.Put(bp)
 	return err
 }
 
-// SendNotice tells node that a reply to its request w could not be
-// delivered here (code is the wire error code the requester got).
-func (c *Cluster) SendNotice(node string, w uint64, code, message string) error {
-	b, err := appendNotice(nil, &Notice{From: c.cfg.Node, W: w, Code: code, Message: message})
+// SendNotice tells node that a reply (n.About, the reply's Seq as
+// received) to its request n.W could not be delivered here (n.Code is the
+// wire error code the requester got). n.From is set here.
+func (c *Cluster) SendNotice(node string, n *Notice) error {
+	n.From = c.cfg.Node
+	b, err := appendNotice(nil, n)
 	if err != nil {
 		return err
 	}
-	return c.publish(c.nodeSubject(node), b)
+	return c.publishData(node, b, sent{kind: kindNotice, w: n.W, aux: n.About, ref: n.Code})
 }
 
 // SendCancel publishes a CANCEL of request w to node.
@@ -409,7 +423,7 @@ func (c *Cluster) SendCancel(node string, w uint64) error {
 	if err != nil {
 		return err
 	}
-	return c.publish(c.nodeSubject(node), b)
+	return c.publishData(node, b, sent{kind: kindCancel, w: w})
 }
 
 func (c *Cluster) publish(subj string, b []byte) error {
@@ -442,8 +456,9 @@ func (c *Cluster) heartbeats() {
 	t := time.NewTicker(c.cfg.Heartbeat)
 	defer t.Stop()
 	for {
+		sent := c.lastSent() // read before publishing: what it counts went out first
 		c.mu.Lock()
-		c.publishCtl(c.ctlSubj, &ctlMsg{T: "hb", Node: c.cfg.Node, Seq: c.seq})
+		c.publishCtl(c.ctlSubj, &ctlMsg{T: "hb", Node: c.cfg.Node, Seq: c.seq, Sent: sent})
 		c.mu.Unlock()
 		select {
 		case <-t.C:
@@ -483,10 +498,10 @@ func (c *Cluster) dispatch() {
 }
 
 // inboxCap is the capacity of the channel NATS delivers into: the bound
-// plus as much again (at least 4,096), room in which the dispatcher
-// answers what it sheds. Only a dispatcher that falls that far behind lets
-// NATS drop messages unanswered (Stats.SlowConsumer).
-func inboxCap(bound int) int { return bound + max(bound, 4096) }
+// plus the headroom, in which the dispatcher answers what it sheds. Only a
+// dispatcher that falls that far behind lets NATS drop messages, answered
+// then through their sequence numbers (seq.go).
+func inboxCap(cfg *Config) int { return cfg.Inbox + cfg.Headroom }
 
 func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply, shed bool) {
 	b := m.Data
@@ -500,6 +515,7 @@ func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply, shed bool) {
 			c.stats.Malformed.Add(1)
 			return
 		}
+		c.sequence(req.From, req.Seq)
 		c.received(shed)
 		req.Shed, req.Stranger = shed, c.peers[req.From] == nil
 		if req.Stranger {
@@ -509,20 +525,31 @@ func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply, shed bool) {
 	case kindReply:
 		// A reply from a node declared dead is void: its requests were
 		// answered agent_gone then.
-		if c.admit(decodeReply(b, rep), rep.From) {
+		if c.admit(decodeReply(b, rep), rep.From, rep.Seq) {
 			c.received(shed)
 			rep.Shed = shed
 			c.h.Reply(rep)
 		}
 	case kindCancel:
 		var cn Cancel
-		if c.admit(decodeCancel(b, &cn), cn.From) {
+		if c.admit(decodeCancel(b, &cn), cn.From, cn.Seq) {
 			c.h.Cancel(&cn)
 		}
 	case kindNotice:
 		var n Notice
-		if c.admit(decodeNotice(b, &n), n.From) {
+		if c.admit(decodeNotice(b, &n), n.From, n.Seq) {
+			c.noteAbout(n.From, &n)
 			c.h.Notice(&n)
+		}
+	case kindLost, kindForgot:
+		var g gapMsg
+		if c.admit(decodeGap(b, &g), g.From, g.Seq) {
+			if g.Kind == kindLost {
+				c.answerLost(g.From, g.First, g.Last)
+			} else {
+				c.log.Warn().Str("peer", g.From).Msg("a node lost cluster messages to this node beyond naming: ending every request between the two nodes")
+				c.h.Lost(&Lost{Kind: LostAll, Node: g.From})
+			}
 		}
 	case kindControl:
 		var cm ctlMsg
@@ -538,13 +565,17 @@ func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply, shed bool) {
 	}
 }
 
-// admit reports whether a message decoded (err) from node from is to be
-// handled, counting it when not: undecodable, or from a non-member.
-func (c *Cluster) admit(err error, from string) bool {
+// admit reports whether a data message decoded (err) from node from,
+// numbered seq, is to be handled, counting it when not: undecodable, or
+// from a non-member.
+func (c *Cluster) admit(err error, from string, seq uint64) bool {
 	switch {
 	case err != nil:
 		c.stats.Malformed.Add(1)
 		return false
+	}
+	c.sequence(from, seq)
+	switch {
 	case c.peers[from] == nil:
 		c.stats.UnknownNode.Add(1)
 		return false
@@ -590,6 +621,9 @@ func (c *Cluster) control(m *ctlMsg) {
 	case "hb":
 		if !p.syncing && m.Seq > p.seq {
 			c.askSnapshot(m.Node, p, now) // missed an event
+		}
+		if s, ok := m.Sent[c.cfg.Node]; ok {
+			c.sentTo(m.Node, s)
 		}
 	case "up", "down":
 		switch {
@@ -701,6 +735,15 @@ func (c *Cluster) checkPeers(now time.Time) {
 func (c *Cluster) nodeDown(node, why string) {
 	p := c.peers[node]
 	delete(c.peers, node)
+	// Its series start again: a node that comes back (or was not dead
+	// after all) is numbered from the next message either side sends.
+	delete(c.rx, node)
+	if d, ok := c.dests.LoadAndDelete(node); ok {
+		d := d.(*dest)
+		d.mu.Lock()
+		d.gone = true
+		d.mu.Unlock()
+	}
 	c.stats.Nodes.Add(-1)
 	c.stats.NodesDown.Add(1)
 	c.log.Warn().Str("peer", node).Str("why", why).Int("agents", len(p.agents)).Msg("node down")

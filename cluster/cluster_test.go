@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -18,8 +19,12 @@ type recorder struct {
 	reqs     []Request
 	reps     []Reply
 	notices  []Notice
+	lost     []Lost
 	// slow, if set, is how long Request takes: a dispatcher falling behind.
 	slow time.Duration
+	// gate, if set, holds the first Request or Reply until it is closed:
+	// a dispatcher stalled while NATS fills its inbox and drops the rest.
+	gate chan struct{}
 }
 
 func (r *recorder) AgentUp(a Agent)      { r.mu.Lock(); r.up = append(r.up, a); r.mu.Unlock() }
@@ -27,6 +32,9 @@ func (r *recorder) AgentDown(a Agent)    { r.mu.Lock(); r.down = append(r.down, 
 func (r *recorder) NodeDown(node string) { r.mu.Lock(); r.nodes = append(r.nodes, node); r.mu.Unlock() }
 func (r *recorder) Request(q *Request) {
 	time.Sleep(r.slow)
+	if r.gate != nil {
+		<-r.gate
+	}
 	c := *q
 	c.Frame = append([]byte(nil), q.Frame...)
 	r.mu.Lock()
@@ -35,8 +43,12 @@ func (r *recorder) Request(q *Request) {
 }
 func (r *recorder) Cancel(c *Cancel) {}
 func (r *recorder) Notice(n *Notice) { r.mu.Lock(); r.notices = append(r.notices, *n); r.mu.Unlock() }
+func (r *recorder) Lost(l *Lost)     { r.mu.Lock(); r.lost = append(r.lost, *l); r.mu.Unlock() }
 
 func (r *recorder) Reply(p *Reply) {
+	if r.gate != nil {
+		<-r.gate
+	}
 	c := *p
 	c.Frame = append([]byte(nil), p.Frame...)
 	r.mu.Lock()
@@ -128,12 +140,133 @@ func TestShed(t *testing.T) {
 	if shed == 0 || uint64(shed) != st.Shed.Load() || st.SlowConsumer.Load() != 0 {
 		t.Fatalf("%d of %d shed; stats: shed %d, slow consumer %d", shed, n, st.Shed.Load(), st.SlowConsumer.Load())
 	}
-	if err := b.SendNotice("a", 7, "queue_full", "full"); err != nil {
+	if err := b.SendNotice("a", &Notice{W: 7, Code: "queue_full", Message: "full"}); err != nil {
 		t.Fatal(err)
 	}
 	ha.wait(t, "a gets the notice", func() bool { return len(ha.notices) == 1 })
-	if got := ha.notices[0]; got != (Notice{From: "b", W: 7, Code: "queue_full", Message: "full"}) {
+	if got := ha.notices[0]; got != (Notice{Seq: n + 1, From: "b", W: 7, Code: "queue_full", Message: "full"}) {
 		t.Fatalf("notice %+v", got)
+	}
+}
+
+// TestLost: NATS drops what a stalled node's inbox cannot take, and every
+// request or reply sent to it is then either handled there or reported
+// lost to its sender (Handler.Lost), never both, never neither: the gap in
+// the sequence numbers shows where the last messages arrived, the next
+// heartbeat where the tail did. The sender remembers (ringSize) 4,096
+// messages here: losing more names what it can and ends everything else
+// between the two nodes on both sides (LostAll).
+func TestLost(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		n       int
+		replies bool
+		all     bool // more lost than remembered
+	}{
+		{"requests", 3000, false, false},
+		{"replies", 3000, true, false},
+		{"beyond the ring", 6000, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ha, hb := &recorder{gate: make(chan struct{})}, &recorder{}
+			a := startNode(t, Config{Listen: "127.0.0.1:0", Node: "a", Inbox: 1, Headroom: 1, Heartbeat: 50 * time.Millisecond, DeadAfter: 5 * time.Second}, ha)
+			b := startNode(t, Config{Listen: "127.0.0.1:0", Node: "b", Inbox: 1, Headroom: 1, Heartbeat: 50 * time.Millisecond, DeadAfter: 5 * time.Second,
+				Routes: []string{"nats://" + a.RouteAddr().String()}}, hb)
+			ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
+			hb.wait(t, "b hears a", func() bool { return b.Stats().Nodes.Load() == 1 })
+			ref := &struct{ x int }{}
+			for i := range tc.n {
+				var err error
+				if tc.replies {
+					err = b.SendReply("a", &Reply{W: uint64(i + 1), End: i%2 == 1, Provider: "p", Frame: []byte{1}, Ref: ref, Delivery: uint64(i + 100), Channel: 4})
+				} else {
+					err = b.SendRequest("a", &Request{W: uint64(i + 1), Requester: "r", Target: "p1", Frame: []byte{1}})
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			time.Sleep(100 * time.Millisecond) // NATS hands a what it can, drops the rest
+			close(ha.gate)
+			count := func() (handled, lost int, all bool) {
+				handled = len(ha.reqs) + len(ha.reps)
+				for _, l := range hb.lost {
+					if l.Kind == LostAll {
+						all = true
+					} else {
+						lost++
+					}
+				}
+				return handled, lost, all
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				ha.mu.Lock()
+				hb.mu.Lock()
+				handled, lost, all := count()
+				hb.mu.Unlock()
+				ha.mu.Unlock()
+				if handled+lost+int(b.Stats().LostUnnamed.Load()) == tc.n && all == tc.all || time.Now().After(deadline) {
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			ha.mu.Lock()
+			defer ha.mu.Unlock()
+			hb.mu.Lock()
+			defer hb.mu.Unlock()
+			seen := make(map[uint64]string, tc.n)
+			for _, q := range ha.reqs {
+				seen[q.W] = "handled"
+			}
+			for _, p := range ha.reps {
+				seen[p.W] = "handled"
+			}
+			lost, all := 0, false
+			for _, l := range hb.lost {
+				if l.Kind == LostAll {
+					all = true
+					continue
+				}
+				lost++
+				want := LostRequest
+				if tc.replies {
+					want = LostReply
+					if l.Ref != ref || l.Delivery != l.W+99 || l.Channel != 4 || l.End != (l.W%2 == 0) {
+						t.Fatalf("lost reply %+v: not what was sent", l)
+					}
+				}
+				if l.Kind != want || l.Node != "a" || seen[l.W] != "" {
+					t.Fatalf("lost %+v: kind or node wrong, or reported twice or handled (%q)", l, seen[l.W])
+				}
+				seen[l.W] = "lost"
+			}
+			if lost == 0 || all != tc.all {
+				t.Fatalf("%d lost, lost beyond naming %v (want %v)", lost, all, tc.all)
+			}
+			if unnamed := int(b.Stats().LostUnnamed.Load()); len(seen)+unnamed != tc.n {
+				t.Fatalf("%d of %d requests handled or reported lost, %d lost beyond naming", len(seen), tc.n, unnamed)
+			}
+			// The counts may exceed what the test sent: the nodes' own
+			// reports (lost, forgot) can be lost, and answered, too.
+			st := a.Stats()
+			if got := st.SlowConsumer.Load(); got < uint64(tc.n-len(ha.reqs)-len(ha.reps)) {
+				t.Errorf("a counted %d lost, %d did not arrive", got, tc.n-len(ha.reqs)-len(ha.reps))
+			}
+			if got := b.Stats().LostAnswered.Load(); got < uint64(lost) {
+				t.Errorf("b answered %d, reported %d", got, lost)
+			}
+			if tc.all {
+				if b.Stats().LostUnnamed.Load() == 0 {
+					t.Error("no lost message counted unnamed")
+				}
+				ha.mu.Unlock()
+				ha.wait(t, "a told to end everything pending at b", func() bool {
+					return slices.ContainsFunc(ha.lost, func(l Lost) bool { return l.Kind == LostAll && l.Node == "b" })
+				})
+				ha.mu.Lock()
+			}
+		})
 	}
 }
 
@@ -196,7 +329,7 @@ func TestStranger(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	b, _ := appendRequest(nil, &Request{From: "ghost", W: 5, Requester: "r", Target: "p", Frame: []byte("#M2M")})
+	b, _ := appendRequest(nil, &Request{Seq: 1, From: "ghost", W: 5, Requester: "r", Target: "p", Frame: []byte("#M2M")})
 	if err := nc.Publish("m2md.m2md.n.a", b); err != nil {
 		t.Fatal(err)
 	}

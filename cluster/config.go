@@ -64,15 +64,21 @@ type Config struct {
 	// long without a heartbeat before the others declare it dead and end
 	// the requests in flight to its agents. Defaults 250 ms and 1 s.
 	Heartbeat, DeadAfter time.Duration
-	// Inbox bounds the messages waiting for this node's dispatcher. A
-	// request or reply that finds Inbox messages waiting is not delivered:
-	// the request's requester (on its node) gets an error, as does the
-	// requester a reply was for, and the reply's provider a NOTICE. NATS
-	// buffers as much again (at least 4,096 more) so that the dispatcher
-	// can answer what it sheds; only beyond that does NATS drop messages
-	// unanswered (slow consumer, counted). Control messages are never
-	// shed. Default 32,768.
+	// Inbox bounds the messages waiting for this node's dispatcher
+	// (m2md serve --cluster-inbox). A request or reply that finds Inbox
+	// messages waiting is not delivered: the request's requester (on its
+	// node) gets an error, as does the requester a reply was for, and the
+	// reply's provider a NOTICE. Control messages are never shed. Default
+	// 32,768.
 	Inbox int
+	// Headroom is how many more messages NATS may hold for the dispatcher
+	// beyond Inbox, room in which it answers what it sheds. Beyond
+	// Inbox+Headroom NATS drops messages (slow consumer); their senders
+	// learn it from the sequence numbers and answer them (seq.go). Every
+	// node remembers that many messages it sent to each other node, so
+	// every node of a cluster should use the same Inbox and Headroom.
+	// Default max(Inbox, 4,096).
+	Headroom int
 
 	// Logger receives structured logs (never payloads or secrets).
 	Logger zerolog.Logger
@@ -132,6 +138,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.Inbox <= 0 {
 		c.Inbox = DefaultInbox
+	}
+	if c.Headroom <= 0 {
+		c.Headroom = max(c.Inbox, 4096)
 	}
 	if (c.User == "") != (c.Password == "") {
 		return c, errors.New("cluster: set both --cluster-user and --cluster-password-file, or neither")

@@ -56,7 +56,8 @@
 // frame it accepted is delivered or answered with an error: a request or
 // reply that finds Config.Inbox messages waiting is handed to the Handler
 // marked Shed, to be answered with an error (the requester's node ends the
-// request; a reply's provider node is told with a Notice). Only a
-// dispatcher that falls behind by twice the bound lets NATS drop messages
-// unanswered (Stats.SlowConsumer).
+// request; a reply's provider node is told with a Notice). A dispatcher
+// that falls behind by Inbox+Headroom lets NATS drop messages; the data
+// messages one node sends another are numbered, so the receiver sees the
+// gap and the sender answers what was lost (Handler.Lost; seq.go).
 package cluster

@@ -13,13 +13,17 @@ import (
 // connections between nodes are what authenticate it in transit, and the
 // delivering node protects it again for its session.
 //
-//	request: 0x01 | w u64 | algo u8 | len u8 | from node | len u8 | org | len u8 | requester | len u8 | target | frame
-//	reply:   0x02 | w u64 | flags u8 | algo u8 | len u8 | from node | len u8 | provider | frame
+//	request: 0x01 | seq u64 | w u64 | algo u8 | len u8 | from node | len u8 | org | len u8 | requester | len u8 | target | frame
+//	reply:   0x02 | seq u64 | w u64 | flags u8 | algo u8 | len u8 | from node | len u8 | provider | frame
 //	control: 0x03 | JSON (ctlMsg)
-//	cancel:  0x04 | w u64 | len u8 | from node
-//	notice:  0x05 | w u64 | len u8 | from node | len u8 | code | message
+//	cancel:  0x04 | seq u64 | w u64 | len u8 | from node
+//	notice:  0x05 | seq u64 | w u64 | about u64 | len u8 | from node | len u8 | code | message
+//	lost:    0x06 | seq u64 | first u64 | last u64 | len u8 | from node
+//	forgot:  0x07 | seq u64 | first u64 | last u64 | len u8 | from node
 //
-// w is the requesting node's id for the request (see Handler). Integers are
+// w is the requesting node's id for the request (see Handler). seq numbers
+// the data messages (every kind but control) one node publishes to another,
+// from 1, so that the receiver sees what NATS dropped (seq.go). Integers are
 // big-endian. Strings are 1 to 255 bytes, except org, which is empty for
 // the open namespace of daemons without org secrets.
 const (
@@ -28,6 +32,8 @@ const (
 	kindControl = 0x03
 	kindCancel  = 0x04
 	kindNotice  = 0x05
+	kindLost    = 0x06
+	kindForgot  = 0x07
 
 	flagEnd = 0x01
 )
@@ -37,6 +43,7 @@ var ErrMalformed = errors.New("cluster: malformed message")
 
 // Request is a request crossing to the node of its provider.
 type Request struct {
+	Seq       uint64 // set by the sending Cluster (seq.go)
 	From      string // the requesting node
 	W         uint64 // the requesting node's id for it; echoed in replies
 	Org       string // the requester's org: the provider is looked up there
@@ -58,6 +65,7 @@ type Request struct {
 // Reply is a provider's reply (or an error) crossing back to the requester's
 // node.
 type Reply struct {
+	Seq      uint64 // set by the sending Cluster (seq.go)
 	From     string // the provider's node
 	W        uint64
 	End      bool
@@ -67,6 +75,12 @@ type Reply struct {
 	// Shed (not on the wire): as Request.Shed; the Handler ends the
 	// requester's request with an error instead of delivering the reply.
 	Shed bool
+	// Ref, Delivery and Channel (not on the wire) are the sender's note
+	// of who sent the reply (the provider's session, its delivery id and
+	// channel), kept with the message's sequence number and handed back
+	// in a Lost or a Notice about it: that provider is the one to tell.
+	Ref               any
+	Delivery, Channel uint64
 }
 
 func appendStr(b []byte, s string) ([]byte, error) {
@@ -105,6 +119,7 @@ func readStr(b []byte) (string, []byte, error) {
 
 func appendRequest(b []byte, r *Request) ([]byte, error) {
 	b = append(b, kindRequest)
+	b = binary.BigEndian.AppendUint64(b, r.Seq)
 	b = binary.BigEndian.AppendUint64(b, r.W)
 	b = append(b, byte(r.Algo))
 	b, err := appendStr(b, r.From)
@@ -124,6 +139,7 @@ func appendRequest(b []byte, r *Request) ([]byte, error) {
 
 func appendReply(b []byte, r *Reply) ([]byte, error) {
 	b = append(b, kindReply)
+	b = binary.BigEndian.AppendUint64(b, r.Seq)
 	b = binary.BigEndian.AppendUint64(b, r.W)
 	var flags byte
 	if r.End {
@@ -144,15 +160,26 @@ func appendReply(b []byte, r *Reply) ([]byte, error) {
 // error instead): the provider gets a NOTICE and its later replies are
 // dropped, as for a requester on its own node.
 type Notice struct {
+	Seq     uint64 // set by the sending Cluster (seq.go)
 	From    string // the requesting node
 	W       uint64 // its id for the request
+	About   uint64 // the seq of the reply refused; 0 if none
 	Code    string // the wire error code (negotiate.ErrorCode)
 	Message string
+	// Ref, Delivery, Channel and End (not on the wire): what this node
+	// noted of the reply About when it sent it (Reply.Ref), if it still
+	// has it; Ref is nil otherwise. A final reply's delivery is over on
+	// this node, so its provider is found here.
+	Ref               any
+	Delivery, Channel uint64
+	End               bool
 }
 
 func appendNotice(b []byte, n *Notice) ([]byte, error) {
 	b = append(b, kindNotice)
+	b = binary.BigEndian.AppendUint64(b, n.Seq)
 	b = binary.BigEndian.AppendUint64(b, n.W)
+	b = binary.BigEndian.AppendUint64(b, n.About)
 	var err error
 	for _, s := range [...]string{n.From, n.Code} {
 		if b, err = appendStr(b, s); err != nil {
@@ -163,13 +190,13 @@ func appendNotice(b []byte, n *Notice) ([]byte, error) {
 }
 
 func decodeNotice(b []byte, n *Notice) error {
-	if len(b) < 10 || b[0] != kindNotice {
+	if len(b) < 26 || b[0] != kindNotice {
 		return ErrMalformed
 	}
-	n.W = binary.BigEndian.Uint64(b[1:9])
+	*n = Notice{Seq: binary.BigEndian.Uint64(b[1:9]), W: binary.BigEndian.Uint64(b[9:17]), About: binary.BigEndian.Uint64(b[17:25])}
 	var err error
-	rest := b[9:]
-	if n.From, rest, err = readStr(rest); err != nil || n.W == 0 {
+	rest := b[25:]
+	if n.From, rest, err = readStr(rest); err != nil || n.W == 0 || n.Seq == 0 {
 		return ErrMalformed
 	}
 	if n.Code, rest, err = readStr(rest); err != nil {
@@ -181,40 +208,78 @@ func decodeNotice(b []byte, n *Notice) error {
 
 // Cancel is a requester's CANCEL of a request another node is serving.
 type Cancel struct {
+	Seq  uint64 // set by the sending Cluster (seq.go)
 	From string // the requesting node
 	W    uint64 // its id for the request
 }
 
 func appendCancel(b []byte, c *Cancel) ([]byte, error) {
 	b = append(b, kindCancel)
+	b = binary.BigEndian.AppendUint64(b, c.Seq)
 	b = binary.BigEndian.AppendUint64(b, c.W)
 	return appendStr(b, c.From)
 }
 
 func decodeCancel(b []byte, c *Cancel) error {
-	if len(b) < 10 || b[0] != kindCancel {
+	if len(b) < 18 || b[0] != kindCancel {
 		return ErrMalformed
 	}
-	c.W = binary.BigEndian.Uint64(b[1:9])
+	c.Seq = binary.BigEndian.Uint64(b[1:9])
+	c.W = binary.BigEndian.Uint64(b[9:17])
 	var rest []byte
 	var err error
-	if c.From, rest, err = readStr(b[9:]); err != nil || len(rest) != 0 || c.W == 0 {
+	if c.From, rest, err = readStr(b[17:]); err != nil || len(rest) != 0 || c.W == 0 || c.Seq == 0 {
+		return ErrMalformed
+	}
+	return nil
+}
+
+// gapMsg is a lost or a forgot message: what a node says of the data
+// messages First to Last another node sent it (lost: they never arrived)
+// or it sent another node (forgot: it can no longer tell what they were).
+type gapMsg struct {
+	Kind        byte // kindLost or kindForgot
+	Seq         uint64
+	First, Last uint64
+	From        string
+}
+
+func appendGap(b []byte, g *gapMsg) ([]byte, error) {
+	b = append(b, g.Kind)
+	b = binary.BigEndian.AppendUint64(b, g.Seq)
+	b = binary.BigEndian.AppendUint64(b, g.First)
+	b = binary.BigEndian.AppendUint64(b, g.Last)
+	return appendStr(b, g.From)
+}
+
+func decodeGap(b []byte, g *gapMsg) error {
+	if len(b) < 26 || (b[0] != kindLost && b[0] != kindForgot) {
+		return ErrMalformed
+	}
+	g.Kind = b[0]
+	g.Seq = binary.BigEndian.Uint64(b[1:9])
+	g.First = binary.BigEndian.Uint64(b[9:17])
+	g.Last = binary.BigEndian.Uint64(b[17:25])
+	var rest []byte
+	var err error
+	if g.From, rest, err = readStr(b[25:]); err != nil || len(rest) != 0 || g.Seq == 0 || g.First == 0 || g.Last < g.First {
 		return ErrMalformed
 	}
 	return nil
 }
 
 func decodeRequest(b []byte, r *Request) error {
-	if len(b) < 10 || b[0] != kindRequest {
+	if len(b) < 18 || b[0] != kindRequest {
 		return ErrMalformed
 	}
-	r.W = binary.BigEndian.Uint64(b[1:9])
-	r.Algo = int8(b[9])
-	if r.W == 0 || r.Algo < 0 || r.Algo > 1 {
+	r.Seq = binary.BigEndian.Uint64(b[1:9])
+	r.W = binary.BigEndian.Uint64(b[9:17])
+	r.Algo = int8(b[17])
+	if r.Seq == 0 || r.W == 0 || r.Algo < 0 || r.Algo > 1 {
 		return ErrMalformed
 	}
 	var err error
-	rest := b[10:]
+	rest := b[18:]
 	if r.From, rest, err = readStr(rest); err != nil {
 		return err
 	}
@@ -235,18 +300,19 @@ func decodeRequest(b []byte, r *Request) error {
 }
 
 func decodeReply(b []byte, r *Reply) error {
-	if len(b) < 11 || b[0] != kindReply {
+	if len(b) < 19 || b[0] != kindReply {
 		return ErrMalformed
 	}
-	r.W = binary.BigEndian.Uint64(b[1:9])
-	flags := b[9]
+	r.Seq = binary.BigEndian.Uint64(b[1:9])
+	r.W = binary.BigEndian.Uint64(b[9:17])
+	flags := b[17]
 	r.End = flags&flagEnd != 0
-	r.Algo = int8(b[10])
-	if r.W == 0 || flags&^flagEnd != 0 || r.Algo < 0 || r.Algo > 1 {
+	r.Algo = int8(b[18])
+	if r.Seq == 0 || r.W == 0 || flags&^flagEnd != 0 || r.Algo < 0 || r.Algo > 1 {
 		return ErrMalformed
 	}
 	var err error
-	rest := b[11:]
+	rest := b[19:]
 	if r.From, rest, err = readStr(rest); err != nil {
 		return err
 	}
@@ -272,6 +338,10 @@ type ctlMsg struct {
 	Seq    uint64  `json:"seq,omitempty"`
 	Agent  *Agent  `json:"agent,omitempty"`  // up, down
 	Agents []Agent `json:"agents,omitempty"` // snap
+	// Sent (hb) is the seq of the last data message the sender published
+	// to each node: a receiver that has not seen it learns that the tail
+	// of what was sent to it was lost (seq.go).
+	Sent map[string]uint64 `json:"sent,omitempty"`
 }
 
 func appendControl(b []byte, m *ctlMsg) []byte {

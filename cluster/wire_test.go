@@ -6,22 +6,22 @@ import (
 )
 
 func TestWireRoundTrip(t *testing.T) {
-	in := Request{From: "node-a", W: 77, Org: "acme", Requester: "req", Target: "prov", Algo: 1, Frame: []byte("#M2M|1|frame")}
+	in := Request{Seq: 5, From: "node-a", W: 77, Org: "acme", Requester: "req", Target: "prov", Algo: 1, Frame: []byte("#M2M|1|frame")}
 	b, err := appendRequest(nil, &in)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out Request
-	if err := decodeRequest(b, &out); err != nil || out.From != in.From || out.W != in.W || out.Org != in.Org || out.Requester != in.Requester ||
+	if err := decodeRequest(b, &out); err != nil || out.Seq != 5 || out.From != in.From || out.W != in.W || out.Org != in.Org || out.Requester != in.Requester ||
 		out.Target != in.Target || out.Algo != in.Algo || !bytes.Equal(out.Frame, in.Frame) {
 		t.Fatalf("request: %+v, %v", out, err)
 	}
-	rin := Reply{From: "node-b", W: 77, End: true, Provider: "prov", Frame: []byte{1, 2, 3}}
+	rin := Reply{Seq: 6, From: "node-b", W: 77, End: true, Provider: "prov", Frame: []byte{1, 2, 3}}
 	if b, err = appendReply(nil, &rin); err != nil {
 		t.Fatal(err)
 	}
 	var rout Reply
-	if err := decodeReply(b, &rout); err != nil || rout.From != rin.From || rout.W != 77 || !rout.End || rout.Provider != "prov" || !bytes.Equal(rout.Frame, rin.Frame) {
+	if err := decodeReply(b, &rout); err != nil || rout.Seq != 6 || rout.From != rin.From || rout.W != 77 || !rout.End || rout.Provider != "prov" || !bytes.Equal(rout.Frame, rin.Frame) {
 		t.Fatalf("reply: %+v, %v", rout, err)
 	}
 	for _, bad := range [][]byte{nil, {kindRequest}, b[:len(b)-3], append([]byte{kindReply}, make([]byte, 20)...)} {
@@ -29,7 +29,7 @@ func TestWireRoundTrip(t *testing.T) {
 			t.Fatalf("decoded %x", bad)
 		}
 	}
-	nin := Notice{From: "node-b", W: 9, Code: "queue_full", Message: "requester is not reading fast enough"}
+	nin := Notice{Seq: 7, From: "node-b", W: 9, About: 4, Code: "queue_full", Message: "requester is not reading fast enough"}
 	if b, err = appendNotice(nil, &nin); err != nil {
 		t.Fatal(err)
 	}
@@ -37,8 +37,23 @@ func TestWireRoundTrip(t *testing.T) {
 	if err := decodeNotice(b, &nout); err != nil || nout != nin {
 		t.Fatalf("notice: %+v, %v", nout, err)
 	}
-	if decodeNotice(b[:12], &nout) == nil || decodeNotice(append([]byte{kindNotice}, make([]byte, 12)...), &nout) == nil {
+	if decodeNotice(b[:28], &nout) == nil || decodeNotice(append([]byte{kindNotice}, make([]byte, 28)...), &nout) == nil {
 		t.Fatal("truncated notice decoded")
+	}
+	for _, g := range []gapMsg{{Kind: kindLost, Seq: 8, First: 3, Last: 5, From: "node-a"}, {Kind: kindForgot, Seq: 9, First: 1, Last: 1, From: "node-b"}} {
+		if b, err = appendGap(nil, &g); err != nil {
+			t.Fatal(err)
+		}
+		var gout gapMsg
+		if err := decodeGap(b, &gout); err != nil || gout != g {
+			t.Fatalf("gap: %+v, %v", gout, err)
+		}
+		if decodeGap(b[:len(b)-1], &gout) == nil {
+			t.Fatal("truncated gap decoded")
+		}
+	}
+	if b, _ = appendGap(nil, &gapMsg{Kind: kindLost, Seq: 1, First: 5, Last: 4, From: "a"}); decodeGap(b, &gapMsg{}) == nil {
+		t.Fatal("gap with last before first decoded")
 	}
 	if _, err := appendRequest(nil, &Request{W: 1, From: "", Requester: "r", Target: "t"}); err == nil {
 		t.Fatal("empty node id encoded")
@@ -48,14 +63,18 @@ func TestWireRoundTrip(t *testing.T) {
 // FuzzDecode: no input makes a decoder panic, and what decodes re-encodes
 // to the same bytes.
 func FuzzDecode(f *testing.F) {
-	req, _ := appendRequest(nil, &Request{From: "a", W: 1, Requester: "r", Target: "p", Frame: []byte("#M2M")})
-	rep, _ := appendReply(nil, &Reply{From: "b", W: 2, End: true, Provider: "p", Frame: []byte{0}})
+	req, _ := appendRequest(nil, &Request{Seq: 1, From: "a", W: 1, Requester: "r", Target: "p", Frame: []byte("#M2M")})
+	rep, _ := appendReply(nil, &Reply{Seq: 2, From: "b", W: 2, End: true, Provider: "p", Frame: []byte{0}})
 	f.Add(req)
 	f.Add(rep)
-	cn, _ := appendCancel(nil, &Cancel{From: "a", W: 9})
+	cn, _ := appendCancel(nil, &Cancel{Seq: 3, From: "a", W: 9})
 	f.Add(cn)
-	nt, _ := appendNotice(nil, &Notice{From: "b", W: 3, Code: "queue_full", Message: "m"})
+	nt, _ := appendNotice(nil, &Notice{Seq: 4, From: "b", W: 3, About: 2, Code: "queue_full", Message: "m"})
 	f.Add(nt)
+	for _, k := range []byte{kindLost, kindForgot} {
+		g, _ := appendGap(nil, &gapMsg{Kind: k, Seq: 5, First: 1, Last: 3, From: "a"})
+		f.Add(g)
+	}
 	f.Add(appendControl(nil, &ctlMsg{T: "up", Node: "a", Seq: 3, Agent: &Agent{ID: "x", Session: "s", Models: []string{"m"}}}))
 	f.Add(appendControl(nil, &ctlMsg{T: "snap", Node: "a", Agents: []Agent{{ID: "x", Session: "s"}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -87,6 +106,13 @@ func FuzzDecode(f *testing.F) {
 				t.Fatalf("notice re-encodes to %x (%v), from %x", again, err, b)
 			}
 		}
+		var g gapMsg
+		if decodeGap(b, &g) == nil {
+			again, err := appendGap(nil, &g)
+			if err != nil || !bytes.Equal(again, b) {
+				t.Fatalf("gap re-encodes to %x (%v), from %x", again, err, b)
+			}
+		}
 		var m ctlMsg
 		_ = decodeControl(b, &m)
 	})
@@ -95,8 +121,8 @@ func FuzzDecode(f *testing.F) {
 // BenchmarkDecode is the per-message decoding on the receiving node.
 func BenchmarkDecode(b *testing.B) {
 	fr := make([]byte, 671)
-	req, _ := appendRequest(nil, &Request{From: "0123456789abcdef", W: 1, Org: "acme", Requester: "requester-1", Target: "provider-1", Frame: fr})
-	rep, _ := appendReply(nil, &Reply{From: "fedcba9876543210", W: 1, End: true, Provider: "provider-1", Frame: fr})
+	req, _ := appendRequest(nil, &Request{Seq: 1, From: "0123456789abcdef", W: 1, Org: "acme", Requester: "requester-1", Target: "provider-1", Frame: fr})
+	rep, _ := appendReply(nil, &Reply{Seq: 1, From: "fedcba9876543210", W: 1, End: true, Provider: "provider-1", Frame: fr})
 	b.ReportAllocs()
 	var q Request
 	var p Reply

@@ -61,7 +61,8 @@ type clusterState struct {
 	// shedFrame is the error frame of every shed request, built once
 	// (dispatcher only): an overloaded node must answer what it sheds for
 	// less than delivering it would cost, never Brotli each answer.
-	shedFrame []byte
+	// lostFrame, the same for a reply NATS lost (Lost).
+	shedFrame, lostFrame []byte
 }
 
 func newClusterState(s *Server) *clusterState {
@@ -369,7 +370,7 @@ func (cs *clusterState) Reply(r *cluster.Reply) {
 			}
 			return
 		}
-		code, message = srv.deliverReply(rep, p.proxy.rs, p.delivery, r.Provider, false, r.Frame, frameFormat(r.Algo), time.Now())
+		code, message = srv.deliverReply(rep, p.proxy.rs, p.delivery, 0, r.Provider, false, r.Frame, frameFormat(r.Algo), time.Now())
 	}
 	if code == "" {
 		return
@@ -381,7 +382,83 @@ func (cs *clusterState) Reply(r *cluster.Reply) {
 		delete(n.pending, r.W)
 		n.mu.Unlock()
 	}
-	_ = cs.c.SendNotice(r.From, r.W, string(code), message)
+	_ = cs.c.SendNotice(r.From, &cluster.Notice{W: r.W, About: r.Seq, Code: string(code), Message: message})
+}
+
+// Lost answers a request or reply this node sent that NATS dropped on the
+// way (cluster.Lost): as if its node had refused it on arrival, with
+// queue_full.
+func (cs *clusterState) Lost(l *cluster.Lost) {
+	srv := cs.srv
+	cs.mu.Lock()
+	n := cs.nodes[l.Node]
+	cs.mu.Unlock()
+	const code = negotiate.CodeQueueFull
+	message := "lost between cluster nodes: node " + l.Node + " fell behind (its cluster inbox overflowed)"
+	switch l.Kind {
+	case cluster.LostRequest:
+		if n == nil {
+			return // the node was declared dead: its requests were ended then
+		}
+		n.mu.Lock()
+		p, ok := n.pending[l.W]
+		delete(n.pending, l.W)
+		n.mu.Unlock()
+		if ok {
+			cs.endPending(p, code, "request "+message)
+		}
+	case cluster.LostReply:
+		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
+		cs.noticeProvider(l.Node, l.W, l.Ref, l.Delivery, l.Channel, code, "reply "+message)
+		if cs.lostFrame == nil {
+			cs.lostFrame, _ = frame.AppendErrorFrame(nil, string(code), "a reply to this request was lost between cluster nodes: the requester's node fell behind (its cluster inbox overflowed)")
+		}
+		// In its place, an error that ends the request (unknown there if
+		// its final reply got through after the lost one).
+		provider := cs.c.Node()
+		if ses, ok := l.Ref.(*session); ok && ses != nil {
+			provider = ses.agent
+		}
+		if cs.c.SendReply(l.Node, &cluster.Reply{W: l.W, End: true, Provider: provider, Frame: cs.lostFrame}) != nil {
+			srv.metrics.queueDrops.WithLabelValues("error_dropped").Inc()
+		}
+	case cluster.LostAll:
+		if n == nil {
+			return
+		}
+		n.mu.Lock()
+		pending := n.pending
+		n.pending = make(map[uint64]pendingRequest)
+		n.mu.Unlock()
+		for w, p := range pending {
+			cs.endPending(p, code, "request "+message+"; messages between the nodes were lost beyond naming")
+			_ = cs.c.SendCancel(l.Node, w) // its provider, if it got it, stops
+		}
+	}
+}
+
+// endPending ends a request this node sent to another for its requester.
+func (cs *clusterState) endPending(p pendingRequest, code negotiate.ErrorCode, message string) {
+	cs.srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
+	if rep, err := cs.srv.router.Abort(p.proxy.rs, p.delivery); err == nil {
+		rep.Requester.Value().endRequestWithError(transport.ChannelID(rep.Channel), rep.RequestID, code, message, p.proxy.agent)
+	}
+}
+
+// noticeProvider gives the local provider of node's request w its NOTICE:
+// through the open delivery, which it frees (later replies are dropped),
+// or, once the delivery is over (its final reply sent), through what this
+// node noted when it sent the reply (ref, the provider's session).
+func (cs *clusterState) noticeProvider(node string, w uint64, ref any, delivery, ch uint64, code negotiate.ErrorCode, message string) {
+	for _, r := range cs.requestersOf(node) {
+		if cn, err := cs.srv.router.Cancel(r.rs, w, 0); err == nil {
+			cn.Provider.Value().sendError(transport.ChannelID(cn.ProviderChannel), cn.DeliveryID, negotiate.FlagNotice, code, message, "")
+			return
+		}
+	}
+	if ses, ok := ref.(*session); ok && ses != nil {
+		ses.sendError(transport.ChannelID(ch), delivery, negotiate.FlagNotice, code, message, "")
+	}
 }
 
 // Notice gives a local provider the NOTICE for a reply the requester's
@@ -449,10 +526,15 @@ func (cs *clusterState) Cancel(c *cluster.Cancel) {
 }
 
 // replyRemote publishes a reply (or error) to the node whose requester
-// proxy se is.
-func (se *session) replyRemote(requestID uint64, end bool, provider string, format frameFormat, fr []byte) bool {
-	err := se.srv.cluster.c.SendReply(se.remote.name, &cluster.Reply{W: requestID, End: end, Provider: provider, Algo: int8(format), Frame: fr})
-	return err == nil
+// proxy se is. from is the provider's session (nil for the daemon's own
+// error), with the delivery id and channel it replied on: the one to tell
+// if the reply is lost or refused there.
+func (se *session) replyRemote(requestID uint64, end bool, provider string, format frameFormat, fr []byte, from *session, delivery uint64, ch transport.ChannelID) bool {
+	r := cluster.Reply{W: requestID, End: end, Provider: provider, Algo: int8(format), Frame: fr}
+	if from != nil {
+		r.Ref, r.Delivery, r.Channel = from, delivery, uint64(ch)
+	}
+	return se.srv.cluster.c.SendReply(se.remote.name, &r) == nil
 }
 
 // registerClusterMetrics exports the cluster's counters on /metrics.
@@ -473,7 +555,13 @@ func (s *Server) registerClusterMetrics() {
 	} {
 		s.metrics.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "m2md_cluster_dropped_total", ConstLabels: prometheus.Labels{"reason": reason},
-			Help: "Requests and replies from other nodes not delivered, by reason: inbox_full (answered with an error), slow_consumer (lost by the NATS client), malformed, unknown_node (from a node not, or no longer, a member).",
+			Help: "Requests and replies from other nodes not delivered, by reason: inbox_full (answered with an error), slow_consumer (dropped by NATS, reported to the sender, which answers them: m2md_cluster_lost_total), malformed, unknown_node (from a node not, or no longer, a member).",
+		}, func() float64 { return float64(v.Load()) }))
+	}
+	for outcome, v := range map[string]*atomic.Uint64{"answered": &st.LostAnswered, "unnamed": &st.LostUnnamed} {
+		s.metrics.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "m2md_cluster_lost_total", ConstLabels: prometheus.Labels{"outcome": outcome},
+			Help: "Requests and replies this node sent that another node reported lost (dropped by NATS, counted there as slow_consumer), by outcome: answered (the requester got queue_full, the provider its NOTICE) or unnamed (no longer remembered: every request between the two nodes was ended with queue_full).",
 		}, func() float64 { return float64(v.Load()) }))
 	}
 	counter("m2md_cluster_send_failed_total", "Publishes that failed because the NATS connection was down (the sender got an error).", func() float64 { return float64(st.SendFailed.Load()) })

@@ -257,7 +257,7 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 		}
 		return
 	}
-	if code, message := srv.deliverReply(rep, se.rs, dh.RequestID, se.agent, dh.IsBatch(), fr, format, start); code != "" {
+	if code, message := srv.deliverReply(rep, se.rs, dh.RequestID, ch, se.agent, dh.IsBatch(), fr, format, start); code != "" {
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
 		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, code, message, "")
 	} else if replyDelta {
@@ -266,11 +266,12 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 }
 
 // deliverReply hands a routed reply from provider (the router session the
-// reply was routed from, with its delivery id) to the requester. On failure
+// reply was routed from, with its delivery id and the channel the reply
+// came on) to the requester. On failure
 // it returns the code and message for the provider's NOTICE, having ended
 // the requester's request with an error when the reply cannot reach it
 // whole.
-func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Session[*session], deliveryID uint64, provider string, batch bool, fr []byte, format frameFormat, start time.Time) (negotiate.ErrorCode, string) {
+func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Session[*session], deliveryID uint64, provCh transport.ChannelID, provider string, batch bool, fr []byte, format frameFormat, start time.Time) (negotiate.ErrorCode, string) {
 	req := rep.Requester.Value()
 	end := rep.End
 	if batch && (req.remote != nil || !req.takesBatches()) {
@@ -281,7 +282,7 @@ func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Sessi
 		return negotiate.CodeBadFrame, "a batch of stream chunks to a delivery not marked BATCH"
 	}
 	if req.remote != nil {
-		if !req.replyRemote(rep.RequestID, end, provider, format, fr) {
+		if !req.replyRemote(rep.RequestID, end, provider, format, fr, provRS.Value(), deliveryID, provCh) {
 			if !end {
 				_, _ = srv.router.Abort(provRS, deliveryID) // later chunks are unknown and dropped
 			}
@@ -424,7 +425,7 @@ func (se *session) sendError(ch transport.ChannelID, requestID uint64, flags neg
 	if se.remote != nil {
 		// The requester proxy of another node: the error travels back to
 		// the requester there. Notices are for local providers only.
-		if flags&negotiate.FlagNotice == 0 && !se.replyRemote(requestID, true, peerOrNode(peer, se), 0, fr) {
+		if flags&negotiate.FlagNotice == 0 && !se.replyRemote(requestID, true, peerOrNode(peer, se), 0, fr, nil, 0, 0) {
 			se.srv.metrics.queueDrops.WithLabelValues("error_dropped").Inc()
 		}
 		return

@@ -68,34 +68,7 @@ func TestClusterShed(t *testing.T) {
 	body := corpus(t, "req-chat-1k-01.json")
 
 	// Bursts of requests; the provider answers what it gets.
-	provDone := make(chan error, 1)
-	stop := make(chan struct{})
-	go func() {
-		for {
-			r, cm, err := prov.recv(100 * time.Millisecond)
-			switch {
-			case errors.Is(err, errControl):
-				if cm.Type == negotiate.TypePing {
-					prov.sendControl(negotiate.AppendPong(nil, prov.sess.ID, time.Now()))
-				}
-			case errors.Is(err, context.DeadlineExceeded):
-			case err != nil:
-				provDone <- err
-				return
-			case !r.hdr.IsReply():
-				if err := prov.send(r.ch, negotiate.FlagReply|negotiate.FlagEnd, r.hdr.RequestID, "", prov.protect(r.ch, encode(t, body))); err != nil {
-					provDone <- err
-					return
-				}
-			}
-			select {
-			case <-stop:
-				provDone <- nil
-				return
-			default:
-			}
-		}
-	}()
+	provDone, stop := answerEach(t, prov, body)
 	const burst = 32
 	shed := 0
 	for round := 0; round < 20 && shed == 0; round++ {
@@ -171,4 +144,39 @@ func TestClusterShed(t *testing.T) {
 	if n := metric(t, nodes[0], "m2md_cluster_dropped_total", "reason=inbox_full") + metric(t, nodes[1], "m2md_cluster_dropped_total", "reason=inbox_full"); n < float64(shed+1) {
 		t.Errorf("nodes counted %v shed messages, want at least %d", n, shed+1)
 	}
+}
+
+// answerEach runs prov as a provider that answers every request with one
+// final reply of body (and every PING) until stop is closed; its error, or
+// nil, comes on done.
+func answerEach(t *testing.T, prov *rawAgent, body []byte) (done chan error, stop chan struct{}) {
+	done, stop = make(chan error, 1), make(chan struct{})
+	fr := encode(t, body)
+	go func() {
+		for {
+			r, cm, err := prov.recv(100 * time.Millisecond)
+			switch {
+			case errors.Is(err, errControl):
+				if cm.Type == negotiate.TypePing {
+					prov.sendControl(negotiate.AppendPong(nil, prov.sess.ID, time.Now()))
+				}
+			case errors.Is(err, context.DeadlineExceeded):
+			case err != nil:
+				done <- err
+				return
+			case !r.hdr.IsReply():
+				if err := prov.send(r.ch, negotiate.FlagReply|negotiate.FlagEnd, r.hdr.RequestID, "", prov.protect(r.ch, fr)); err != nil {
+					done <- err
+					return
+				}
+			}
+			select {
+			case <-stop:
+				done <- nil
+				return
+			default:
+			}
+		}
+	}()
+	return done, stop
 }

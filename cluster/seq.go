@@ -1,0 +1,247 @@
+package cluster
+
+import (
+	"encoding/binary"
+	"strings"
+	"sync"
+)
+
+// Sequence numbers: what NATS dropped is answered, not silent.
+//
+// NATS delivers what one connection publishes to one subscriber in order,
+// but a subscriber that falls behind by more than its pending limit (here:
+// the inbox channel, Config.Inbox + Config.Headroom) loses messages, and
+// the publisher is not told. So every data message (every kind but
+// control) a node publishes to another carries a sequence number, one
+// series per destination, from 1. The receiver expects them consecutive;
+// a jump is a gap, and the receiver tells the sender (lost: First..Last).
+// The heartbeat says what the last number sent to each node was, so a lost
+// tail is seen within a heartbeat too.
+//
+// The sender keeps, per destination, a ring of what it sent (sent: the
+// request id, and for a reply the provider it came from), as many entries
+// as the receiver's inbox channel holds. For each lost number still in the
+// ring it answers as if the message had been refused on arrival: a request
+// is ended for its requester (Lost, LostRequest); a reply's provider is
+// told and the requester's node gets an error in its place (LostReply); a
+// cancel, notice or lost is sent again. Numbers no longer in the ring (more
+// than the ring's size were sent before the loss was reported: sustained
+// overload) cannot be named: the sender ends every request it has pending
+// at that node, and says forgot First..Last so that the receiver does the
+// same with every request it has pending at the sender (LostAll on both).
+// That is coarse, and rare: it costs errors, never a hang.
+
+// LostKind says what a Lost is about.
+type LostKind uint8
+
+// Lost kinds.
+const (
+	// LostRequest: request W sent to Node never arrived. End it for its
+	// requester with an error.
+	LostRequest LostKind = iota + 1
+	// LostReply: the reply to request W sent to Node never arrived. Tell
+	// its provider (Ref, Delivery, Channel as given in Reply) and send
+	// Node an error reply in its place, ending the request there.
+	LostReply
+	// LostAll: messages between this node and Node were lost and cannot
+	// be named. End every request this node has pending at Node with an
+	// error (and cancel it there).
+	LostAll
+)
+
+// Lost is a data message that did not reach its destination (Handler.Lost).
+type Lost struct {
+	Kind LostKind
+	Node string // the node the message was for (LostAll: the other node)
+	W    uint64
+	// LostReply: what the reply's sender gave in Reply.Ref, Delivery,
+	// Channel, and whether it was the request's final reply.
+	Ref               any
+	Delivery, Channel uint64
+	End               bool
+}
+
+// sent is what a node remembers of a data message it published.
+type sent struct {
+	seq  uint64
+	w    uint64 // request id; lost, forgot: first
+	aux  uint64 // reply: delivery; notice: about; lost, forgot: last
+	aux2 uint64 // reply: channel
+	ref  any    // reply: Reply.Ref; notice: its code
+	kind byte
+	end  bool
+}
+
+// dest is this node's sending side towards one other node.
+type dest struct {
+	subj string
+	mu   sync.Mutex // seq and ring; held while publishing, so seq order is publish order
+	seq  uint64     // the last number published
+	ring []sent     // allocated on the first data message
+	gone bool       // the node was declared dead: a new dest replaces this one
+}
+
+// ringSize is how many sent messages a node remembers per destination:
+// what the destination's inbox channel holds, at least 4,096.
+func ringSize(cfg *Config) int { return max(inboxCap(cfg), 4096) }
+
+// dest returns the sending side towards node.
+func (c *Cluster) dest(node string) *dest {
+	if d, ok := c.dests.Load(node); ok {
+		return d.(*dest)
+	}
+	node = strings.Clone(node) // it may alias a message
+	d, _ := c.dests.LoadOrStore(node, &dest{subj: c.prefix + "n." + node})
+	return d.(*dest)
+}
+
+// publishData numbers b (an encoded data message, seq at b[1:9]) for node,
+// publishes it and remembers e under its number.
+func (c *Cluster) publishData(node string, b []byte, e sent) error {
+	d := c.dest(node)
+	d.mu.Lock()
+	for d.gone { // replaced while this sender held it
+		d.mu.Unlock()
+		d = c.dest(node)
+		d.mu.Lock()
+	}
+	defer d.mu.Unlock()
+	seq := d.seq + 1
+	binary.BigEndian.PutUint64(b[1:9], seq)
+	if err := c.publish(d.subj, b); err != nil {
+		return err // the number is not used: no gap
+	}
+	d.seq = seq
+	if d.ring == nil {
+		d.ring = make([]sent, c.ringSize)
+	}
+	e.seq = seq
+	d.ring[seq%uint64(len(d.ring))] = e
+	return nil
+}
+
+// lastSent returns the last number published to each node (heartbeats).
+func (c *Cluster) lastSent() map[string]uint64 {
+	var m map[string]uint64
+	c.dests.Range(func(k, v any) bool {
+		d := v.(*dest)
+		d.mu.Lock()
+		if d.seq > 0 {
+			if m == nil {
+				m = make(map[string]uint64)
+			}
+			m[k.(string)] = d.seq
+		}
+		d.mu.Unlock()
+		return true
+	})
+	return m
+}
+
+// sequence checks the number of a data message from node (dispatcher
+// only): a jump reports the gap to node. The first number heard from a
+// node (or after it was declared dead) starts the series, as does a number
+// below the expected one (node restarted under the same id): what it lost
+// before cannot be told.
+func (c *Cluster) sequence(node string, seq uint64) {
+	next, ok := c.rx[node]
+	if ok && seq > next {
+		c.gap(node, next, seq-1)
+	} else if !ok {
+		node = strings.Clone(node)
+	}
+	c.rx[node] = seq + 1
+}
+
+// sentTo notes a heartbeat's word that node's last data message to this
+// node was seq (dispatcher only).
+func (c *Cluster) sentTo(node string, seq uint64) {
+	next, ok := c.rx[node]
+	if !ok || seq < next {
+		return // starts with the next data message
+	}
+	c.gap(node, next, seq)
+	c.rx[node] = seq + 1
+}
+
+// gap tells node that its messages first..last did not arrive.
+func (c *Cluster) gap(node string, first, last uint64) {
+	c.stats.SlowConsumer.Add(last - first + 1)
+	c.log.Warn().Str("peer", node).Uint64("first", first).Uint64("last", last).Msg("cluster messages lost (slow consumer): asking the sender to answer them")
+	c.sendGap(kindLost, node, first, last)
+}
+
+func (c *Cluster) sendGap(kind byte, node string, first, last uint64) {
+	b, err := appendGap(nil, &gapMsg{Kind: kind, First: first, Last: last, From: c.cfg.Node})
+	if err == nil {
+		err = c.publishData(node, b, sent{kind: kind, w: first, aux: last})
+	}
+	if err != nil {
+		c.log.Warn().Err(err).Str("peer", node).Msg("lost messages could not be reported")
+	}
+}
+
+// answerLost answers node's report that this node's messages first..last
+// to it never arrived (dispatcher only).
+func (c *Cluster) answerLost(node string, first, last uint64) {
+	d := c.dest(node)
+	d.mu.Lock()
+	if last > d.seq {
+		last = d.seq // never sent: a confused or restarted peer
+	}
+	var named []sent
+	var unnamed uint64
+	if n := uint64(len(d.ring)); n > 0 && first <= last {
+		if last-first >= n { // the oldest were overwritten for sure
+			unnamed = last - first + 1 - n
+			first = last - n + 1
+		}
+		for seq := first; seq <= last; seq++ {
+			if e := d.ring[seq%n]; e.seq == seq {
+				named = append(named, e)
+			} else {
+				unnamed++
+			}
+		}
+	}
+	d.mu.Unlock()
+	c.stats.LostAnswered.Add(uint64(len(named)))
+	for i := range named {
+		e := &named[i]
+		switch e.kind {
+		case kindRequest:
+			c.h.Lost(&Lost{Kind: LostRequest, Node: node, W: e.w})
+		case kindReply:
+			c.h.Lost(&Lost{Kind: LostReply, Node: node, W: e.w, Ref: e.ref, Delivery: e.aux, Channel: e.aux2, End: e.end})
+		case kindCancel:
+			_ = c.SendCancel(node, e.w)
+		case kindNotice:
+			code, _ := e.ref.(string)
+			_ = c.SendNotice(node, &Notice{W: e.w, About: e.aux, Code: code, Message: "a reply to this request was not delivered"})
+		case kindLost, kindForgot:
+			c.sendGap(e.kind, node, e.w, e.aux)
+		}
+	}
+	if unnamed > 0 {
+		c.stats.LostUnnamed.Add(unnamed)
+		c.log.Warn().Str("peer", node).Uint64("messages", unnamed).Msg("lost cluster messages no longer remembered: ending every request between the two nodes")
+		c.sendGap(kindForgot, node, first, last)
+		c.h.Lost(&Lost{Kind: LostAll, Node: node})
+	}
+}
+
+// noteAbout fills in what this node remembers of the reply a notice from
+// node is about (dispatcher only).
+func (c *Cluster) noteAbout(node string, n *Notice) {
+	if n.About == 0 {
+		return
+	}
+	d := c.dest(node)
+	d.mu.Lock()
+	if d.ring != nil {
+		if e := d.ring[n.About%uint64(len(d.ring))]; e.seq == n.About && e.kind == kindReply && e.w == n.W {
+			n.Ref, n.Delivery, n.Channel, n.End = e.ref, e.aux, e.aux2, e.end
+		}
+	}
+	d.mu.Unlock()
+}
