@@ -28,34 +28,10 @@ func TestClusterLost(t *testing.T) {
 		return metric(t, nodes[0], "m2md_cluster_dropped_total", "reason=slow_consumer") +
 			metric(t, nodes[1], "m2md_cluster_dropped_total", "reason=slow_consumer")
 	}
-	const burst = 64
 	ok, failed := 0, 0
 	for round := 0; round < 30 && lost() == 0; round++ {
-		want := map[uint64]bool{}
-		for range burst {
-			_, id := req.request(prov.sess.AgentID, body)
-			want[id] = true
-		}
-		for len(want) > 0 {
-			select {
-			case err := <-provDone:
-				t.Fatalf("round %d: the provider stopped answering: %v", round, err)
-			default:
-			}
-			r := req.recvData(10 * time.Second)
-			if !want[r.hdr.RequestID] || !r.hdr.IsEnd() {
-				t.Fatalf("round %d: id %d end %v: not one final answer per request", round, r.hdr.RequestID, r.hdr.IsEnd())
-			}
-			delete(want, r.hdr.RequestID)
-			switch r.code {
-			case "":
-				ok++
-			case string(negotiate.CodeQueueFull):
-				failed++
-			default:
-				t.Fatalf("round %d: request %d: error %q", round, r.hdr.RequestID, r.code)
-			}
-		}
+		o, f := burstEnds(t, req, prov.sess.AgentID, body, 64, provDone)
+		ok, failed = ok+o, failed+f
 	}
 	close(stop)
 	if err := <-provDone; err != nil {

@@ -69,33 +69,10 @@ func TestClusterShed(t *testing.T) {
 
 	// Bursts of requests; the provider answers what it gets.
 	provDone, stop := answerEach(t, prov, body)
-	const burst = 32
 	shed := 0
 	for round := 0; round < 20 && shed == 0; round++ {
-		want := map[uint64]bool{}
-		for range burst {
-			_, id := req.request(prov.sess.AgentID, body)
-			want[id] = true
-		}
-		for len(want) > 0 {
-			select {
-			case err := <-provDone:
-				t.Fatalf("round %d: the provider stopped answering: %v", round, err)
-			default:
-			}
-			r := req.recvData(10 * time.Second)
-			if !want[r.hdr.RequestID] || !r.hdr.IsEnd() {
-				t.Fatalf("round %d: id %d end %v: not one final answer per request", round, r.hdr.RequestID, r.hdr.IsEnd())
-			}
-			delete(want, r.hdr.RequestID)
-			switch r.code {
-			case "":
-			case string(negotiate.CodeQueueFull):
-				shed++
-			default:
-				t.Fatalf("round %d: request %d: error %q", round, r.hdr.RequestID, r.code)
-			}
-		}
+		_, failed := burstEnds(t, req, prov.sess.AgentID, body, 32, provDone)
+		shed += failed
 	}
 	close(stop)
 	if err := <-provDone; err != nil {
@@ -179,4 +156,37 @@ func answerEach(t *testing.T, prov *rawAgent, body []byte) (done chan error, sto
 		}
 	}()
 	return done, stop
+}
+
+// burstEnds sends n requests of body to provider and checks that each
+// ends exactly once, with one final reply or queue_full; it returns how
+// many ended each way. provDone fails the test if the provider stops.
+func burstEnds(t *testing.T, req *rawAgent, provider string, body []byte, n int, provDone chan error) (ok, queueFull int) {
+	t.Helper()
+	want := map[uint64]bool{}
+	for range n {
+		_, id := req.request(provider, body)
+		want[id] = true
+	}
+	for len(want) > 0 {
+		select {
+		case err := <-provDone:
+			t.Fatalf("the provider stopped answering: %v", err)
+		default:
+		}
+		r := req.recvData(10 * time.Second)
+		if !want[r.hdr.RequestID] || !r.hdr.IsEnd() {
+			t.Fatalf("id %d end %v: not one final answer per request", r.hdr.RequestID, r.hdr.IsEnd())
+		}
+		delete(want, r.hdr.RequestID)
+		switch r.code {
+		case "":
+			ok++
+		case string(negotiate.CodeQueueFull):
+			queueFull++
+		default:
+			t.Fatalf("request %d: error %q", r.hdr.RequestID, r.code)
+		}
+	}
+	return ok, queueFull
 }
