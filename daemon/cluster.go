@@ -462,17 +462,13 @@ func (cs *clusterState) noticeProvider(node string, w uint64, ref any, delivery,
 }
 
 // Notice gives a local provider the NOTICE for a reply the requester's
-// node could not deliver, and frees its delivery (its later replies are
-// dropped), as forwardReply does for a local requester. A final reply's
-// delivery is gone already: the provider has finished and is not told.
+// node could not deliver, and frees its delivery if still open (its later
+// replies are dropped), as forwardReply does for a local requester. A
+// delivery that is over here (its final reply was the one refused, or the
+// provider finished before the refusal came back) is found through what
+// this node noted when it sent the reply (cluster.Notice.Ref).
 func (cs *clusterState) Notice(nt *cluster.Notice) {
-	for _, r := range cs.requestersOf(nt.From) {
-		if cn, err := cs.srv.router.Cancel(r.rs, nt.W, 0); err == nil {
-			cn.Provider.Value().sendError(transport.ChannelID(cn.ProviderChannel), cn.DeliveryID, negotiate.FlagNotice,
-				negotiate.ErrorCode(nt.Code), nt.Message, "")
-			return
-		}
-	}
+	cs.noticeProvider(nt.From, nt.W, nt.Ref, nt.Delivery, nt.Channel, negotiate.ErrorCode(nt.Code), nt.Message)
 }
 
 // requestersOf returns the requester proxies of node (one per org).

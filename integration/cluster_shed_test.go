@@ -17,8 +17,8 @@ import (
 // TestClusterReplyRefusedNotice: a reply the requester's node cannot
 // deliver (here: larger than the requester's max_payload) ends the request
 // there with the error, and the provider on the other node gets the NOTICE
-// for its delivery, as it would next to the requester; its later chunks
-// are dropped.
+// for its delivery, as it would next to the requester, whether the reply
+// was a chunk (its later chunks are dropped) or its final reply.
 func TestClusterReplyRefusedNotice(t *testing.T) {
 	nodes := startCluster(t, 2, nil, nil)
 	for _, tr := range transports {
@@ -36,6 +36,17 @@ func TestClusterReplyRefusedNotice(t *testing.T) {
 			req.expectError(5*time.Second, id, string(negotiate.CodeTooLarge), false)
 			prov.expectError(5*time.Second, got.hdr.RequestID, string(negotiate.CodeTooLarge), true)
 			prov.reply(got.ch, got.hdr.RequestID, true, chunk("s", 2))
+			req.expectSilence(100 * time.Millisecond)
+
+			// A final reply refused: the delivery is over on the provider's
+			// node already, and its NOTICE comes all the same.
+			_, id = req.request(prov.sess.AgentID, corpus(t, "req-chat-1k-01.json"))
+			got = prov.recvData(5 * time.Second)
+			prov.reply(got.ch, got.hdr.RequestID, true, incompressible(t, 4096))
+			req.expectError(5*time.Second, id, string(negotiate.CodeTooLarge), false)
+			if n := prov.expectError(5*time.Second, got.hdr.RequestID, string(negotiate.CodeTooLarge), true); n.ch != got.ch {
+				t.Errorf("NOTICE of the final reply on channel %d, the reply came on %d", n.ch, got.ch)
+			}
 			req.expectSilence(100 * time.Millisecond)
 		})
 	}
