@@ -357,6 +357,9 @@ func TestConfigCheck(t *testing.T) {
 		{Config{Listen: "127.0.0.1:6222", Routes: []string{"http://b:6222"}}, "want nats://host:port"},
 		{Config{URLs: []string{"nats://n:4222"}, Node: "a.b"}, "node id"},
 		{Config{URLs: []string{"nats://n:4222"}, Heartbeat: time.Second, DeadAfter: time.Second}, "two heartbeats"},
+		{Config{URLs: []string{"nats://n:4222"}, Inbox: -1}, "--cluster-inbox -1"},
+		{Config{URLs: []string{"nats://n:4222"}, Inbox: MaxInbox + 1}, "--cluster-inbox"},
+		{Config{URLs: []string{"nats://n:4222"}, Inbox: MaxInbox}, ""},
 	} {
 		err := tc.cfg.Check()
 		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {

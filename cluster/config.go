@@ -24,6 +24,9 @@ const (
 	// dispatcher before requests and replies are answered with an error
 	// instead of delivered (Config.Inbox).
 	DefaultInbox = 1 << 15
+	// MaxInbox bounds Config.Inbox: every node keeps a ring of twice as
+	// many entries (56 bytes each) per other node (seq.go).
+	MaxInbox = 1 << 20
 )
 
 // Config configures a node. Exactly one of Listen (embedded mode) and URLs
@@ -136,7 +139,10 @@ func (c Config) withDefaults() (Config, error) {
 	if c.DeadAfter < 2*c.Heartbeat {
 		return c, fmt.Errorf("cluster: dead-after %v must be at least two heartbeats (%v)", c.DeadAfter, 2*c.Heartbeat)
 	}
-	if c.Inbox <= 0 {
+	switch {
+	case c.Inbox < 0 || c.Inbox > MaxInbox:
+		return c, fmt.Errorf("cluster: --cluster-inbox %d: want 1 to %d messages", c.Inbox, MaxInbox)
+	case c.Inbox == 0:
 		c.Inbox = DefaultInbox
 	}
 	if c.Headroom <= 0 {

@@ -104,6 +104,7 @@ func TestExitCodes(t *testing.T) {
 		{"inspect garbage frame", "#M2M|1|!!", []string{"inspect"}, exitBadInput},
 		{"compress help", "", []string{"compress", "-h"}, exitOK},
 		{"serve bad security", "", []string{"serve", "--min-security", "max"}, exitUsage},
+		{"serve bad cluster inbox", "", []string{"serve", "--cluster-listen", "127.0.0.1:0", "--cluster-inbox", "-1"}, exitUsage},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -114,6 +115,9 @@ func TestExitCodes(t *testing.T) {
 			code, _, stderr := runCLI(t, stdin, tc.args...)
 			if code != tc.code {
 				t.Fatalf("exit %d, want %d (stderr %s)", code, tc.code, stderr)
+			}
+			if tc.name == "serve bad cluster inbox" && !bytes.Contains(stderr, []byte("--cluster-inbox -1: want 1 to 1048576 messages")) {
+				t.Fatalf("stderr %s: does not name the flag and its range", stderr)
 			}
 			if code == exitBadInput && bytes.Count(bytes.TrimSpace(stderr), []byte("\n")) != 0 {
 				t.Fatalf("bad input reason is not one line: %q", stderr)
