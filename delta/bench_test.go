@@ -100,3 +100,93 @@ func BenchmarkCorpusSize(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkReplyCorpusSize reports, for each zstd level, the corpus
+// responses as reply deltas (TestReplyCorpusRoundTrip) as metrics, beside
+// the same responses as plain M2M v1 frames (docs/benchmarks.md):
+//
+//	go test ./delta -run '^$' -bench ReplyCorpusSize -benchtime 1x
+func BenchmarkReplyCorpusSize(b *testing.B) {
+	for _, l := range []zstd.EncoderLevel{zstd.SpeedFastest, zstd.SpeedDefault, zstd.SpeedBetterCompression, zstd.SpeedBestCompression} {
+		b.Run("level="+l.String(), func(b *testing.B) {
+			defer setLevel(setLevel(l))
+			var j, f, p, n int
+			for b.Loop() {
+				j, f, p, n = replyCorpus(b)
+			}
+			b.ReportMetric(float64(f), "frame-B")
+			b.ReportMetric(float64(p), "plain-frame-B")
+			b.ReportMetric(float64(n), "reply-deltas")
+			b.ReportMetric(float64(j)/float64(f), "x-smaller")
+		})
+	}
+}
+
+// BenchmarkReplyTurn measures one operation as every corpus response (36)
+// encoded by its provider and decoded by its requester: as per-message M2M
+// v1 frames (Brotli q5) and as reply deltas at each zstd level, building
+// D_r (one copy of the base response and the request) at both ends as the
+// client does:
+//
+//	go test ./delta -run '^$' -bench ReplyTurn -count 6 | benchstat -col /codec -
+func BenchmarkReplyTurn(b *testing.B) {
+	type reply struct {
+		base      *Base
+		req, resp []byte
+	}
+	var replies []reply
+	size := 0
+	for _, conv := range conversations(b) {
+		for i, cur := range conv {
+			var base *Base
+			if i > 0 {
+				base = NewBase(conv[i-1].request, conv[i-1].response)
+			}
+			replies = append(replies, reply{base, cur.request, cur.response})
+			size += len(cur.response)
+		}
+	}
+	enc := make([]byte, 0, 1<<20)
+	dec := make([]byte, 0, 1<<20)
+	dict := make([]byte, 0, 1<<20)
+	run := func(b *testing.B, one func(r reply) error) {
+		b.SetBytes(int64(size))
+		b.ReportAllocs()
+		for b.Loop() {
+			for _, r := range replies {
+				if err := one(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		}
+	}
+	b.Run("codec=brotli-q5", func(b *testing.B) {
+		run(b, func(r reply) error {
+			fr, err := frame.AppendEncode(enc[:0], r.resp, frame.Limits{})
+			if err != nil {
+				return err
+			}
+			_, err = frame.AppendDecode(dec[:0], fr, frame.Limits{})
+			return err
+		})
+	})
+	for _, l := range []zstd.EncoderLevel{zstd.SpeedFastest, zstd.SpeedDefault, zstd.SpeedBetterCompression} {
+		b.Run("codec=reply-delta-"+l.String(), func(b *testing.B) {
+			defer setLevel(setLevel(l))
+			run(b, func(r reply) error {
+				d := AppendReplyDict(dict[:0], r.base, r.req)
+				fr, isDelta, err := AppendEncodeReply(enc[:0], r.resp, d, frame.Limits{})
+				if err != nil {
+					return err
+				}
+				if !isDelta {
+					_, err = frame.AppendDecode(dec[:0], fr, frame.Limits{})
+					return err
+				}
+				d = AppendReplyDict(dict[:0], r.base, r.req)
+				_, err = AppendDecodeReply(dec[:0], fr, d, frame.Limits{})
+				return err
+			})
+		})
+	}
+}

@@ -213,7 +213,16 @@ const (
 	exampleRequest  = `{"model":"gpt-4o","messages":[{"role":"user","content":"Hi"}]}`
 	exampleResponse = `{"id":"chatcmpl-1","object":"chat.completion","created":1732000000,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help?"},"finish_reason":"stop"}]}`
 	exampleDoc      = `{"model":"gpt-4o","messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello! How can I help?"},{"role":"user","content":"Name three primes."}]}`
-	exampleFrame    = `23 4d 32 4d 7c 31 7c 26 00 01 00 00 00 00 02 00
+	exampleFrame    = `23 4d 32 4d 7c 31 7c 22 00 01 00 00 00 00 02 00
+		00 00 00 00 00 00 00 00 00 00 00 06 67 70 74 2d
+		34 6f 03 19 2a 03 02 01 03 2c 00 00 00 c4 1e f7
+		42 20 a5 3d 01 00 74 01 2c 4e 61 6d 65 20 74 68
+		72 65 65 20 70 72 69 6d 65 73 2e 22 7d 5d 7d 04
+		00 5d 6b c2 56 0d 1a b1 f3 62 20 ad 20`
+	// exampleFrameWithCost is the same frame with est_cost_usd (c1 a8 a4
+	// 3b) after content_hint, as writers before the rule that a delta
+	// omits it wrote it: readers accept both.
+	exampleFrameWithCost = `23 4d 32 4d 7c 31 7c 26 00 01 00 00 00 00 02 00
 		00 00 00 00 00 00 00 00 00 00 00 06 67 70 74 2d
 		34 6f 03 19 2a c1 a8 a4 3b 03 02 01 03 2c 00 00
 		00 c4 1e f7 42 20 a5 3d 01 00 74 01 2c 4e 61 6d
@@ -223,18 +232,30 @@ const (
 )
 
 func TestProtocolExample(t *testing.T) {
-	fr, err := hex.DecodeString(strings.Join(strings.Fields(exampleFrame), ""))
-	if err != nil {
-		t.Fatal(err)
-	}
 	base := NewBase([]byte(exampleRequest), []byte(exampleResponse))
-	doc, err := AppendDecodeFrame(nil, fr, base, frame.Limits{})
-	if err != nil || string(doc) != exampleDoc {
-		t.Fatalf("decoded %q, %v", doc, err)
-	}
-	var h frame.Header
-	if err := frame.ReadHeader(fr, &h); err != nil || h.Ext != (frame.Extension{DocID: 2, BaseID: 1, Delta: true}) || h.PayloadLen != 44 {
-		t.Fatalf("header %+v, %v", h, err)
+	for i, hx := range []string{exampleFrame, exampleFrameWithCost} {
+		fr, err := hex.DecodeString(strings.Join(strings.Fields(hx), ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc, err := AppendDecodeFrame(nil, fr, base, frame.Limits{})
+		if err != nil || string(doc) != exampleDoc {
+			t.Fatalf("frame %d: decoded %q, %v", i, doc, err)
+		}
+		var h frame.Header
+		if err := frame.ReadHeader(fr, &h); err != nil || h.Ext != (frame.Extension{DocID: 2, BaseID: 1, Delta: true}) || h.PayloadLen != 44 ||
+			h.HasEstCost != (i == 1) || h.ContentHint != 42 {
+			t.Fatalf("frame %d: header %+v, %v", i, h, err)
+		}
+		if i > 0 {
+			continue
+		}
+		// The Go encoder writes exactly these bytes (the zstd level is
+		// the writer's choice; this pins ours).
+		again, isDelta, err := AppendEncodeFrame(nil, []byte(exampleDoc), frame.Extension{DocID: 2, BaseID: 1}, base, frame.Limits{})
+		if err != nil || !isDelta || !bytes.Equal(again, fr) {
+			t.Fatalf("encoded %x, delta %v, %v", again, isDelta, err)
+		}
 	}
 }
 

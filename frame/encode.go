@@ -138,6 +138,12 @@ func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byt
 	switch {
 	case isRequestSchema(schema):
 		out, flags, err = appendRouting(out, sum)
+		if err == nil && ext != nil && ext.Delta {
+			// A delta drops the optional est_cost_usd (docs/protocol.md
+			// §4.3): 4 bytes of a frame of a few hundred, and no reader
+			// of a delta is the Rust decoder, which expects it.
+			out = out[:len(out)-4]
+		}
 	case isResponseSchema(schema):
 		out, flags, err = appendResponse(out, sum)
 	}

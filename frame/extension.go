@@ -174,9 +174,10 @@ func AppendEncodeExt(dst, json []byte, ext Extension, lim Limits) ([]byte, error
 
 // AppendEncodeDelta appends a request frame for the document json whose
 // payload is delta, the document encoded against its base by package
-// delta: the routing header and the CRC-32 are json's, COMPRESSED is
-// clear, and the extension block has DELTA, ext.DocID and ext.BaseID
-// (both non-zero). json itself is not carried.
+// delta: the routing header (without its optional est_cost_usd,
+// docs/protocol.md §4.3) and the CRC-32 are json's, COMPRESSED is clear,
+// and the extension block has DELTA, ext.DocID and ext.BaseID (both
+// non-zero). json itself is not carried.
 func AppendEncodeDelta(dst, json, delta []byte, ext Extension, lim Limits) ([]byte, error) {
 	ext.Delta = true
 	if err := ext.check(); err != nil {

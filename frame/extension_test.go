@@ -24,10 +24,11 @@ const (
 		72 22 2c 22 63 6f 6e 74 65 6e 74 22 3a 22 48 69
 		22 7d 5d 7d`
 	// frameA's document as a delta 01 02 03, doc_id 301 against base 300
-	// (flags 03: DELTA|BASE); COMPRESSED clear, crc32 the document's.
-	frameADeltaHex = `23 4d 32 4d 7c 31 7c 28 00 01 00 00 00 00 02 00
+	// (flags 03: DELTA|BASE); COMPRESSED clear, crc32 the document's, and
+	// no est_cost_usd.
+	frameADeltaHex = `23 4d 32 4d 7c 31 7c 24 00 01 00 00 00 00 02 00
 		00 00 00 00 00 00 00 00 00 00 00 06 67 70 74 2d
-		34 6f 01 01 02 0a d7 a3 3b 03 ad 02 ac 02 05 03
+		34 6f 01 01 02 03 ad 02 ac 02 05 03
 		00 00 00 6e 60 55 a4 01 02 03`
 )
 
