@@ -86,9 +86,12 @@ type ConversationReport struct {
 // daemon counts in m2md_bytes_in_total: requests are what the requester
 // sent (resends included), responses what the providers sent.
 type ConversationBytes struct {
-	Turns              int     `json:"turns"`
-	Errors             int     `json:"errors"`
-	Resends            int     `json:"resends"`
+	Turns   int `json:"turns"`
+	Errors  int `json:"errors"`
+	Resends int `json:"resends"`
+	// ReplyDeltas are the final responses that travelled as reply deltas
+	// (docs/protocol.md §4.3), as the requester counted them.
+	ReplyDeltas        int     `json:"reply_deltas"`
 	JSONBytesRequests  int64   `json:"json_bytes_requests"`
 	WireBytesRequests  int64   `json:"wire_bytes_requests"`
 	JSONBytesResponses int64   `json:"json_bytes_responses"`
@@ -103,6 +106,7 @@ func (b *ConversationBytes) add(o *ConversationBytes) {
 	b.Turns += o.Turns
 	b.Errors += o.Errors
 	b.Resends += o.Resends
+	b.ReplyDeltas += o.ReplyDeltas
 	b.JSONBytesRequests += o.JSONBytesRequests
 	b.WireBytesRequests += o.WireBytesRequests
 	b.JSONBytesResponses += o.JSONBytesResponses
@@ -385,6 +389,7 @@ func replay(ctx context.Context, cfg *ConversationConfig, url string, tlsConf *t
 			if s1.FramesSent-s0.FramesSent > 1 {
 				fig.Resends++
 			}
+			fig.ReplyDeltas += int(s1.ReplyDeltasReceived - s0.ReplyDeltasReceived)
 			fig.Turns++
 			fig.JSONBytesRequests += int64(len(turn))
 			fig.JSONBytesResponses += int64(len(c.Responses[k]))
@@ -466,16 +471,16 @@ func (r *ConversationReport) WriteJSON(w io.Writer) error {
 // WriteTable prints the per-conversation and total figures of both runs.
 func (r *ConversationReport) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "conversation\tturns\tdeltas\treq JSON B\treq wire B\treq ratio\tresp JSON B\tresp wire B\ttotal ratio\tresends\terrors\tp50 ms\tmax ms\t\n")
+	fmt.Fprintf(tw, "conversation\tturns\tdeltas\treq JSON B\treq wire B\treq ratio\tresp JSON B\tresp wire B\treply deltas\ttotal ratio\tresends\terrors\tp50 ms\tmax ms\t\n")
 	for _, run := range []*ConversationRun{&r.ConversationRun, &r.Baseline} {
 		for _, c := range run.Conversations {
 			lat := turnLatency(c.TurnLatencyMillis)
-			fmt.Fprintf(tw, "%s\t%d\t%v\t%d\t%d\t%.1fx\t%d\t%d\t%.1fx\t%d\t%d\t%.2f\t%.2f\t\n", c.Name, c.Turns, run.Deltas,
-				c.JSONBytesRequests, c.WireBytesRequests, c.RatioRequests, c.JSONBytesResponses, c.WireBytesResponses, c.RatioTotal,
+			fmt.Fprintf(tw, "%s\t%d\t%v\t%d\t%d\t%.1fx\t%d\t%d\t%d\t%.1fx\t%d\t%d\t%.2f\t%.2f\t\n", c.Name, c.Turns, run.Deltas,
+				c.JSONBytesRequests, c.WireBytesRequests, c.RatioRequests, c.JSONBytesResponses, c.WireBytesResponses, c.ReplyDeltas, c.RatioTotal,
 				c.Resends, c.Errors, lat.P50, lat.Max)
 		}
-		fmt.Fprintf(tw, "total\t%d\t%v\t%d\t%d\t%.1fx\t%d\t%d\t%.1fx\t%d\t%d\t%.2f\t%.2f\t\n", run.Turns, run.Deltas,
-			run.JSONBytesRequests, run.WireBytesRequests, run.RatioRequests, run.JSONBytesResponses, run.WireBytesResponses, run.RatioTotal,
+		fmt.Fprintf(tw, "total\t%d\t%v\t%d\t%d\t%.1fx\t%d\t%d\t%d\t%.1fx\t%d\t%d\t%.2f\t%.2f\t\n", run.Turns, run.Deltas,
+			run.JSONBytesRequests, run.WireBytesRequests, run.RatioRequests, run.JSONBytesResponses, run.WireBytesResponses, run.ReplyDeltas, run.RatioTotal,
 			run.Resends, run.Errors, run.LatencyMillis.P50, run.LatencyMillis.Max)
 	}
 	if err := tw.Flush(); err != nil {

@@ -33,6 +33,12 @@ func TestRunConversation(t *testing.T) {
 	if d.Resends != 0 {
 		t.Errorf("%d resends: affinity lost a base", d.Resends)
 	}
+	// Reply deltas: the answers to the 33 delta turns at least (a first
+	// turn's answer has only its request to be compressed against), none
+	// without the feature, and the responses smaller for them.
+	if d.ReplyDeltas < 33 || b.ReplyDeltas != 0 || d.WireBytesResponses >= b.WireBytesResponses {
+		t.Errorf("reply deltas %d and %d; response wire bytes %d with deltas, %d without", d.ReplyDeltas, b.ReplyDeltas, d.WireBytesResponses, b.WireBytesResponses)
+	}
 	if d.JSONBytesRequests != b.JSONBytesRequests || d.JSONBytesResponses != b.JSONBytesResponses {
 		t.Error("the two runs sent different documents")
 	}
