@@ -112,3 +112,45 @@ func TestClusterLoadSpread(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkClusterCrossNode is the cross-node round trip against the
+// single-node one, in one process (both daemons with their NATS servers and
+// the generator share it): WebSocket, 1 KB, 32 in flight, 4 requester
+// connections, 4 providers, 2 s per iteration. It reports the rate and the
+// process's CPU per round trip, which a shared machine disturbs less than
+// the rate; with -cpuprofile it shows where a crossing's time goes:
+//
+//	go test ./integration -run '^$' -bench ClusterCrossNode -benchtime 1x -count 5
+func BenchmarkClusterCrossNode(b *testing.B) {
+	certDir := b.TempDir()
+	nodes := startCluster(b, 2, nil, func(c *daemon.Config) { c.CertDir = certDir })
+	pin, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: nodes[0].Fingerprint()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, mode := range []frame.Security{frame.SecurityNone, frame.SecurityAEAD} {
+		for _, kind := range []string{"single", "cross"} {
+			b.Run("ws-"+mode.String()+"/"+kind, func(b *testing.B) {
+				cfg := bench.LoadConfig{Target: nodes[0].url("ws"), TLS: pin.Clone(), Security: mode,
+					Duration: 2 * time.Second, Warmup: 500 * time.Millisecond, Connections: 4, Providers: 4, Concurrency: 32}
+				if kind == "cross" {
+					cfg.ProviderTarget = nodes[1].url("ws")
+				}
+				for range b.N {
+					cpu0 := processCPU()
+					rep, err := bench.RunLoad(context.Background(), cfg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if rep.Errors != 0 {
+						b.Fatalf("%d errors %v", rep.Errors, rep.ErrorsByReason)
+					}
+					b.ReportMetric(rep.RoundTripsPerSec, "rt/s")
+					// Warmup and measured trips alike use CPU: per second
+					// of the run, not per counted trip.
+					b.ReportMetric(float64(processCPU()-cpu0)/1e3/(rep.RoundTripsPerSec*(cfg.Duration+cfg.Warmup).Seconds()), "cpu-µs/rt")
+				}
+			})
+		}
+	}
+}
