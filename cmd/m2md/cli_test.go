@@ -329,11 +329,12 @@ func TestCLIOpenAIUsage(t *testing.T) {
 	}
 	off := []string{"--quic-addr", "127.0.0.1:0", "--ws-addr", "-", "--admin-addr", "-", "--cert-dir", dir, "--openai-addr", "127.0.0.1:0"}
 	for _, tc := range []cliCase{
-		{name: "upstream --help", args: []string{"upstream", "--help"}, stdout: []string{"--base-url URL", "--api-key-env variable", "--concurrency n"}, noStderr: true},
+		{name: "upstream --help", args: []string{"upstream", "--help"}, stdout: []string{"--base-url URL", "--api-key-env variable", "--concurrency n", "--conversation-bases size", "(default 64MiB)"}, noStderr: true},
+		{name: "upstream bad conversation bases", args: []string{"upstream", "--conversation-bases", "lots"}, code: exitUsage, stderr: []string{"--conversation-bases", "want a size like"}},
 		{name: "upstream concurrency 0", args: []string{"upstream", "--concurrency", "0"}, code: exitUsage, stderr: []string{"--concurrency must be at least 1"}},
 		{name: "upstream bad base URL", args: []string{"upstream", "--base-url", "ftp://x"}, code: exitUsage, stderr: []string{"--base-url", "http(s)://"}},
 		{name: "upstream empty key variable", args: []string{"upstream", "--api-key-env", "M2MD_TEST_NO_SUCH_VARIABLE"}, code: exitUsage, stderr: []string{"M2MD_TEST_NO_SUCH_VARIABLE", "empty or not set"}},
-		{name: "serve --help", args: []string{"serve", "--help"}, stdout: []string{"--openai-addr address", "--openai-keys-file file", "--disable-features features"}, noStderr: true},
+		{name: "serve --help", args: []string{"serve", "--help"}, stdout: []string{"--openai-addr address", "--openai-keys-file file", "--disable-features features", "--openai-conversation-history size", "(default 32MiB)"}, noStderr: true},
 		{name: "keys required with org secrets", args: append([]string{"serve", "--org-secrets-file", secrets}, off...), code: exitUsage, stderr: []string{"--openai-keys-file is required with --org-secrets-file"}},
 		{name: "unknown feature", args: []string{"serve", "--disable-features", "cancle", "--quic-addr", "-", "--ws-addr", "-", "--admin-addr", "-", "--cert-dir", dir}, code: exitUsage, stderr: []string{"cancle"}},
 	} {

@@ -56,8 +56,9 @@ func loadOpenAIKeys(keysFile string, orgSecrets map[string]security.Secret) (*in
 }
 
 // startOpenAI opens the ingress's sessions to the running daemon srv and
-// starts serving HTTP on addr.
-func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, addr string, keys *ingress.Keys, log zerolog.Logger) (*openAIEdge, error) {
+// starts serving HTTP on addr. history is each session's
+// client.Options.ConversationHistory.
+func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, addr string, keys *ingress.Keys, history int, log zerolog.Logger) (*openAIEdge, error) {
 	url, err := meshURL(srv, cfg.WSPath)
 	if err != nil {
 		return nil, err
@@ -76,6 +77,10 @@ func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, add
 				PinSHA256: srv.Fingerprint(),
 				Reconnect: true,
 				Logger:    log.With().Str("component", "openai").Logger(), // the client adds the agent
+				// A requester only: it keeps what it sent, for deltas,
+				// and serves nothing, so it keeps no bases.
+				ConversationHistory: history,
+				ConversationBases:   -1,
 			})
 		},
 	})
@@ -135,4 +140,13 @@ func meshURL(srv *daemon.Server, wsPath string) (string, error) {
 		return "quic://" + loop(srv.QUICAddr()), nil
 	}
 	return "", errors.New("--openai-addr needs the daemon's plain WebSocket or QUIC listener (--ws-addr or --quic-addr)")
+}
+
+// conversationBudget turns a conversation budget flag (bytes, 0 keeping
+// nothing) into client.Options' (0 meaning the default, negative nothing).
+func conversationBudget(flag int) int {
+	if flag <= 0 {
+		return -1
+	}
+	return flag
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/internal/daemontest"
 )
@@ -30,7 +31,7 @@ func TestServeOpenAISession(t *testing.T) {
 			d := daemontest.Start(t, tc.mutate)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			e, err := startOpenAI(ctx, d.Server, daemon.Config{WSPath: daemon.DefaultWSPath}, "127.0.0.1:0", nil, zerolog.New(io.Discard))
+			e, err := startOpenAI(ctx, d.Server, daemon.Config{WSPath: daemon.DefaultWSPath}, "127.0.0.1:0", nil, client.DefaultConversationHistory, zerolog.New(io.Discard))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -59,5 +60,57 @@ func TestServeOpenAISession(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// --openai-conversation-history: with the default the endpoint's session
+// sends a conversation's second turn as a delta; with 0 it keeps nothing
+// and sends every turn whole.
+func TestServeOpenAIConversationHistory(t *testing.T) {
+	d := daemontest.Start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	answer := `{"id":"chatcmpl-1","object":"chat.completion","model":"hist","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help?"},"finish_reason":"stop"}]}`
+	prov, err := client.Dial(ctx, d.URL("ws"), client.Options{AgentID: "hist-provider", Models: []string{"hist"},
+		Handler: client.HandlerFunc(func(_ context.Context, _ *client.Request, w client.ResponseWriter) { w.Respond([]byte(answer)) })})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prov.Close()
+	turn1 := `{"model":"hist","messages":[{"role":"user","content":"Hi, here is a long question about primes and their distribution."}]}`
+	turn2 := `{"model":"hist","messages":[{"role":"user","content":"Hi, here is a long question about primes and their distribution."},{"role":"assistant","content":"Hello! How can I help?"},{"role":"user","content":"Name three primes."}]}`
+	var deltas uint64
+	for _, tc := range []struct {
+		flag string
+		want uint64
+	}{{"32MiB", 1}, {"0", 0}} {
+		var b byteSize
+		var history int
+		b.p = &history
+		if err := b.Set(tc.flag); err != nil {
+			t.Fatal(err)
+		}
+		e, err := startOpenAI(ctx, d.Server, daemon.Config{WSPath: daemon.DefaultWSPath}, "127.0.0.1:0", nil, conversationBudget(history), zerolog.New(io.Discard))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, body := range []string{turn1, turn2} {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.Addr().String()+"/v1/chat/completions", strings.NewReader(body))
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 200 || string(out) != answer {
+				t.Fatalf("--openai-conversation-history %s: HTTP %d %s", tc.flag, resp.StatusCode, out)
+			}
+		}
+		e.stop(time.Second)
+		got := prov.Stats().DeltasReceived - deltas
+		deltas += got
+		if got != tc.want {
+			t.Errorf("--openai-conversation-history %s: the provider got %d deltas, want %d", tc.flag, got, tc.want)
+		}
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/peterbourgon/ff/v3"
 	"github.com/rs/zerolog"
 
+	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/negotiate"
@@ -33,6 +34,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 		disableFeat string
 		openAIAddr  string
 		openAIKeys  string
+		openAIHist  int
 		clusterPwd  string
 		routes      string
 		natsURLs    string
@@ -54,6 +56,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.StringVar(&secretsFile, "org-secrets-file", "", "`file` of 'org hex-secret' lines; when set, agents must authenticate")
 	fs.StringVar(&openAIAddr, "openai-addr", ingress.DefaultAddr, "TCP `address` of the OpenAI-compatible HTTP endpoint (\"-\" disables)")
 	fs.StringVar(&openAIKeys, "openai-keys-file", "", "`file` of 'KEY AGENT_ID [ORG]' lines: bearer keys of the OpenAI endpoint; required with --org-secrets-file")
+	byteSizeVar(fs, &openAIHist, "openai-conversation-history", client.DefaultConversationHistory, 0, "bytes of past chat requests and answers the OpenAI endpoint keeps per key, to send the next turns of conversations as deltas (docs/operations.md, \"What the agents keep\"); 0 keeps none")
 	fs.StringVar(&disableFeat, "disable-features", "", "comma-separated protocol `features` not to offer (docs/protocol.md §3.6)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", daemon.DefaultMaxSessions, "concurrent sessions before HELLO gets SERVER_BUSY")
 	byteSizeVar(fs, &cfg.MaxPayload, "max-payload", negotiate.MaxPayloadLimit, negotiate.MaxPayloadLimit, "largest DATA message, e.g. 1MiB or 65536 (at most 16MiB)")
@@ -165,7 +168,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	case err := <-done:
 		return err
 	}
-	edge, err := startOpenAI(ctx, srv, cfg, openAIAddr, openAIKeyset, logger)
+	edge, err := startOpenAI(ctx, srv, cfg, openAIAddr, openAIKeyset, conversationBudget(openAIHist), logger)
 	if err != nil {
 		stopDaemon()
 		<-done

@@ -20,6 +20,7 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	df.register(fs)
 	var (
 		cfg      upstream.Config
+		bases    int
 		agent    = fs.String("agent", "upstream", "agent `id` on the mesh")
 		models   = fs.String("models", "", "comma-separated `models` to serve (default: the server's GET /models)")
 		keyEnv   = fs.String("api-key-env", "", "environment `variable` holding the server's API key (sent as Bearer; never logged)")
@@ -31,6 +32,7 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs.IntVar(&cfg.Concurrency, "concurrency", upstream.DefaultConcurrency, "requests in flight at the server at most")
 	fs.DurationVar(&cfg.FirstByteTimeout, "first-byte-timeout", upstream.DefaultFirstByteTimeout, "wait this long at most for the server's response headers")
 	fs.DurationVar(&cfg.ChunkTimeout, "chunk-timeout", upstream.DefaultChunkTimeout, "wait this long at most for each next piece of an answer")
+	byteSizeVar(fs, &bases, "conversation-bases", client.DefaultConversationBases, 0, "bytes of requests and answers kept to rebuild the conversation deltas requesters send (docs/operations.md, \"What the agents keep\"); 0 keeps none: every delta is answered base_missing and sent again whole")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -59,6 +61,9 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	opt.AgentID, opt.Reconnect, opt.Handler, opt.Logger = *agent, true, up, logger
 	opt.MaxConcurrentHandlers = max(client.DefaultMaxConcurrentHandlers, cfg.Concurrency)
+	// A provider only: it keeps bases for the deltas it is sent, and no
+	// history of requests, which it never sends.
+	opt.ConversationBases, opt.ConversationHistory = conversationBudget(bases), -1
 	if *org != "" {
 		if *agentKey == "" {
 			return usagef("--org needs --agent-key-env")
