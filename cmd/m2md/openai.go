@@ -118,10 +118,9 @@ func (e *openAIEdge) stop(grace time.Duration) {
 
 // meshURL is the daemon's own listener as seen from this process, on
 // loopback: plain WebSocket if it runs, else QUIC. The session never leaves
-// the machine and is sealed (AEAD) either way; over WebSocket a request
-// and its answer cost about 40 µs less CPU than over QUIC (quic-go's
-// per-packet work; docs/benchmarks.md, "The OpenAI edges": "The ingress's
-// own session over WebSocket").
+// the machine and is sealed (AEAD) either way, and WebSocket costs less
+// CPU than QUIC (quic-go's per-packet work): 3-11% less per request
+// through the edges (docs/benchmarks.md, "The OpenAI edges, session 4").
 func meshURL(srv *daemon.Server, wsPath string) (string, error) {
 	loop := func(a net.Addr) string {
 		host, port, _ := net.SplitHostPort(a.String())
