@@ -120,7 +120,8 @@ func (e *openAIEdge) stop(grace time.Duration) {
 // loopback: plain WebSocket if it runs, else QUIC. The session never leaves
 // the machine and is sealed (AEAD) either way, and WebSocket costs less
 // CPU than QUIC (quic-go's per-packet work): 3-11% less per request
-// through the edges (docs/benchmarks.md, "The OpenAI edges, session 4").
+// through the edges (docs/benchmarks.md, "Session 4: what the mesh path
+// spends, and the cuts").
 func meshURL(srv *daemon.Server, wsPath string) (string, error) {
 	loop := func(a net.Addr) string {
 		host, port, _ := net.SplitHostPort(a.String())
