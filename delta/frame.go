@@ -28,60 +28,42 @@ func AppendEncodeFrame(dst, doc []byte, ext frame.Extension, base *Base, lim fra
 		out, err = frame.AppendEncodeExt(dst, doc, ext, lim)
 		return out, false, err
 	}
-	return appendSmaller(dst, doc, base.d, &ext, lim)
+	return appendSmaller(dst, doc, base.d, ext, lim)
 }
 
-// appendSmaller appends doc's frame as a delta against dict when that is
-// smaller than the full frame, else the full frame: a request frame with
-// the extension block ext, or for ext nil a final response frame (a reply
-// delta, or the plain frame). A document that cannot travel as a delta
-// (dictionary and document over MaxSpan; for a reply, a document that is
-// not a chat response) goes full.
-func appendSmaller(dst, doc, dict []byte, ext *frame.Extension, lim frame.Limits) (out []byte, delta bool, err error) {
-	full := func(dst []byte) ([]byte, error) {
-		if ext == nil {
-			return frame.AppendEncode(dst, doc, lim)
-		}
-		e := *ext
-		e.Delta = false
-		return frame.AppendEncodeExt(dst, doc, e, lim)
-	}
+// appendSmaller appends doc's request frame with the extension block ext
+// as a delta against dict when that is smaller than the full frame, else
+// the full frame. A document that cannot travel as a delta (dictionary and
+// document over MaxSpan) goes full.
+func appendSmaller(dst, doc, dict []byte, ext frame.Extension, lim frame.Limits) (out []byte, delta bool, err error) {
 	buf := bufpool.Get(len(doc)/goodRatio + 64)
 	defer bufpool.Put(buf)
 	p, err := appendEncode((*buf)[:0], doc, dict)
 	*buf = p
 	if err != nil {
 		if errors.Is(err, ErrTooLarge) {
-			out, err = full(dst)
+			out, err = frame.AppendEncodeExt(dst, doc, ext, lim)
 			return out, false, err
 		}
 		return dst, false, err
 	}
 	start := len(dst)
-	if ext == nil {
-		out, err = frame.AppendEncodeReplyDelta(dst, doc, p, lim)
-		if errors.Is(err, frame.ErrSchema) {
-			out, err = full(dst)
-			return out, false, err
-		}
-	} else {
-		e := *ext
-		e.Delta = true
-		out, err = frame.AppendEncodeDelta(dst, doc, p, e, lim)
-	}
+	ext.Delta = true
+	out, err = frame.AppendEncodeDelta(dst, doc, p, ext, lim)
 	if err != nil || len(p) <= len(doc)/goodRatio {
 		return out, err == nil, err
 	}
-	// A poor delta (the dictionary shares little with the document): keep
-	// it only if the full frame is not smaller.
+	// A poor delta (the base shares little with the document): keep it
+	// only if the full frame is not smaller.
 	deltaLen := len(out) - start
-	whole, err := full(out)
+	ext.Delta = false
+	full, err := frame.AppendEncodeExt(out, doc, ext, lim)
 	if err != nil {
 		return out, true, nil
 	}
-	if fullLen := len(whole) - len(out); fullLen < deltaLen {
-		n := copy(whole[start:], whole[len(out):])
-		return whole[:start+n], false, nil
+	if fullLen := len(full) - len(out); fullLen < deltaLen {
+		n := copy(full[start:], full[len(out):])
+		return full[:start+n], false, nil
 	}
 	return out, true, nil
 }
@@ -171,8 +153,32 @@ func AppendReplyDict(dst []byte, base *Base, request []byte) []byte {
 // it is smaller than the plain frame, else the plain frame AppendEncode
 // writes. delta reports which. A document that is not a chat response
 // (it would not travel as schema 02) always gets the plain frame.
+//
+// The plain frame is written first: a response's delta is rarely under
+// 1/8 of it (responses are mostly new text), so the comparison is almost
+// always needed, and a document that is no chat response then costs no
+// zstd pass.
 func AppendEncodeReply(dst, resp, dict []byte, lim frame.Limits) (out []byte, delta bool, err error) {
-	return appendSmaller(dst, resp, dict, nil, lim)
+	start := len(dst)
+	out, err = frame.AppendEncode(dst, resp, lim)
+	if err != nil || frame.Schema(out[start+frame.OffSchema]) != frame.SchemaResponse {
+		return out, false, err
+	}
+	buf := bufpool.Get(len(resp)/2 + 64)
+	defer bufpool.Put(buf)
+	p, err := appendEncode((*buf)[:0], resp, dict)
+	*buf = p
+	if err != nil {
+		// Too large for a delta (ErrTooLarge): the plain frame.
+		return out, false, nil
+	}
+	plainLen := len(out) - start
+	withDelta, err := frame.AppendEncodeReplyDelta(out, resp, p, lim)
+	if err != nil || len(withDelta)-len(out) >= plainLen {
+		return out, false, nil
+	}
+	n := copy(withDelta[start:], withDelta[len(out):])
+	return withDelta[:start+n], true, nil
 }
 
 // AppendDecodeReply decodes a reply delta (a final response frame, binary
