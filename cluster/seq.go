@@ -30,6 +30,11 @@ import (
 // at that node, and says forgot First..Last so that the receiver does the
 // same with every request it has pending at the sender (LostAll on both).
 // That is coarse, and rare: it costs errors, never a hang.
+//
+// A lost chunk of a stream is also seen at once by the requester's node:
+// every reply says its place among its request's replies (Reply.N), so
+// the chunk after a lost one is out of place, and the daemon ends the
+// request there rather than deliver an answer with a hole.
 
 // LostKind says what a Lost is about.
 type LostKind uint8

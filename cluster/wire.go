@@ -14,14 +14,17 @@ import (
 // delivering node protects it again for its session.
 //
 //	request: 0x01 | seq u64 | w u64 | algo u8 | len u8 | from node | len u8 | org | len u8 | requester | len u8 | target | frame
-//	reply:   0x02 | seq u64 | w u64 | flags u8 | algo u8 | len u8 | from node | len u8 | provider | frame
+//	reply:   0x02 | seq u64 | w u64 | n u32 | flags u8 | algo u8 | len u8 | from node | len u8 | provider | frame
 //	control: 0x03 | JSON (ctlMsg)
 //	cancel:  0x04 | seq u64 | w u64 | len u8 | from node
 //	notice:  0x05 | seq u64 | w u64 | about u64 | len u8 | from node | len u8 | code | message
 //	lost:    0x06 | seq u64 | first u64 | last u64 | len u8 | from node
 //	forgot:  0x07 | seq u64 | first u64 | last u64 | len u8 | from node
 //
-// w is the requesting node's id for the request (see Handler). seq numbers
+// w is the requesting node's id for the request (see Handler). n is a
+// reply's place among the request's replies, from 0 (Unnumbered for an
+// error the provider's node made itself): the requester's node sees a
+// lost chunk at the next one. seq numbers
 // the data messages (every kind but control) one node publishes to another,
 // from 1, so that the receiver sees what NATS dropped (seq.go). Integers are
 // big-endian. Strings are 1 to 255 bytes, except org, which is empty for
@@ -37,6 +40,11 @@ const (
 
 	flagEnd = 0x01
 )
+
+// Unnumbered is Reply.N of an error the provider's node made itself (the
+// provider left, the request was refused or lost): always a final reply,
+// taken whatever came before it.
+const Unnumbered = ^uint32(0)
 
 // ErrMalformed is returned for a cluster message that cannot be decoded.
 var ErrMalformed = errors.New("cluster: malformed message")
@@ -68,6 +76,7 @@ type Reply struct {
 	Seq      uint64 // set by the sending Cluster (seq.go)
 	From     string // the provider's node
 	W        uint64
+	N        uint32 // its place among the request's replies, or Unnumbered
 	End      bool
 	Provider string // the provider's agent id (the requester sees it as peer)
 	Algo     int8
@@ -141,6 +150,7 @@ func appendReply(b []byte, r *Reply) ([]byte, error) {
 	b = append(b, kindReply)
 	b = binary.BigEndian.AppendUint64(b, r.Seq)
 	b = binary.BigEndian.AppendUint64(b, r.W)
+	b = binary.BigEndian.AppendUint32(b, r.N)
 	var flags byte
 	if r.End {
 		flags |= flagEnd
@@ -300,19 +310,20 @@ func decodeRequest(b []byte, r *Request) error {
 }
 
 func decodeReply(b []byte, r *Reply) error {
-	if len(b) < 19 || b[0] != kindReply {
+	if len(b) < 23 || b[0] != kindReply {
 		return ErrMalformed
 	}
 	r.Seq = binary.BigEndian.Uint64(b[1:9])
 	r.W = binary.BigEndian.Uint64(b[9:17])
-	flags := b[17]
+	r.N = binary.BigEndian.Uint32(b[17:21])
+	flags := b[21]
 	r.End = flags&flagEnd != 0
-	r.Algo = int8(b[18])
+	r.Algo = int8(b[22])
 	if r.Seq == 0 || r.W == 0 || flags&^flagEnd != 0 || r.Algo < 0 || r.Algo > 1 {
 		return ErrMalformed
 	}
 	var err error
-	rest := b[19:]
+	rest := b[23:]
 	if r.From, rest, err = readStr(rest); err != nil {
 		return err
 	}

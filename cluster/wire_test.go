@@ -16,12 +16,12 @@ func TestWireRoundTrip(t *testing.T) {
 		out.Target != in.Target || out.Algo != in.Algo || !bytes.Equal(out.Frame, in.Frame) {
 		t.Fatalf("request: %+v, %v", out, err)
 	}
-	rin := Reply{Seq: 6, From: "node-b", W: 77, End: true, Provider: "prov", Frame: []byte{1, 2, 3}}
+	rin := Reply{Seq: 6, From: "node-b", W: 77, N: 3, End: true, Provider: "prov", Frame: []byte{1, 2, 3}}
 	if b, err = appendReply(nil, &rin); err != nil {
 		t.Fatal(err)
 	}
 	var rout Reply
-	if err := decodeReply(b, &rout); err != nil || rout.Seq != 6 || rout.From != rin.From || rout.W != 77 || !rout.End || rout.Provider != "prov" || !bytes.Equal(rout.Frame, rin.Frame) {
+	if err := decodeReply(b, &rout); err != nil || rout.Seq != 6 || rout.N != 3 || rout.From != rin.From || rout.W != 77 || !rout.End || rout.Provider != "prov" || !bytes.Equal(rout.Frame, rin.Frame) {
 		t.Fatalf("reply: %+v, %v", rout, err)
 	}
 	for _, bad := range [][]byte{nil, {kindRequest}, b[:len(b)-3], append([]byte{kindReply}, make([]byte, 20)...)} {

@@ -28,6 +28,10 @@ import (
 // back by the same ids. Without a cluster none of this exists: the hot path
 // pays one nil check on the provider and on the requester.
 
+// unnumbered is the place among its request's replies of an error this
+// node makes itself (cluster.Unnumbered).
+const unnumbered = cluster.Unnumbered
+
 // remoteNode is another node of the cluster, as this node sees it.
 type remoteNode struct {
 	name  string
@@ -45,6 +49,7 @@ type remoteNode struct {
 type pendingRequest struct {
 	proxy    *session
 	delivery uint64
+	next     uint32 // the place of the reply expected next (cluster.Reply.N)
 }
 
 // clusterState is the daemon's cluster bookkeeping; it is the
@@ -322,7 +327,7 @@ func (cs *clusterState) Request(r *cluster.Request) {
 // routing it.
 func (cs *clusterState) refuse(r *cluster.Request, code negotiate.ErrorCode, fr []byte) {
 	cs.srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
-	if len(fr) == 0 || cs.c.SendReply(r.From, &cluster.Reply{W: r.W, End: true, Provider: r.Target, Frame: fr}) != nil {
+	if len(fr) == 0 || cs.c.SendReply(r.From, &cluster.Reply{W: r.W, N: cluster.Unnumbered, End: true, Provider: r.Target, Frame: fr}) != nil {
 		cs.srv.metrics.queueDrops.WithLabelValues("error_dropped").Inc()
 	}
 }
@@ -346,8 +351,18 @@ func (cs *clusterState) Reply(r *cluster.Reply) {
 	}
 	n.mu.Lock()
 	p, ok := n.pending[r.W]
-	if ok && r.End {
+	// A reply out of its place: one before it was lost on the way (NATS
+	// dropped it; its sender is told and answers it, seq.go). Delivering
+	// this one would leave a hole in the answer the requester cannot see,
+	// and if it is the final one, end the request as if whole.
+	hole := ok && r.N != cluster.Unnumbered && r.N != p.next
+	switch {
+	case !ok:
+	case r.End || hole:
 		delete(n.pending, r.W)
+	default:
+		p.next++
+		n.pending[r.W] = p
 	}
 	n.mu.Unlock()
 	if !ok {
@@ -356,8 +371,11 @@ func (cs *clusterState) Reply(r *cluster.Reply) {
 	}
 	var code negotiate.ErrorCode
 	var message string
-	if r.Shed {
+	if r.Shed || hole {
 		code, message = negotiate.CodeQueueFull, shedMessage(cs.c.Node())
+		if hole {
+			message = "node " + cs.c.Node() + " fell behind: a reply before this one was lost between cluster nodes"
+		}
 		rep, err := srv.router.Abort(p.proxy.rs, p.delivery)
 		if err == nil {
 			rep.Requester.Value().endRequestWithError(transport.ChannelID(rep.Channel), rep.RequestID, code, "a reply to this request was dropped: "+message, r.Provider)
@@ -409,7 +427,15 @@ func (cs *clusterState) Lost(l *cluster.Lost) {
 		}
 	case cluster.LostReply:
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
-		cs.noticeProvider(l.Node, l.W, l.Ref, l.Delivery, l.Channel, code, "reply "+message)
+		// A lost chunk's delivery that is over here has been told
+		// already: the requester's node saw the hole at the next reply
+		// and sent a notice about it (Reply). Only a lost final reply
+		// has nobody else to tell its provider.
+		ref := l.Ref
+		if !l.End {
+			ref = nil
+		}
+		cs.noticeProvider(l.Node, l.W, ref, l.Delivery, l.Channel, code, "reply "+message)
 		if cs.lostFrame == nil {
 			cs.lostFrame, _ = frame.AppendErrorFrame(nil, string(code), "a reply to this request was lost between cluster nodes: the requester's node fell behind (its cluster inbox overflowed)")
 		}
@@ -419,7 +445,7 @@ func (cs *clusterState) Lost(l *cluster.Lost) {
 		if ses, ok := l.Ref.(*session); ok && ses != nil {
 			provider = ses.agent
 		}
-		if cs.c.SendReply(l.Node, &cluster.Reply{W: l.W, End: true, Provider: provider, Frame: cs.lostFrame}) != nil {
+		if cs.c.SendReply(l.Node, &cluster.Reply{W: l.W, N: cluster.Unnumbered, End: true, Provider: provider, Frame: cs.lostFrame}) != nil {
 			srv.metrics.queueDrops.WithLabelValues("error_dropped").Inc()
 		}
 	case cluster.LostAll:
@@ -522,11 +548,12 @@ func (cs *clusterState) Cancel(c *cluster.Cancel) {
 }
 
 // replyRemote publishes a reply (or error) to the node whose requester
-// proxy se is. from is the provider's session (nil for the daemon's own
+// proxy se is, n its place among the request's replies (router.Reply.N,
+// or cluster.Unnumbered for the daemon's own error). from is the provider's session (nil for the daemon's own
 // error), with the delivery id and channel it replied on: the one to tell
 // if the reply is lost or refused there.
-func (se *session) replyRemote(requestID uint64, end bool, provider string, format frameFormat, fr []byte, from *session, delivery uint64, ch transport.ChannelID) bool {
-	r := cluster.Reply{W: requestID, End: end, Provider: provider, Algo: int8(format), Frame: fr}
+func (se *session) replyRemote(requestID uint64, n uint32, end bool, provider string, format frameFormat, fr []byte, from *session, delivery uint64, ch transport.ChannelID) bool {
+	r := cluster.Reply{W: requestID, N: n, End: end, Provider: provider, Algo: int8(format), Frame: fr}
 	if from != nil {
 		r.Ref, r.Delivery, r.Channel = from, delivery, uint64(ch)
 	}

@@ -282,7 +282,7 @@ func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Sessi
 		return negotiate.CodeBadFrame, "a batch of stream chunks to a delivery not marked BATCH"
 	}
 	if req.remote != nil {
-		if !req.replyRemote(rep.RequestID, end, provider, format, fr, provRS.Value(), deliveryID, provCh) {
+		if !req.replyRemote(rep.RequestID, rep.N, end, provider, format, fr, provRS.Value(), deliveryID, provCh) {
 			if !end {
 				_, _ = srv.router.Abort(provRS, deliveryID) // later chunks are unknown and dropped
 			}
@@ -425,7 +425,7 @@ func (se *session) sendError(ch transport.ChannelID, requestID uint64, flags neg
 	if se.remote != nil {
 		// The requester proxy of another node: the error travels back to
 		// the requester there. Notices are for local providers only.
-		if flags&negotiate.FlagNotice == 0 && !se.replyRemote(requestID, true, peerOrNode(peer, se), 0, fr, nil, 0, 0) {
+		if flags&negotiate.FlagNotice == 0 && !se.replyRemote(requestID, unnumbered, true, peerOrNode(peer, se), 0, fr, nil, 0, 0) {
 			se.srv.metrics.queueDrops.WithLabelValues("error_dropped").Inc()
 		}
 		return

@@ -104,6 +104,10 @@ type Reply[S any] struct {
 	// Ext is what SetProviderChannel recorded: the request reached the
 	// provider with its extension block.
 	Ext bool
+	// N is the reply's place among the delivery's replies, from 0: a
+	// cluster node forwarding them says it, so that the requester's node
+	// sees one lost on the way (daemon/cluster.go).
+	N uint32
 }
 
 // Orphan is a request whose provider left before its final reply: the

@@ -245,7 +245,7 @@ func TestReplyMapping(t *testing.T) {
 	// Stream chunks keep the mapping; END removes it.
 	for i, end := range []bool{false, false, false, true} {
 		rep := mustReply(t, r, prov, d.ID, end)
-		if rep.Requester != req || rep.RequestID != 77 || rep.Channel != 8 || rep.End != end {
+		if rep.Requester != req || rep.RequestID != 77 || rep.Channel != 8 || rep.End != end || rep.N != uint32(i) {
 			t.Fatalf("reply %d = %+v", i, rep)
 		}
 		if rep.Start.Before(before) || rep.Start.After(after) || time.Since(rep.Start) < 0 {
@@ -271,6 +271,9 @@ func TestReplyMapping(t *testing.T) {
 	}
 	if _, err := r.RouteReply(prov, d.ID, false); !errors.Is(err, ErrUnknownRequest) {
 		t.Fatalf("stale id after slot reuse: err = %v, want ErrUnknownRequest", err)
+	}
+	if rep := mustReply(t, r, prov, d2.ID, true); rep.N != 0 {
+		t.Fatalf("first reply of a reused slot numbered %d", rep.N)
 	}
 	if got := r.Failures(ErrUnknownRequest); got != 3 {
 		t.Fatalf("unknown_request count = %d, want 3", got)

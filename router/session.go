@@ -70,6 +70,8 @@ type slot[S any] struct {
 	// ext: the request reached the provider with its extension block
 	// (SetProviderChannel), so its final reply may be a reply delta.
 	ext bool
+	// replies counts the replies routed so far (Reply.N).
+	replies uint32
 }
 
 // Value returns the value the daemon registered the session with.
@@ -193,6 +195,7 @@ func (s *Session[S]) deliver(req *Session[S], requestID, channel uint64, start t
 	sl.start = start
 	sl.provChannel = 0
 	sl.ext = false
+	sl.replies = 0
 	s.outstanding.Add(1)
 	return sl.id, nil
 }
@@ -209,7 +212,8 @@ func (s *Session[S]) lookup(id uint64, end bool, shift uint) (Reply[S], time.Dur
 	if sl == nil {
 		return Reply[S]{}, 0, ErrUnknownRequest
 	}
-	rep := Reply[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, End: end, Ext: sl.ext}
+	rep := Reply[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, End: end, Ext: sl.ext, N: sl.replies}
+	sl.replies++
 	start := sl.start
 	if end {
 		s.freeLocked(sl, i, shift)
