@@ -93,19 +93,11 @@ func benchEdges(b *testing.B, models []string) (ingressURL, upstreamURL string, 
 //
 //	go test ./integration -run '^$' -bench OpenAIEdgeCost -benchtime 1x -count 5
 func BenchmarkOpenAIEdgeCost(b *testing.B) {
-	ingressURL, upstreamURL, _ := benchEdges(b, []string{"gpt-4o"})
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}}
-	b.Cleanup(hc.CloseIdleConnections)
-	req1k := corpus(b, "req-chat-1k-01.json") // 1,215 bytes, gpt-4o
-	stream := bytes.Replace(req1k, []byte(`"model":"gpt-4o"`), []byte(`"model":"gpt-4o","stream":true`), 1)
-	for _, kind := range []struct {
-		name string
-		body []byte
-	}{{"1KB", req1k}, {"stream50", stream}} {
-		for _, path := range []struct{ name, url string }{{"direct", upstreamURL}, {"mesh", ingressURL}} {
+	e := newEdgeBench(b)
+	for _, kind := range e.kinds {
+		for _, path := range []struct{ name, url string }{{"direct", e.upstream}, {"mesh", e.ingress}} {
 			b.Run(kind.name+"/"+path.name, func(b *testing.B) {
-				url := path.url + "/v1/chat/completions"
-				do := func() error { return edgeRequest(hc, url, kind.body, kind.name == "stream50") }
+				do := e.request(path.url, kind)
 				for range b.N {
 					// CPU per request, the whole process's (client, edges,
 					// daemon and upstream share it): on a shared machine
@@ -126,29 +118,21 @@ func BenchmarkOpenAIEdgeCost(b *testing.B) {
 
 // BenchmarkOpenAIEdgeRequest is one request per operation, 32 in flight,
 // for benchstat and profiles: ns/op, allocations and the process's CPU per
-// request (cpu-µs/op). With a fixed count its instructions can be counted
-// (perf stat -e instructions:u), which a shared machine disturbs least:
+// request (cpu-µs/op):
 //
 //	go test ./integration -run '^$' -bench OpenAIEdgeRequest -count 5
 func BenchmarkOpenAIEdgeRequest(b *testing.B) {
-	ingressURL, upstreamURL, _ := benchEdges(b, []string{"gpt-4o"})
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}}
-	b.Cleanup(hc.CloseIdleConnections)
-	req1k := corpus(b, "req-chat-1k-01.json")
-	stream := bytes.Replace(req1k, []byte(`"model":"gpt-4o"`), []byte(`"model":"gpt-4o","stream":true`), 1)
-	for _, kind := range []struct {
-		name string
-		body []byte
-	}{{"1KB", req1k}, {"stream50", stream}} {
-		for _, path := range []struct{ name, url string }{{"direct", upstreamURL}, {"mesh", ingressURL}} {
+	e := newEdgeBench(b)
+	for _, kind := range e.kinds {
+		for _, path := range []struct{ name, url string }{{"direct", e.upstream}, {"mesh", e.ingress}} {
 			b.Run(kind.name+"/"+path.name, func(b *testing.B) {
-				url := path.url + "/v1/chat/completions"
+				do := e.request(path.url, kind)
 				b.ReportAllocs()
 				b.SetParallelism(16) // 32 in flight on 2 cores
 				cpu0 := processCPU()
 				b.RunParallel(func(pb *testing.PB) {
 					for pb.Next() {
-						if err := edgeRequest(hc, url, kind.body, kind.name == "stream50"); err != nil {
+						if err := do(); err != nil {
 							b.Error(err)
 							return
 						}
@@ -177,20 +161,10 @@ const edgeGoalRounds = 5
 //
 //	go test ./integration -run '^$' -bench OpenAIEdgeGoal -benchtime 1x
 func BenchmarkOpenAIEdgeGoal(b *testing.B) {
-	ingressURL, upstreamURL, _ := benchEdges(b, []string{"gpt-4o"})
-	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}}
-	b.Cleanup(hc.CloseIdleConnections)
-	req1k := corpus(b, "req-chat-1k-01.json")
-	stream := bytes.Replace(req1k, []byte(`"model":"gpt-4o"`), []byte(`"model":"gpt-4o","stream":true`), 1)
-	for _, kind := range []struct {
-		name string
-		body []byte
-	}{{"1KB", req1k}, {"stream50", stream}} {
+	e := newEdgeBench(b)
+	for _, kind := range e.kinds {
 		b.Run(kind.name, func(b *testing.B) {
-			do := func(base string) func() error {
-				return func() error { return edgeRequest(hc, base+"/v1/chat/completions", kind.body, kind.name == "stream50") }
-			}
-			paths := [2]func() error{do(upstreamURL), do(ingressURL)} // direct, mesh
+			paths := [2]func() error{e.request(e.upstream, kind), e.request(e.ingress, kind)} // direct, mesh
 			for range b.N {
 				var ratio, addP50, addP99, rates []float64
 				var p50, cpu [2][]float64 // direct, mesh
@@ -238,22 +212,52 @@ func BenchmarkOpenAIEdgeGoal(b *testing.B) {
 	}
 }
 
-// edgeRequest POSTs body to url and checks the answer: 200, a whole body,
-// and for a stream its [DONE].
-func edgeRequest(hc *http.Client, url string, body []byte, stream bool) error {
-	r, err := hc.Post(url, "application/json", bytes.NewReader(body))
-	if err != nil {
-		return err
+// edgeBench is what the edge benchmarks share: the whole path
+// (benchEdges), an HTTP client, and the two requests.
+type edgeBench struct {
+	ingress, upstream string // base URLs
+	hc                *http.Client
+	kinds             []edgeKind
+}
+
+// edgeKind is a request of the benchmarks: req-chat-1k-01.json (1,215
+// bytes, gpt-4o), and the same with "stream": true (answered with 50
+// chunks).
+type edgeKind struct {
+	name   string
+	body   []byte
+	stream bool
+}
+
+func newEdgeBench(b *testing.B) *edgeBench {
+	ingressURL, upstreamURL, _ := benchEdges(b, []string{"gpt-4o"})
+	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}}
+	b.Cleanup(hc.CloseIdleConnections)
+	req1k := corpus(b, "req-chat-1k-01.json")
+	stream := bytes.Replace(req1k, []byte(`"model":"gpt-4o"`), []byte(`"model":"gpt-4o","stream":true`), 1)
+	return &edgeBench{ingress: ingressURL, upstream: upstreamURL, hc: hc,
+		kinds: []edgeKind{{"1KB", req1k, false}, {"stream50", stream, true}}}
+}
+
+// request returns a request of kind k to the chat endpoint at base, which
+// checks the answer: 200, a whole body, and for a stream its [DONE].
+func (e *edgeBench) request(base string, k edgeKind) func() error {
+	url := base + "/v1/chat/completions"
+	return func() error {
+		r, err := e.hc.Post(url, "application/json", bytes.NewReader(k.body))
+		if err != nil {
+			return err
+		}
+		out, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode != 200 || len(out) < 100 {
+			return fmt.Errorf("HTTP %d, %d bytes", r.StatusCode, len(out))
+		}
+		if k.stream && !bytes.HasSuffix(out, []byte("data: [DONE]\n\n")) {
+			return fmt.Errorf("stream without [DONE]: %.200s", out[max(0, len(out)-200):])
+		}
+		return nil
 	}
-	out, _ := io.ReadAll(r.Body)
-	r.Body.Close()
-	if r.StatusCode != 200 || len(out) < 100 {
-		return fmt.Errorf("HTTP %d, %d bytes", r.StatusCode, len(out))
-	}
-	if stream && !bytes.HasSuffix(out, []byte("data: [DONE]\n\n")) {
-		return fmt.Errorf("stream without [DONE]: %.200s", out[max(0, len(out)-200):])
-	}
-	return nil
 }
 
 func median(v []float64) float64 {
