@@ -399,7 +399,10 @@ func (c *Client) Stream(ctx context.Context, body []byte, opts ...CallOption) (*
 // channel's sequence number and the session's protection like any request,
 // but is otherwise sent as it is, so tests can send payloads that do not
 // decode. Other bytes (a TokenNative frame) are sent unchanged and need
-// security mode none. frame is not retained.
+// security mode none. frame is not retained. A frame with an extension
+// block (docs/protocol.md §4.3) may be answered by a reply delta, which the
+// Stream cannot rebuild (it has not kept the document): it fails with
+// ErrBadFrame.
 func (c *Client) SendFrame(ctx context.Context, frame []byte, opts ...CallOption) (*Stream, error) {
 	return c.start(ctx, frame, true, opts)
 }
