@@ -254,6 +254,16 @@ func (q *recvQueue) pop(ctx context.Context) (Message, error) {
 			// needed what was freed can go on: wake them all. They are at
 			// most one per stream, and wait only while the budget is spent.
 			q.space.Broadcast()
+			if q.n == 0 {
+				// The signals of the messages just taken would only send
+				// the next pop round its loop once more (a three-way
+				// select per batch): drop them. One sent after this is
+				// for a message or error still to come, and stays.
+				select {
+				case <-q.ready:
+				default:
+				}
+			}
 			q.mu.Unlock()
 			return it.msg, it.err
 		}
@@ -263,6 +273,11 @@ func (q *recvQueue) pop(ctx context.Context) (Message, error) {
 			return Message{}, err
 		}
 		q.mu.Unlock()
+		if err := ctx.Err(); err != nil {
+			// A poll (an ended context: what is already there, else at
+			// once the context's error) needs no select.
+			return Message{}, err
+		}
 		select {
 		case <-q.ready:
 		case <-q.done:

@@ -289,3 +289,44 @@ func TestRecvQueueErrorsGrowPastBound(t *testing.T) {
 		t.Fatalf("pop after errors: %v %v", m.Data, err)
 	}
 }
+
+// BenchmarkRecvQueueBatches: a reader goroutine pushes batches of 4
+// messages and a consumer takes them as the daemon's session reader and
+// the agents do: a blocking pop, then pops of what is already there until
+// one with an ended context finds nothing (bench.receiveBatches). CPU of
+// both goroutines per message.
+func BenchmarkRecvQueueBatches(b *testing.B) {
+	const batch = 4
+	q := newRecvQueue(64, 1<<20)
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	bg := context.Background()
+	msg := qmsg(1024, 1)
+	taken := make(chan struct{}, 1)
+	b.ReportAllocs()
+	cpu0 := cpuTime()
+	go func() {
+		for range b.N {
+			for range batch {
+				if err := q.push(msg); err != nil {
+					return
+				}
+			}
+			<-taken
+		}
+	}()
+	for got := 0; got < b.N*batch; {
+		if _, err := q.pop(bg); err != nil {
+			b.Fatal(err)
+		}
+		for got++; got%batch != 0; got++ {
+			if _, err := q.pop(ended); err != nil {
+				break
+			}
+		}
+		if got%batch == 0 {
+			taken <- struct{}{}
+		}
+	}
+	b.ReportMetric(float64(cpuTime()-cpu0)/float64(b.N*batch), "cpu-ns/msg")
+}
