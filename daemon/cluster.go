@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -442,7 +443,7 @@ func (cs *clusterState) Lost(l *cluster.Lost) {
 		// In its place, an error that ends the request (unknown there if
 		// its final reply got through after the lost one).
 		provider := cs.c.Node()
-		if ses, ok := l.Ref.(*session); ok && ses != nil {
+		if ses := refSession(l.Ref); ses != nil {
 			provider = ses.agent
 		}
 		if cs.c.SendReply(l.Node, &cluster.Reply{W: l.W, N: cluster.Unnumbered, End: true, Provider: provider, Frame: cs.lostFrame}) != nil {
@@ -482,7 +483,7 @@ func (cs *clusterState) noticeProvider(node string, w uint64, ref any, delivery,
 			return
 		}
 	}
-	if ses, ok := ref.(*session); ok && ses != nil {
+	if ses := refSession(ref); ses != nil {
 		ses.sendError(transport.ChannelID(ch), delivery, negotiate.FlagNotice, code, message, "")
 	}
 }
@@ -549,15 +550,38 @@ func (cs *clusterState) Cancel(c *cluster.Cancel) {
 
 // replyRemote publishes a reply (or error) to the node whose requester
 // proxy se is, n its place among the request's replies (router.Reply.N,
-// or cluster.Unnumbered for the daemon's own error). from is the provider's session (nil for the daemon's own
-// error), with the delivery id and channel it replied on: the one to tell
-// if the reply is lost or refused there.
+// or cluster.Unnumbered for the daemon's own error). from is the
+// provider's session (nil for the daemon's own error), with the delivery
+// id and channel it replied on: the one to tell if the reply is lost or
+// refused there.
 func (se *session) replyRemote(requestID uint64, n uint32, end bool, provider string, format frameFormat, fr []byte, from *session, delivery uint64, ch transport.ChannelID) bool {
 	r := cluster.Reply{W: requestID, N: n, End: end, Provider: provider, Algo: int8(format), Frame: fr}
 	if from != nil {
-		r.Ref, r.Delivery, r.Channel = from, delivery, uint64(ch)
+		r.Ref, r.Delivery, r.Channel = from.ref(), delivery, uint64(ch)
 	}
 	return se.srv.cluster.c.SendReply(se.remote.name, &r) == nil
+}
+
+// ref is what the cluster's ring of sent messages keeps of se
+// (cluster.Reply.Ref): a weak pointer, so that the ring (65,536 entries
+// per other node) never keeps a session that has ended alive, with its
+// connection's buffers. Made once per session; storing it in an
+// interface does not allocate.
+func (se *session) ref() any {
+	if p := se.weakSelf.Load(); p != nil {
+		return *p
+	}
+	w := weak.Make(se)
+	se.weakSelf.CompareAndSwap(nil, &w)
+	return w
+}
+
+// refSession is the session behind a ref, nil if it has been collected.
+func refSession(ref any) *session {
+	if w, ok := ref.(weak.Pointer[session]); ok {
+		return w.Value()
+	}
+	return nil
 }
 
 // registerClusterMetrics exports the cluster's counters on /metrics.

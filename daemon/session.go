@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/rs/zerolog"
 
@@ -34,6 +35,9 @@ type session struct {
 	// (daemon/cluster.go): they have no connection, and what is routed to
 	// them is published.
 	remote *remoteNode
+	// weakSelf is made on the first reply this session sends to another
+	// node (ref, daemon/cluster.go).
+	weakSelf atomic.Pointer[weak.Pointer[session]]
 
 	// recv opens the agent's frames, send seals the frames to it.
 	recv, send *negotiate.Sealer
