@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -422,17 +424,33 @@ func TestShutdownAbortsHandshakes(t *testing.T) {
 // counted from when the CLOSE was queued rather than written).
 func TestShutdownFlushesReplies(t *testing.T) {
 	t.Parallel()
-	const n = 50
+	// The requester's side of the connection holds at most reqBudget read
+	// and, on QUIC, as much again in flow-control windows; n replies of
+	// size are half as much again, so when the last END ends the drain
+	// replies still wait in the daemon's queue for the requester and the
+	// CLOSE goes behind them. A small budget, not a large upload, keeps
+	// them there: the 12.8 MB this test used to send under -race on a
+	// loaded machine outlasted the shutdown grace.
+	const (
+		n         = 48
+		size      = 128 << 10
+		reqBudget = 2 << 20
+	)
 	for _, tr := range transports {
 		t.Run(tr, func(t *testing.T) {
 			t.Parallel()
 			d := startDaemon(t, func(c *daemon.Config) {
-				c.ShutdownGrace = 10 * time.Second
+				// The provider uploads its 12.8 MB of replies after the
+				// shutdown began; under -race on a loaded machine that
+				// took more than 10 s, and replies still on their way when
+				// the grace ends are rightly not awaited. The drain ends as
+				// soon as the last END is in, so a long grace costs nothing.
+				c.ShutdownGrace = 30 * time.Second
 				c.CloseTimeout = 2 * time.Second
 				c.SlowConsumerGrace = 10 * time.Second
 			})
 			prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "flush-prov", Models: []string{"gpt-4o"}})
-			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "flush-req"})
+			req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "flush-req"}, transport.Config{ReceiveBudget: reqBudget})
 			var dls []*received
 			for range n {
 				req.request("", corpus(t, "req-chat-1k-01.json"))
@@ -447,10 +465,70 @@ func TestShutdownFlushesReplies(t *testing.T) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
+			big := paddedFrame(t, size)
+			// readReplies reads the n replies and the CLOSE, in the order
+			// the transport allows, and acknowledges the CLOSE.
+			readReplies := func() error {
+				got, afterClose := 0, 0
+				closed := false
+				for got+afterClose < n || !closed {
+					wait := 10 * time.Second
+					if closed {
+						wait = 3 * time.Second
+					}
+					r, cm, err := req.recv(wait)
+					if cm != nil {
+						if closed || cm.Type != negotiate.TypeClose || cm.Close.Reason != negotiate.ReasonServerShutdown {
+							return fmt.Errorf("got %s %+v", cm.Type, cm.Close)
+						}
+						closed = true
+						continue
+					}
+					if err != nil {
+						return fmt.Errorf("after %d replies (+%d after CLOSE): %w", got, afterClose, err)
+					}
+					if got+afterClose == n {
+						return fmt.Errorf("DATA beyond the %d replies", n)
+					}
+					if r.code != "" || !r.hdr.IsEnd() || len(r.frame) != len(big) {
+						return fmt.Errorf("reply code %q flags %v, %d bytes", r.code, r.hdr.Flags, len(r.frame))
+					}
+					if closed {
+						afterClose++
+					} else {
+						got++
+					}
+				}
+				// On WebSocket order is total: every reply precedes the
+				// CLOSE. On QUIC the CLOSE travels on the control stream
+				// and may overtake replies the daemon wrote before it on
+				// data streams, so a client must go on reading those until
+				// it acknowledges.
+				t.Logf("%s: %d replies before CLOSE, %d after", tr, got, afterClose)
+				if tr == "ws" && afterClose > 0 {
+					return fmt.Errorf("%d replies after CLOSE on WebSocket", afterClose)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				return req.conn.Send(ctx, transport.ControlChannel,
+					negotiate.AppendClose(nil, req.sess.ID, time.Now(), negotiate.ReasonServerShutdown, "ack"))
+			}
+			// Over WebSocket the requester reads as the replies come, as an
+			// agent does: the CLOSE follows the last reply into the socket
+			// buffers as soon as the drain ends, and its acknowledgement is
+			// due CloseTimeout later, which a reader that starts only after
+			// the whole upload missed on a loaded machine.
+			wsRead, wsDone := make(chan error, 1), make(chan struct{})
+			if tr == "ws" {
+				go func() {
+					defer close(wsDone)
+					wsRead <- readReplies()
+				}()
+				t.Cleanup(func() { req.conn.Close(); <-wsDone })
+			}
 			// All the answers at once, large enough to take a while to
 			// write: the last END ends the drain while earlier replies still
 			// wait in the requester's queue.
-			big := paddedFrame(t, 256<<10)
 			for _, dl := range dls {
 				prov.mustSend(dl.ch, negotiate.FlagReply|negotiate.FlagEnd, dl.hdr.RequestID, "", prov.protect(dl.ch, big))
 			}
@@ -461,54 +539,17 @@ func TestShutdownFlushesReplies(t *testing.T) {
 			// waiting for the acknowledgement).
 			provClosed := prov.ackCloseAsync(20*time.Second, negotiate.ReasonServerShutdown)
 			if tr == "quic" {
-				// QUIC flow control (and the client's receive budget) hold
-				// most of the 12.8 MB in the daemon's queue meanwhile, so
+				// QUIC flow control and the requester's receive budget hold
+				// a third of the replies in the daemon's queue meanwhile, so
 				// its flush outlasts CloseTimeout + 1 s; the pause stays
-				// below SlowConsumerGrace. Over WebSocket the
-				// client's socket buffers and read-ahead take it all at
-				// once, and the CLOSE with it, so a pause there would only
-				// test the acknowledgement's own timeout.
+				// below SlowConsumerGrace.
 				time.Sleep(4 * time.Second)
+				if err := readReplies(); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := <-wsRead; err != nil {
+				t.Fatal(err)
 			}
-			got, afterClose := 0, 0
-			closed := false
-			for got+afterClose < n {
-				wait := 10 * time.Second
-				if closed {
-					wait = 3 * time.Second
-				}
-				r, cm, err := req.recv(wait)
-				if cm != nil {
-					if closed || cm.Type != negotiate.TypeClose || cm.Close.Reason != negotiate.ReasonServerShutdown {
-						t.Fatalf("got %s %+v", cm.Type, cm.Close)
-					}
-					closed = true
-					continue
-				}
-				if err != nil {
-					t.Fatalf("after %d replies (+%d after CLOSE): %v", got, afterClose, err)
-				}
-				if r.code != "" || !r.hdr.IsEnd() || len(r.frame) != len(big) {
-					t.Fatalf("reply code %q flags %v, %d bytes", r.code, r.hdr.Flags, len(r.frame))
-				}
-				if closed {
-					afterClose++
-				} else {
-					got++
-				}
-			}
-			if !closed {
-				req.expectControl(10*time.Second, negotiate.TypeClose)
-			}
-			// On WebSocket order is total: every reply precedes the CLOSE. On
-			// QUIC the CLOSE travels on the control stream and may overtake
-			// replies the daemon wrote before it on data streams, so a
-			// client must go on reading those until it acknowledges.
-			t.Logf("%s: %d replies before CLOSE, %d after", tr, got, afterClose)
-			if tr == "ws" && afterClose > 0 {
-				t.Fatalf("%d replies after CLOSE on WebSocket", afterClose)
-			}
-			req.sendControl(negotiate.AppendClose(nil, req.sess.ID, time.Now(), negotiate.ReasonServerShutdown, "ack"))
 			expectConnClosed(t, req.conn, 5*time.Second) // and no DATA after the CLOSE
 			if err := <-provClosed; err != nil {
 				t.Fatalf("provider: %v", err)
