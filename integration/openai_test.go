@@ -136,6 +136,12 @@ func (u *testUpstream) chat(w http.ResponseWriter, r *http.Request) {
 		sse.WriteString("data: [DONE]\n\n")
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Write(sse.Bytes())
+	case model == "burst-then-broken":
+		// Every event at once, then the end of the body without [DONE].
+		w.Header().Set("Content-Type", "text/event-stream")
+		for _, name := range streamChunks {
+			fmt.Fprintf(w, "data: %s\n\n", corpus(u.t, name))
+		}
 	case stream:
 		w.Header().Set("Content-Type", "text/event-stream")
 		for _, name := range streamChunks {
@@ -168,7 +174,7 @@ type edges struct {
 	agent    *client.Client
 }
 
-var edgeModels = []string{"gpt-4o", "gpt-4o-mini", "text-embedding-3-small", "rate-limited", "context-too-long", "hang", "broken", "slow-stream", "burst-stream"}
+var edgeModels = []string{"gpt-4o", "gpt-4o-mini", "text-embedding-3-small", "rate-limited", "context-too-long", "hang", "broken", "slow-stream", "burst-stream", "burst-then-broken"}
 
 func startEdges(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys, mutate func(*daemon.Config)) *edges {
 	t.Helper()
@@ -600,6 +606,33 @@ func TestOpenAICancelMidStream(t *testing.T) {
 
 // With org secrets, each key acts as an agent of its org: requests and
 // /v1/models stay inside that org.
+// A stream that fails after its chunks arrived together: the HTTP client
+// gets every chunk, in order, then the error as an event, and no [DONE]
+// (the ingress writes the events it holds before the error).
+func TestOpenAIStreamFailsAfterBurst(t *testing.T) {
+	e := startEdges(t, "quic", frame.SecurityAEAD, nil, nil)
+	var want bytes.Buffer
+	for _, name := range streamChunks {
+		fmt.Fprintf(&want, "data: %s\n\n", corpus(t, name))
+	}
+	for range 5 {
+		r, err := http.Post(e.base+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"burst-then-broken","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, _ := io.ReadAll(r.Body)
+		r.Body.Close()
+		if r.StatusCode != 200 || !bytes.HasPrefix(out, want.Bytes()) {
+			t.Fatalf("HTTP %d, %d bytes, want the %d chunks' %d bytes first:\n%.300s", r.StatusCode, len(out), len(streamChunks), want.Len(), out)
+		}
+		rest := string(out[want.Len():])
+		if !strings.HasPrefix(rest, `data: {"error":`) || !strings.Contains(rest, "without [DONE]") || strings.Contains(rest, "data: [DONE]") {
+			t.Fatalf("after the chunks: %q", rest)
+		}
+	}
+}
+
 func TestOpenAIOrgs(t *testing.T) {
 	acme, other := security.Secret(bytes.Repeat([]byte{1}, 32)), security.Secret(bytes.Repeat([]byte{2}, 32))
 	d := startDaemon(t, func(c *daemon.Config) {
