@@ -272,6 +272,7 @@ func startEmbedded(cfg Config, token string) (*server.Server, error) {
 		Host:          "127.0.0.1",
 		Port:          server.RANDOM_PORT,
 		Authorization: token,
+		MaxPayload:    MaxMessage,
 		NoSigs:        true,
 		NoLog:         true,
 		Cluster: server.ClusterOpts{
@@ -378,6 +379,16 @@ func (c *Cluster) Withdraw(a Agent) {
 // connection is down.
 var ErrNotConnected = errors.New("cluster: not connected to NATS")
 
+// ErrTooLarge is returned for a message larger than NATS takes: an
+// external deployment's max_payload (1 MB unless raised), or MaxMessage.
+var ErrTooLarge = errors.New("cluster: message larger than the NATS max_payload")
+
+// MaxMessage is the largest cluster message the embedded NATS servers
+// take: the daemon's largest frame (16 MiB, negotiate.MaxPayloadLimit)
+// with room for the cluster header. NATS's own default, 1 MB, would refuse
+// what the daemon accepts from an agent.
+const MaxMessage = 16<<20 + 64<<10
+
 // SendRequest publishes r to node. r.From and r.Seq are set here.
 func (c *Cluster) SendRequest(node string, r *Request) error {
 	r.From = c.cfg.Node
@@ -435,6 +446,9 @@ func (c *Cluster) publish(subj string, b []byte) error {
 		return ErrNotConnected
 	}
 	if err := c.nc.Publish(subj, b); err != nil {
+		if errors.Is(err, nats.ErrMaxPayload) {
+			return fmt.Errorf("%w: %d bytes, max_payload %d", ErrTooLarge, len(b), c.nc.MaxPayload())
+		}
 		c.stats.SendFailed.Add(1)
 		return fmt.Errorf("cluster: %w", err)
 	}

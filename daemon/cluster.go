@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"errors"
 	"net"
 	"strings"
 	"sync"
@@ -254,9 +255,10 @@ func (se *session) forwardRemote(dh *negotiate.DataHeader, fr []byte, format fra
 		n.mu.Lock()
 		delete(n.pending, w)
 		n.mu.Unlock()
-		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeAgentGone)).Inc()
+		code, message := sendFailure(err, "provider "+prov.agent+"'s node")
+		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
 		if rep, err := srv.router.Abort(d.Provider, d.ID); err == nil {
-			rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeAgentGone, "provider "+prov.agent+"'s node is unreachable", prov.agent)
+			rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, message, prov.agent)
 		}
 		return
 	}
@@ -554,12 +556,21 @@ func (cs *clusterState) Cancel(c *cluster.Cancel) {
 // provider's session (nil for the daemon's own error), with the delivery
 // id and channel it replied on: the one to tell if the reply is lost or
 // refused there.
-func (se *session) replyRemote(requestID uint64, n uint32, end bool, provider string, format frameFormat, fr []byte, from *session, delivery uint64, ch transport.ChannelID) bool {
+func (se *session) replyRemote(requestID uint64, n uint32, end bool, provider string, format frameFormat, fr []byte, from *session, delivery uint64, ch transport.ChannelID) error {
 	r := cluster.Reply{W: requestID, N: n, End: end, Provider: provider, Algo: int8(format), Frame: fr}
 	if from != nil {
 		r.Ref, r.Delivery, r.Channel = from.ref(), delivery, uint64(ch)
 	}
-	return se.srv.cluster.c.SendReply(se.remote.name, &r) == nil
+	return se.srv.cluster.c.SendReply(se.remote.name, &r)
+}
+
+// sendFailure is the error code and message for a message to node (named
+// for the user: "provider p's node") the cluster could not send.
+func sendFailure(err error, node string) (negotiate.ErrorCode, string) {
+	if errors.Is(err, cluster.ErrTooLarge) {
+		return negotiate.CodeTooLarge, "too large to cross to " + node + " (" + err.Error() + "): raise max_payload in the NATS deployment (--nats-url) to 16MiB"
+	}
+	return negotiate.CodeAgentGone, node + " is unreachable"
 }
 
 // ref is what the cluster's ring of sent messages keeps of se

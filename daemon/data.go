@@ -282,11 +282,16 @@ func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Sessi
 		return negotiate.CodeBadFrame, "a batch of stream chunks to a delivery not marked BATCH"
 	}
 	if req.remote != nil {
-		if !req.replyRemote(rep.RequestID, rep.N, end, provider, format, fr, provRS.Value(), deliveryID, provCh) {
+		if err := req.replyRemote(rep.RequestID, rep.N, end, provider, format, fr, provRS.Value(), deliveryID, provCh); err != nil {
 			if !end {
 				_, _ = srv.router.Abort(provRS, deliveryID) // later chunks are unknown and dropped
 			}
-			return negotiate.CodeAgentGone, "requester's node is unreachable"
+			code, message := sendFailure(err, "the requester's node")
+			if code != negotiate.CodeAgentGone {
+				// The node is there: the error ends the request on it.
+				req.sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, "provider's reply "+message, provider)
+			}
+			return code, message
 		}
 		srv.metrics.routingSeconds.Observe(time.Since(start).Seconds())
 		return "", ""
@@ -425,7 +430,7 @@ func (se *session) sendError(ch transport.ChannelID, requestID uint64, flags neg
 	if se.remote != nil {
 		// The requester proxy of another node: the error travels back to
 		// the requester there. Notices are for local providers only.
-		if flags&negotiate.FlagNotice == 0 && !se.replyRemote(requestID, unnumbered, true, peerOrNode(peer, se), 0, fr, nil, 0, 0) {
+		if flags&negotiate.FlagNotice == 0 && se.replyRemote(requestID, unnumbered, true, peerOrNode(peer, se), 0, fr, nil, 0, 0) != nil {
 			se.srv.metrics.queueDrops.WithLabelValues("error_dropped").Inc()
 		}
 		return

@@ -19,6 +19,10 @@ func startNATS(t testing.TB) (*server.Server, string) {
 	s, err := server.NewServer(&server.Options{
 		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
 		Username: "m2md", Password: "nats-secret",
+		// An existing deployment's max_payload is smaller than the
+		// daemon's largest frame (NATS's default is 1 MB; smaller here,
+		// so that the test's frames are quick to make).
+		MaxPayload: 64 << 10,
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -67,6 +71,20 @@ func TestClusterExternalNATS(t *testing.T) {
 		}
 	}
 
+	// The deployment's max_payload is below the daemon's: a request or a
+	// reply that NATS will not carry is refused too_large, naming the
+	// setting, and never waits.
+	big := incompressible(t, 128<<10)
+	_, id := req.request("xprov", big)
+	if r := req.expectError(5*time.Second, id, string(negotiate.CodeTooLarge), false); !bytes.Contains(r.body, []byte("max_payload")) {
+		t.Fatalf("too_large without the setting to change: %s", r.body)
+	}
+	_, id = req.request("xprov", reqBody)
+	got := prov.recvData(5 * time.Second)
+	prov.reply(got.ch, got.hdr.RequestID, true, big)
+	req.expectError(5*time.Second, id, string(negotiate.CodeTooLarge), false)
+	prov.expectError(5*time.Second, got.hdr.RequestID, string(negotiate.CodeTooLarge), true)
+
 	// NATS goes away with a request in flight across it.
 	_, held := req.request("xprov", reqBody)
 	prov.recvData(5 * time.Second)
@@ -77,7 +95,7 @@ func TestClusterExternalNATS(t *testing.T) {
 		t.Fatalf("agent_gone came %v after NATS went away, want within 2 s", el)
 	}
 	// Routing to the other node is refused, promptly, while NATS is down.
-	_, id := req.request("xprov", reqBody)
+	_, id = req.request("xprov", reqBody)
 	back := req.recvData(3 * time.Second)
 	if back.hdr.RequestID != id || (back.code != "unknown_agent" && back.code != "agent_gone") {
 		t.Fatalf("request while NATS is down: id %d code %q", back.hdr.RequestID, back.code)
