@@ -88,8 +88,8 @@ func TestSlowSteadyReaderNotClosed(t *testing.T) {
 // blocks longer than the grace (1 s) although bytes go out all the time.
 // The stall timer closes only a session whose connection took no bytes
 // for a whole grace, so this one keeps its session and gets the delivery;
-// it used to be closed as a slow consumer mid-write. WebSocket only: a
-// throttled relay for QUIC's UDP would be a test of its own.
+// it used to be closed as a slow consumer mid-write. Over QUIC, through a
+// throttled UDP relay: TestSlowQUICLinkNotClosed.
 func TestSlowLinkNotClosed(t *testing.T) {
 	const (
 		grace = time.Second
