@@ -43,7 +43,7 @@ const (
 	DefaultSendQueueLen    = 8192
 	DefaultSlowGrace       = 5 * time.Second
 	DefaultMaxOutstanding  = 1024
-	DefaultQUICIdleTimeout = 5 * time.Second
+	DefaultQUICIdleTimeout = 30 * time.Second
 	DefaultMessageTimeout  = 30 * time.Second
 	// DefaultMaxHandshakes and DefaultMaxHandshakesPerIP bound the TCP
 	// connections not yet through HELLO. Handshakes take milliseconds, so
@@ -144,7 +144,8 @@ type Config struct {
 	MessageTimeout time.Duration
 	// QUICIdleTimeout is how soon a QUIC agent that has vanished (killed,
 	// unplugged) is noticed; keep-alive packets every fifth of it keep a
-	// live but quiet agent's connection up. Default 5 s.
+	// live but quiet agent's connection, and its NAT binding, up. Default
+	// 30 s (transport.Config.IdleTimeout says why).
 	QUICIdleTimeout time.Duration
 
 	// MaxHandshakes bounds the TCP (WebSocket) connections that have not

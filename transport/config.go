@@ -55,7 +55,12 @@ type Config struct {
 	// two sides' values are negotiated down to the smaller) and each side
 	// sends a keep-alive packet every fifth, so a silent but live
 	// connection stays up. The session protocol's own PING/PONG and
-	// session timeout sit on top of this. Default 5 s.
+	// session timeout sit on top of this. Default 30 s: keep-alives every
+	// 6 s keep the NAT binding of an agent behind a home or carrier NAT
+	// (many forget a UDP flow after 30 s; RFC 9000 §10.1.2), and a live
+	// connection survives a network outage, or a process that gets no CPU,
+	// of up to 24 s, as a TCP connection would. 5 s dropped every QUIC
+	// session of a process starved of CPU for 4 s.
 	IdleTimeout time.Duration
 	// MaxIncomingChannels (QUIC) bounds the streams the peer may open.
 	// Streams live as long as the connection, so this is also the most
@@ -73,7 +78,7 @@ const (
 	defaultReceiveBudget       = 8 << 20
 	defaultMessageTimeout      = 30 * time.Second
 	defaultHandshakeTimeout    = 10 * time.Second
-	defaultIdleTimeout         = 5 * time.Second
+	defaultIdleTimeout         = 30 * time.Second
 	defaultMaxIncomingChannels = 1000
 	defaultCloseTimeout        = 2 * time.Second
 )

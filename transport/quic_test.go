@@ -572,3 +572,18 @@ func TestQUICReceiveBudget(t *testing.T) {
 		t.Fatalf("trickled message noticed after %v (MessageTimeout 500ms)", d)
 	}
 }
+
+// TestQUICIdleDefaults: by default a QUIC connection lives through 24 s of
+// silence from its peer (a network outage, a process that gets no CPU) and
+// sends a keep-alive after 6 s of it, well within the 30 s after which many
+// NATs forget a UDP flow (RFC 9000 §10.1.2): a vanished peer is noticed
+// within IdleTimeout, 30 s.
+func TestQUICIdleDefaults(t *testing.T) {
+	q := quicConfig(Config{}.withDefaults())
+	if q.MaxIdleTimeout != 24*time.Second || q.KeepAlivePeriod != 6*time.Second {
+		t.Fatalf("idle timeout %v, keep-alive %v; want 24s, 6s", q.MaxIdleTimeout, q.KeepAlivePeriod)
+	}
+	if q.MaxIdleTimeout+q.KeepAlivePeriod != defaultIdleTimeout {
+		t.Fatalf("a vanished peer is noticed after %v, want %v", q.MaxIdleTimeout+q.KeepAlivePeriod, defaultIdleTimeout)
+	}
+}
