@@ -64,8 +64,9 @@ type Cluster struct {
 	dests   sync.Map // node id -> *dest (seq.go)
 	// rx is the next data sequence number expected from each node
 	// (seq.go; dispatcher goroutine only).
-	rx       map[string]uint64
-	ringSize int
+	rx        map[string]uint64
+	ringSize  int
+	gapLogged time.Time // when a gap was last logged (dispatcher only)
 
 	inbox chan *nats.Msg
 	done  chan struct{}

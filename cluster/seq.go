@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Sequence numbers: what NATS dropped is answered, not silent.
@@ -172,7 +173,13 @@ func (c *Cluster) sentTo(node string, seq uint64) {
 // gap tells node that its messages first..last did not arrive.
 func (c *Cluster) gap(node string, first, last uint64) {
 	c.stats.SlowConsumer.Add(last - first + 1)
-	c.log.Warn().Str("peer", node).Uint64("first", first).Uint64("last", last).Msg("cluster messages lost (slow consumer): asking the sender to answer them")
+	// At most one line a second: under sustained overload gaps come by
+	// the thousand, and the counter has them all.
+	if now := time.Now(); now.Sub(c.gapLogged) >= time.Second {
+		c.gapLogged = now
+		c.log.Warn().Str("peer", node).Uint64("first", first).Uint64("last", last).Uint64("lost_total", c.stats.SlowConsumer.Load()).
+			Msg("cluster messages lost (slow consumer): asking the sender to answer them")
+	}
 	c.sendGap(kindLost, node, first, last)
 }
 
