@@ -118,10 +118,10 @@ func (e *openAIEdge) stop(grace time.Duration) {
 
 // meshURL is the daemon's own listener as seen from this process, on
 // loopback: plain WebSocket if it runs, else QUIC. The session never leaves
-// the machine and is sealed (AEAD) either way, and WebSocket costs less
-// CPU than QUIC (quic-go's per-packet work): 3-11% less per request
-// through the edges (docs/benchmarks.md, "Session 4: what the mesh path
-// spends, and the cuts").
+// the machine and is sealed (AEAD) either way, and WebSocket costs no
+// more CPU than QUIC, up to 11% less per request through the edges
+// (quic-go's per-packet work; docs/benchmarks.md, "Session 4: what the
+// mesh path spends, and the cuts").
 func meshURL(srv *daemon.Server, wsPath string) (string, error) {
 	loop := func(a net.Addr) string {
 		host, port, _ := net.SplitHostPort(a.String())
