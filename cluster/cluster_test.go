@@ -186,7 +186,14 @@ func TestLost(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			time.Sleep(100 * time.Millisecond) // NATS hands a what it can, drops the rest
+			// NATS hands a what it can and drops the rest: hold a's
+			// dispatcher until most has been dropped (not for a fixed
+			// time: on a loaded machine the messages come late, and a
+			// released dispatcher would keep up with them).
+			deadline := time.Now().Add(10 * time.Second)
+			for dropped(a) < tc.n/2 && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
 			close(ha.gate)
 			count := func() (handled, lost int, all bool) {
 				handled = len(ha.reqs) + len(ha.reps)
@@ -199,7 +206,7 @@ func TestLost(t *testing.T) {
 				}
 				return handled, lost, all
 			}
-			deadline := time.Now().Add(10 * time.Second)
+			deadline = time.Now().Add(10 * time.Second)
 			for {
 				ha.mu.Lock()
 				hb.mu.Lock()
@@ -268,6 +275,17 @@ func TestLost(t *testing.T) {
 			}
 		})
 	}
+}
+
+// dropped is how many messages the NATS client dropped for c's inbox.
+func dropped(c *Cluster) int {
+	n := 0
+	for _, s := range c.subs {
+		if d, err := s.Dropped(); err == nil {
+			n += d
+		}
+	}
+	return n
 }
 
 // TestBusyNodeKeepsPeers: a node whose dispatcher is seconds behind (a
