@@ -556,14 +556,18 @@ func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply, shed bool) {
 			c.noteAbout(n.From, &n)
 			c.h.Notice(&n)
 		}
-	case kindLost, kindForgot:
+	case kindLost, kindForgot, kindVoid:
 		var g gapMsg
 		if c.admit(decodeGap(b, &g), g.From, g.Seq) {
-			if g.Kind == kindLost {
+			switch g.Kind {
+			case kindLost:
 				c.answerLost(g.From, g.First, g.Last)
-			} else {
+			case kindForgot:
 				c.log.Warn().Str("peer", g.From).Msg("a node lost cluster messages to this node beyond naming: ending every request between the two nodes")
 				c.h.Lost(&Lost{Kind: LostAll, Node: g.From})
+			case kindVoid:
+				c.log.Warn().Str("peer", g.From).Msg("a node stopped hearing this node and declared it dead: ending the requests it was serving for this node")
+				c.h.Lost(&Lost{Kind: LostVoid, Node: g.From})
 			}
 		}
 	case kindControl:
@@ -740,12 +744,15 @@ func (c *Cluster) checkPeers(now time.Time) {
 	for node, p := range c.peers {
 		switch {
 		case now.Sub(c.lastHeard(node, p)) > c.cfg.DeadAfter:
-			c.nodeDown(node, "no heartbeat")
+			c.nodeDown(node, whyNoHeartbeat)
 		case p.syncing && now.Sub(p.syncAsked) > c.cfg.DeadAfter:
 			c.askSnapshot(node, p, now) // the request or its answer was lost
 		}
 	}
 }
+
+// whyNoHeartbeat is nodeDown's reason for a node not heard for DeadAfter.
+const whyNoHeartbeat = "no heartbeat"
 
 func (c *Cluster) nodeDown(node, why string) {
 	p := c.peers[node]
@@ -758,6 +765,12 @@ func (c *Cluster) nodeDown(node, why string) {
 		d.mu.Lock()
 		d.gone = true
 		d.mu.Unlock()
+	}
+	if why == whyNoHeartbeat {
+		// It may be alive and still hear this node (a one-way partition,
+		// a pause): its requests in flight here were just dropped, and it
+		// would wait for them. Tell it (a new series starts with this).
+		c.sendGap(kindVoid, node, 0, 0)
 	}
 	c.stats.Nodes.Add(-1)
 	c.stats.NodesDown.Add(1)

@@ -277,6 +277,30 @@ func TestLost(t *testing.T) {
 	}
 }
 
+// TestVoid: a node that stops hearing another (here: b's heartbeats held
+// back, while b still hears a) declares it dead and tells it so (void),
+// so that b ends the requests it has in flight at a, which a dropped,
+// instead of waiting for them. Fails without: b is never told.
+func TestVoid(t *testing.T) {
+	ha, hb := &recorder{}, &recorder{}
+	a := startNode(t, Config{Listen: "127.0.0.1:0", Node: "a", Heartbeat: 50 * time.Millisecond, DeadAfter: 300 * time.Millisecond}, ha)
+	b := startNode(t, Config{Listen: "127.0.0.1:0", Node: "b", Heartbeat: 50 * time.Millisecond, DeadAfter: 10 * time.Second,
+		Routes: []string{"nats://" + a.RouteAddr().String()}}, hb)
+	ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
+	hb.wait(t, "b hears a", func() bool { return b.Stats().Nodes.Load() == 1 })
+	b.mu.Lock() // b's heartbeats wait for it: a stops hearing b
+	var unlock sync.Once
+	defer unlock.Do(b.mu.Unlock) // before the cleanups close b
+	hb.wait(t, "b told that a declared it dead", func() bool {
+		return slices.ContainsFunc(hb.lost, func(l Lost) bool { return l.Kind == LostVoid && l.Node == "a" })
+	})
+	unlock.Do(b.mu.Unlock)
+	ha.wait(t, "a counts b down", func() bool { return a.Stats().NodesDown.Load() == 1 })
+	if n := b.Stats().NodesDown.Load(); n != 0 {
+		t.Fatalf("b declared %d nodes down", n)
+	}
+}
+
 // dropped is how many messages the NATS client dropped for c's inbox.
 func dropped(c *Cluster) int {
 	n := 0

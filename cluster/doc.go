@@ -37,7 +37,10 @@
 // table. A new node asks every node for its snapshot when it starts. Every
 // control message carries the sender's incarnation, new at each start: a
 // node restarted under the same id before the others declared it dead is
-// declared dead (its agents down, its requests void) and joins anew.
+// declared dead (its agents down, its requests void) and joins anew. A
+// node declared dead for silence is told so (void, seq.go): if it is in
+// fact alive and hears this node, it ends the requests it had in flight
+// here, which this node dropped, instead of waiting for them.
 //
 // Which registration of an agent id wins is the daemon's decision
 // (Agent.Stamp, Agent.Newer); this package only carries the events.

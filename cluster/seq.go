@@ -53,6 +53,10 @@ const (
 	// be named. End every request this node has pending at Node with an
 	// error (and cancel it there).
 	LostAll
+	// LostVoid: Node stopped hearing this node and declared it dead, so
+	// it dropped the requests it was serving for this node. End every
+	// request this node has pending at Node with an error.
+	LostVoid
 )
 
 // Lost is a data message that did not reach its destination (Handler.Lost).

@@ -20,6 +20,7 @@ import (
 //	notice:  0x05 | seq u64 | w u64 | about u64 | len u8 | from node | len u8 | code | message
 //	lost:    0x06 | seq u64 | first u64 | last u64 | len u8 | from node
 //	forgot:  0x07 | seq u64 | first u64 | last u64 | len u8 | from node
+//	void:    0x08 | seq u64 | 0 u64 | 0 u64 | len u8 | from node
 //
 // w is the requesting node's id for the request (see Handler). n is a
 // reply's place among the request's replies, from 0 (Unnumbered for an
@@ -37,6 +38,7 @@ const (
 	kindNotice  = 0x05
 	kindLost    = 0x06
 	kindForgot  = 0x07
+	kindVoid    = 0x08
 
 	flagEnd = 0x01
 )
@@ -244,11 +246,13 @@ func decodeCancel(b []byte, c *Cancel) error {
 	return nil
 }
 
-// gapMsg is a lost or a forgot message: what a node says of the data
+// gapMsg is a lost, forgot or void message: what a node says of the data
 // messages First to Last another node sent it (lost: they never arrived)
-// or it sent another node (forgot: it can no longer tell what they were).
+// or it sent another node (forgot: it can no longer tell what they were);
+// void (First and Last 0): it declared the other node dead, so what that
+// node had pending at it is void.
 type gapMsg struct {
-	Kind        byte // kindLost or kindForgot
+	Kind        byte // kindLost, kindForgot or kindVoid
 	Seq         uint64
 	First, Last uint64
 	From        string
@@ -263,7 +267,7 @@ func appendGap(b []byte, g *gapMsg) ([]byte, error) {
 }
 
 func decodeGap(b []byte, g *gapMsg) error {
-	if len(b) < 26 || (b[0] != kindLost && b[0] != kindForgot) {
+	if len(b) < 26 || b[0] < kindLost || b[0] > kindVoid {
 		return ErrMalformed
 	}
 	g.Kind = b[0]
@@ -272,7 +276,14 @@ func decodeGap(b []byte, g *gapMsg) error {
 	g.Last = binary.BigEndian.Uint64(b[17:25])
 	var rest []byte
 	var err error
-	if g.From, rest, err = readStr(b[25:]); err != nil || len(rest) != 0 || g.Seq == 0 || g.First == 0 || g.Last < g.First {
+	if g.From, rest, err = readStr(b[25:]); err != nil || len(rest) != 0 || g.Seq == 0 {
+		return ErrMalformed
+	}
+	if g.Kind == kindVoid {
+		if g.First != 0 || g.Last != 0 {
+			return ErrMalformed
+		}
+	} else if g.First == 0 || g.Last < g.First {
 		return ErrMalformed
 	}
 	return nil

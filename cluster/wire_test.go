@@ -40,7 +40,8 @@ func TestWireRoundTrip(t *testing.T) {
 	if decodeNotice(b[:28], &nout) == nil || decodeNotice(append([]byte{kindNotice}, make([]byte, 28)...), &nout) == nil {
 		t.Fatal("truncated notice decoded")
 	}
-	for _, g := range []gapMsg{{Kind: kindLost, Seq: 8, First: 3, Last: 5, From: "node-a"}, {Kind: kindForgot, Seq: 9, First: 1, Last: 1, From: "node-b"}} {
+	for _, g := range []gapMsg{{Kind: kindLost, Seq: 8, First: 3, Last: 5, From: "node-a"}, {Kind: kindForgot, Seq: 9, First: 1, Last: 1, From: "node-b"},
+		{Kind: kindVoid, Seq: 1, From: "node-c"}} {
 		if b, err = appendGap(nil, &g); err != nil {
 			t.Fatal(err)
 		}
@@ -54,6 +55,9 @@ func TestWireRoundTrip(t *testing.T) {
 	}
 	if b, _ = appendGap(nil, &gapMsg{Kind: kindLost, Seq: 1, First: 5, Last: 4, From: "a"}); decodeGap(b, &gapMsg{}) == nil {
 		t.Fatal("gap with last before first decoded")
+	}
+	if b, _ = appendGap(nil, &gapMsg{Kind: kindVoid, Seq: 1, First: 1, Last: 1, From: "a"}); decodeGap(b, &gapMsg{}) == nil {
+		t.Fatal("void with a range decoded")
 	}
 	if _, err := appendRequest(nil, &Request{W: 1, From: "", Requester: "r", Target: "t"}); err == nil {
 		t.Fatal("empty node id encoded")
@@ -75,6 +79,8 @@ func FuzzDecode(f *testing.F) {
 		g, _ := appendGap(nil, &gapMsg{Kind: k, Seq: 5, First: 1, Last: 3, From: "a"})
 		f.Add(g)
 	}
+	vd, _ := appendGap(nil, &gapMsg{Kind: kindVoid, Seq: 1, From: "a"})
+	f.Add(vd)
 	f.Add(appendControl(nil, &ctlMsg{T: "up", Node: "a", Seq: 3, Agent: &Agent{ID: "x", Session: "s", Models: []string{"m"}}}))
 	f.Add(appendControl(nil, &ctlMsg{T: "snap", Node: "a", Agents: []Agent{{ID: "x", Session: "s"}}}))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -451,7 +451,7 @@ func (cs *clusterState) Lost(l *cluster.Lost) {
 		if cs.c.SendReply(l.Node, &cluster.Reply{W: l.W, N: cluster.Unnumbered, End: true, Provider: provider, Frame: cs.lostFrame}) != nil {
 			srv.metrics.queueDrops.WithLabelValues("error_dropped").Inc()
 		}
-	case cluster.LostAll:
+	case cluster.LostAll, cluster.LostVoid:
 		if n == nil {
 			return
 		}
@@ -460,6 +460,11 @@ func (cs *clusterState) Lost(l *cluster.Lost) {
 		n.pending = make(map[uint64]pendingRequest)
 		n.mu.Unlock()
 		for w, p := range pending {
+			if l.Kind == cluster.LostVoid {
+				// That node dropped them already: nothing to cancel.
+				cs.endPending(p, negotiate.CodeAgentGone, "node "+l.Node+" stopped hearing node "+cs.c.Node()+" and dropped the requests it was serving for it: try again")
+				continue
+			}
 			cs.endPending(p, code, "request "+message+"; messages between the nodes were lost beyond naming")
 			_ = cs.c.SendCancel(l.Node, w) // its provider, if it got it, stops
 		}

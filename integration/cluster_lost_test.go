@@ -31,7 +31,7 @@ func TestClusterLost(t *testing.T) {
 	}
 	ok, failed := 0, 0
 	for round := 0; round < 30 && lost() == 0; round++ {
-		o, f := burstEnds(t, req, prov.sess.AgentID, body, 64, provDone)
+		o, f := burstEnds(t, req, prov.sess.AgentID, body, 256, provDone)
 		ok, failed = ok+o, failed+f
 	}
 	close(stop)
@@ -40,7 +40,7 @@ func TestClusterLost(t *testing.T) {
 	}
 	n := lost()
 	if n == 0 {
-		t.Fatal("30 bursts of 64 requests and NATS dropped nothing with room for two messages")
+		t.Fatal("30 bursts of 256 requests and NATS dropped nothing with room for two messages")
 	}
 	answered := metric(t, nodes[0], "m2md_cluster_lost_total", "outcome=answered") + metric(t, nodes[1], "m2md_cluster_lost_total", "outcome=answered")
 	unnamed := metric(t, nodes[0], "m2md_cluster_lost_total", "outcome=unnamed") + metric(t, nodes[1], "m2md_cluster_lost_total", "outcome=unnamed")
