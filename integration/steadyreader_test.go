@@ -109,6 +109,15 @@ func TestSlowLinkNotClosed(t *testing.T) {
 		t.Fatal(err)
 	}
 	req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "slow-link-req"})
+	slowLinkDelivery(t, d, prov, req, size, rate, grace)
+}
+
+// slowLinkDelivery sends prov, behind a link of rate bytes a second, a
+// delivery of size bytes and checks that it arrives whole, slowly enough
+// to prove something (two graces), without the provider being closed as a
+// slow consumer, and that its reply comes back.
+func slowLinkDelivery(t *testing.T, d *testDaemon, prov, req *rawAgent, size, rate int, grace time.Duration) {
+	t.Helper()
 	fr := paddedFrame(t, size)
 	start := time.Now()
 	req.mustSend(0, 0, 1, "", fr)
@@ -117,7 +126,7 @@ func TestSlowLinkNotClosed(t *testing.T) {
 	if dl.hdr.IsReply() || len(dl.frame) != len(fr) {
 		t.Fatalf("delivery: flags %v, %d bytes, code %q", dl.hdr.Flags, len(dl.frame), dl.code)
 	}
-	t.Logf("an %d MB delivery over a %d MB/s link took %v, grace %v", size>>20, rate>>20, took.Round(time.Millisecond), grace)
+	t.Logf("a %d MiB delivery over a %d MiB/s %s link took %v, grace %v", size>>20, rate>>20, prov.conn.Transport(), took.Round(time.Millisecond), grace)
 	if took < 2*grace {
 		t.Fatalf("the delivery took %v, less than two graces: the link was not slow enough to prove anything", took)
 	}

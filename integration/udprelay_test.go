@@ -138,25 +138,7 @@ func TestSlowQUICLinkNotClosed(t *testing.T) {
 		relay := newUDPRelay(t, d.QUICAddr(), rate)
 		prov := dialRelayedQUIC(t, d, relay, negotiate.ClientConfig{AgentID: "slow-quic-link", Models: []string{"gpt-4o"}}, transport.Config{})
 		req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "slow-quic-link-req"})
-		fr := paddedFrame(t, size)
-		start := time.Now()
-		req.mustSend(0, 0, 1, "", fr)
-		dl := prov.recvDataAnswering(30 * time.Second)
-		took := time.Since(start)
-		if dl.hdr.IsReply() || len(dl.frame) != len(fr) {
-			t.Fatalf("delivery: flags %v, %d bytes, code %q", dl.hdr.Flags, len(dl.frame), dl.code)
-		}
-		t.Logf("a %d MiB delivery over a %d MiB/s QUIC link took %v, grace %v", size>>20, rate>>20, took.Round(time.Millisecond), grace)
-		if took < 2*grace {
-			t.Fatalf("the delivery took %v, less than two graces: the link was not slow enough to prove anything", took)
-		}
-		if c := metric(t, d, "m2md_queue_drops_total", "reason=slow_consumer_closed"); c != 0 {
-			t.Fatalf("a provider on a slow QUIC link was closed as a slow consumer (%v)", c)
-		}
-		prov.reply(dl.ch, dl.hdr.RequestID, true, corpus(t, "resp-chat-01.json"))
-		if r := req.recvDataAnswering(10 * time.Second); r.code != "" || !r.hdr.IsEnd() {
-			t.Fatalf("reply: code %q flags %v", r.code, r.hdr.Flags)
-		}
+		slowLinkDelivery(t, d, prov, req, size, rate, grace)
 	})
 	t.Run("stopped", func(t *testing.T) {
 		t.Parallel()
