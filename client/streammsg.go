@@ -8,6 +8,24 @@ import (
 	"github.com/m2md/m2md/internal/jsonscan"
 )
 
+// streamedMessage is the assistant message a stream's chunks add up to, as
+// encoding/json writes it (its keys and their order are the message's
+// bytes).
+type streamedMessage struct {
+	Role      string         `json:"role"`
+	Content   *string        `json:"content"`
+	ToolCalls []streamedCall `json:"tool_calls,omitempty"`
+}
+
+type streamedCall struct {
+	ID       string `json:"id,omitempty"`
+	Type     string `json:"type,omitempty"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
 // streamMessage returns, as JSON, the assistant message a streamed
 // response's chunks (concatenated) add up to: their choices[0].delta
 // pieces, or the choices[0].message of a stream that ends with a whole
@@ -21,19 +39,7 @@ import (
 // the last of duplicates counts, as everywhere in jsonscan; the message is
 // then written by encoding/json, as before.
 func streamMessage(resp []byte) (_ []byte, ok bool) {
-	type call struct {
-		ID       string `json:"id,omitempty"`
-		Type     string `json:"type,omitempty"`
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	}
-	var msg struct {
-		Role      string  `json:"role"`
-		Content   *string `json:"content"`
-		ToolCalls []call  `json:"tool_calls,omitempty"`
-	}
+	var msg streamedMessage
 	// The pieces, appended as they come; strings only at the end.
 	type callParts struct{ id, typ, name, args []byte }
 	var (
@@ -145,7 +151,7 @@ func streamMessage(resp []byte) (_ []byte, ok bool) {
 		msg.Content = &s
 	}
 	for _, c := range calls {
-		var out call
+		var out streamedCall
 		out.ID, out.Type, out.Function.Name, out.Function.Arguments = string(c.id), string(c.typ), string(c.name), string(c.args)
 		msg.ToolCalls = append(msg.ToolCalls, out)
 	}

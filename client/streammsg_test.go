@@ -12,19 +12,7 @@ import (
 // streamMessageReflect is streamMessage as it was written first, on
 // encoding/json: the reference the jsonscan version is held to.
 func streamMessageReflect(resp []byte) (_ []byte, ok bool) {
-	type call struct {
-		ID       string `json:"id,omitempty"`
-		Type     string `json:"type,omitempty"`
-		Function struct {
-			Name      string `json:"name"`
-			Arguments string `json:"arguments"`
-		} `json:"function"`
-	}
-	var msg struct {
-		Role      string  `json:"role"`
-		Content   *string `json:"content"`
-		ToolCalls []call  `json:"tool_calls,omitempty"`
-	}
+	var msg streamedMessage
 	dec := json.NewDecoder(bytes.NewReader(resp))
 	for dec.More() {
 		var raw json.RawMessage
@@ -42,7 +30,7 @@ func streamMessageReflect(resp []byte) (_ []byte, ok bool) {
 					Content   *string `json:"content"`
 					ToolCalls []struct {
 						Index int `json:"index"`
-						call
+						streamedCall
 					} `json:"tool_calls"`
 				} `json:"delta"`
 			} `json:"choices"`
@@ -74,7 +62,7 @@ func streamMessageReflect(resp []byte) (_ []byte, ok bool) {
 				return nil, false
 			}
 			if tc.Index == len(msg.ToolCalls) {
-				msg.ToolCalls = append(msg.ToolCalls, call{})
+				msg.ToolCalls = append(msg.ToolCalls, streamedCall{})
 			}
 			c := &msg.ToolCalls[tc.Index]
 			c.ID += tc.ID
