@@ -241,7 +241,7 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 		// this final reply.
 		const message = "a reply delta answers a request delivered with its extension block (docs/protocol.md §4.3); this one was delivered without"
 		srv.metrics.framesRefused.WithLabelValues(string(negotiate.CodeBadFrame)).Inc()
-		rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, negotiate.CodeBadFrame, "provider's reply was refused: "+message, se.agent)
+		se.tellRequesterRefused(rep, negotiate.CodeBadFrame, message)
 		se.sendError(ch, dh.RequestID, negotiate.FlagNotice, negotiate.CodeBadFrame, message, "")
 		return
 	}
@@ -386,7 +386,7 @@ func (se *session) refuseTelling(ch transport.ChannelID, dh *negotiate.DataHeade
 		// Later replies to the delivery are unknown and dropped, and the
 		// requester may reuse its request id at once.
 		if rep, err := se.srv.router.Abort(se.rs, dh.RequestID); err == nil {
-			rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, "provider's reply was refused: "+message, se.agent)
+			se.tellRequesterRefused(rep, code, message)
 		}
 	}
 	if !tell {
@@ -394,6 +394,13 @@ func (se *session) refuseTelling(ch transport.ChannelID, dh *negotiate.DataHeade
 		return
 	}
 	se.sendError(ch, dh.RequestID, flags, code, message, "")
+}
+
+// tellRequesterRefused ends rep's request, whose provider's reply this
+// session refused, with the refusal's code: the requester would otherwise
+// miss part of the answer or wait for an END that will not come.
+func (se *session) tellRequesterRefused(rep router.Reply[*session], code negotiate.ErrorCode, message string) {
+	rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, "provider's reply was refused: "+message, se.agent)
 }
 
 // endRequestWithError sends the final error of an outstanding request whose
