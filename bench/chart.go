@@ -82,6 +82,8 @@ func runLabel(run string) string {
 		return "NATS"
 	case RunEcho:
 		return "echo target"
+	case RunSingle:
+		return "M2M single-node"
 	}
 	return run
 }

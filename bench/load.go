@@ -61,6 +61,10 @@ type LoadConfig struct {
 	// (http://host:9090/metrics); when set, the M2M run reports the
 	// daemon's own CPU and allocations from it.
 	DaemonMetrics string
+	// ProviderDaemonMetrics is ProviderTarget's Prometheus endpoint; when
+	// set, the cross-node run also reports that node's own CPU, so that
+	// each node's cost per round trip is known (Result.ProviderNode).
+	ProviderDaemonMetrics string
 	// Transport is used for the in-process daemon and for the baseline and
 	// echo runs: quic (default), ws or wss. With a Target the URL decides.
 	Transport string
@@ -101,7 +105,9 @@ type LoadConfig struct {
 	// Compare names another system to run the same load through, in this
 	// process, and report M2M's ratio to: "nats" (an embedded nats-server,
 	// nats.go request/reply, queue-group responders; TLS when Transport is
-	// quic or wss). Empty: none.
+	// quic or wss); or, with a ProviderTarget, "single-node": the same load
+	// with the providers on Target too, so that the cross-node run is
+	// compared with a single-node run of the same daemons. Empty: none.
 	Compare string
 
 	// CPUProfile and MemProfile receive a CPU profile of the M2M run's
@@ -179,8 +185,12 @@ func (c *LoadConfig) withDefaults() (LoadConfig, error) {
 		return cfg, errors.New("bench: rate must be 0 (closed loop) to 10000000 per second")
 	case cfg.Repeat < 1 || cfg.Repeat > 100:
 		return cfg, errors.New("bench: repeat must be 1 to 100")
-	case cfg.Compare != "" && cfg.Compare != CompareNATS:
-		return cfg, fmt.Errorf("bench: --compare must be %s, not %q", CompareNATS, cfg.Compare)
+	case cfg.Compare != "" && cfg.Compare != CompareNATS && cfg.Compare != CompareSingleNode:
+		return cfg, fmt.Errorf("bench: --compare must be %s or %s, not %q", CompareNATS, CompareSingleNode, cfg.Compare)
+	case cfg.Compare == CompareSingleNode && cfg.ProviderTarget == "":
+		return cfg, errors.New("bench: --compare single-node compares a --provider-target run with one on --url alone; give --provider-target")
+	case cfg.ProviderDaemonMetrics != "" && cfg.ProviderTarget == "":
+		return cfg, errors.New("bench: --provider-daemon-metrics is the metrics of the --provider-target daemon; give --provider-target")
 	case cfg.ProfileRun != RunM2M && cfg.ProfileRun != RunRelay && cfg.ProfileRun != RunEcho && cfg.ProfileRun != RunNATS:
 		return cfg, fmt.Errorf("bench: the profiled run must be %s, %s, %s or %s", RunM2M, RunRelay, RunEcho, RunNATS)
 	case cfg.ProfileRun == RunRelay && !cfg.Baseline, cfg.ProfileRun == RunEcho && !cfg.Echo, cfg.ProfileRun == RunNATS && cfg.Compare != CompareNATS:
@@ -252,8 +262,20 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 	if cfg.Echo {
 		runs = append(runs, RunEcho)
 	}
-	if cfg.Compare == CompareNATS {
+	switch cfg.Compare {
+	case CompareNATS:
 		runs = append(runs, RunNATS)
+	case CompareSingleNode:
+		runs = append(runs, RunSingle)
+	}
+	// The single-node run routes to a model of its own: providers of the
+	// cross-node run that just left must not be picked while the cluster
+	// forgets them.
+	psSingle := ps
+	if cfg.Compare == CompareSingleNode {
+		if psSingle, err = prepare(renameModels(cfg.Payloads, renamed+"-single"), cfg.Algorithm, cfg.Encoding); err != nil {
+			return nil, err
+		}
 	}
 	results := make(map[string][]*Result)
 	step, steps := 0, cfg.Repeat*len(runs)
@@ -263,8 +285,12 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 		for _, kind := range runs {
 			step++
 			var res *Result
+			kps := ps
+			if kind == RunSingle {
+				kps = psSingle
+			}
 			withRole(ctx, roleLoadgen, func(ctx context.Context) {
-				res, err = runOnce(ctx, &cfg, ps, kind, step, steps, rep == 0)
+				res, err = runOnce(ctx, &cfg, kps, kind, step, steps, rep == 0)
 			})
 			if err != nil {
 				return nil, fmt.Errorf("bench: %s run: %w", kind, err)
@@ -291,6 +317,11 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 		if rel := results[RunRelay]; len(rel) > 0 {
 			rep.RelayNATSRatios = ratiosOf(rel, rs)
 		}
+	}
+	if rs := results[RunSingle]; len(rs) > 0 {
+		rep.SingleNode = medianResult(rs)
+		rep.SingleNodeRatios = ratiosOf(results[RunM2M], rs)
+		rep.NodeCPURatio = nodeCPURatio(results[RunM2M], rs)
 	}
 	rep.Machine.LoadAvgEnd = loadAvg()
 	rep.computeRatios(results[RunM2M], results[RunRelay])
@@ -416,9 +447,9 @@ func connect(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, r
 	var ep endpoint
 	var err error
 	switch {
-	case kind == RunM2M && cfg.Target != "":
+	case isM2M(kind) && cfg.Target != "":
 		ep, err = parseTarget(cfg.Target, cfg.TLS)
-	case kind == RunM2M:
+	case isM2M(kind):
 		withRole(ctx, roleDaemon, func(context.Context) {
 			s.daemon, err = startDaemon(certDir, frame.SecurityNone)
 		})
@@ -461,7 +492,7 @@ func connect(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, r
 		mods := models(ps)
 		for i := range cfg.Providers {
 			switch kind {
-			case RunM2M:
+			case RunM2M, RunSingle:
 				id := agentID("p", i, suffix)
 				sess, err := dialM2M(dctx, pep, negotiate.ClientConfig{AgentID: id, AgentType: "m2md-bench", Models: mods, Security: cfg.Security})
 				if err != nil {
@@ -500,7 +531,7 @@ func connect(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, r
 			tconn  transport.Conn
 			sendMu *sync.Mutex
 		)
-		if kind == RunM2M {
+		if isM2M(kind) {
 			sess, err := dialM2M(dctx, ep, negotiate.ClientConfig{AgentID: agentID("r", i, suffix), AgentType: "m2md-bench", Security: cfg.Security})
 			if err != nil {
 				s.close()
@@ -658,21 +689,31 @@ func (s *setup) drain(ctx context.Context, cfg *LoadConfig, sem chan struct{}) {
 // (and, when profiling, the CPU profile) over the measured window.
 type usageMonitor struct {
 	before, after usage
-	err           error
-	stopc, done   chan struct{}
+	// provBefore and provAfter are the provider node's (ProviderNode).
+	provBefore, provAfter usage
+	err                   error
+	stopc, done           chan struct{}
 }
 
 func startUsageMonitor(ctx context.Context, m monitor, profiling bool) *usageMonitor {
 	u := &usageMonitor{stopc: make(chan struct{}), done: make(chan struct{})}
 	cfg := m.cfg
-	readUsage := func() (usage, error) {
-		if cfg.Target != "" && cfg.DaemonMetrics != "" {
-			return metricsUsage(ctx, cfg.DaemonMetrics)
+	fromMetrics := fromDaemonMetrics(cfg, m.kind)
+	provider := m.kind == RunM2M && cfg.ProviderDaemonMetrics != ""
+	readUsage := func(own, prov *usage) error {
+		var err error
+		if fromMetrics {
+			*own, err = metricsUsage(ctx, cfg.DaemonMetrics)
+		} else {
+			*own = processUsage()
 		}
-		return processUsage(), nil
+		if err == nil && provider {
+			*prov, err = metricsUsage(ctx, cfg.ProviderDaemonMetrics)
+		}
+		return err
 	}
 	m.atStart = func() {
-		u.before, u.err = readUsage()
+		u.err = readUsage(&u.before, &u.provBefore)
 		if profiling && cfg.CPUProfile != nil {
 			if err := pprof.StartCPUProfile(cfg.CPUProfile); err != nil && u.err == nil {
 				u.err = err
@@ -683,9 +724,7 @@ func startUsageMonitor(ctx context.Context, m monitor, profiling bool) *usageMon
 		if profiling && cfg.CPUProfile != nil {
 			pprof.StopCPUProfile()
 		}
-		var err error
-		u.after, err = readUsage()
-		if u.err == nil {
+		if err := readUsage(&u.after, &u.provAfter); u.err == nil {
 			u.err = err
 		}
 	}
@@ -695,6 +734,15 @@ func startUsageMonitor(ctx context.Context, m monitor, profiling bool) *usageMon
 	}()
 	return u
 }
+
+// fromDaemonMetrics reports whether a run of kind reads its CPU and
+// memory from the target daemon's metrics rather than this process.
+func fromDaemonMetrics(cfg *LoadConfig, kind string) bool {
+	return isM2M(kind) && cfg.Target != "" && cfg.DaemonMetrics != ""
+}
+
+// isM2M reports whether a run of kind goes through M2M daemons.
+func isM2M(kind string) bool { return kind == RunM2M || kind == RunSingle }
 
 func (u *usageMonitor) stop() {
 	close(u.stopc)
@@ -714,12 +762,16 @@ func (s *setup) result(cfg *LoadConfig, kind string, rec *recorder, u *usageMoni
 	}
 	if !u.after.at.IsZero() && !u.before.at.IsZero() {
 		res.Process = stats(u.before, u.after, res.RoundTrips)
-		if cfg.Target != "" && cfg.DaemonMetrics != "" && kind == RunM2M {
+		if fromDaemonMetrics(cfg, kind) {
 			res.Process.Source, res.Process.IncludesDaemon = "metrics", true
 		} else {
 			res.Process.Source, res.Process.IncludesLoad = "process", true
-			res.Process.IncludesDaemon = cfg.Target == "" || kind != RunM2M
+			res.Process.IncludesDaemon = cfg.Target == "" || !isM2M(kind)
 		}
+	}
+	if !u.provAfter.at.IsZero() && !u.provBefore.at.IsZero() {
+		res.ProviderNode = stats(u.provBefore, u.provAfter, res.RoundTrips)
+		res.ProviderNode.Source, res.ProviderNode.IncludesDaemon = "metrics", true
 	}
 	return &res, nil
 }

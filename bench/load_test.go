@@ -103,3 +103,29 @@ func TestLoadEndToEnd(t *testing.T) {
 		})
 	}
 }
+
+// TestLoadConfigCluster: the cross-node comparison's settings are refused,
+// in the words of their flags, when what they compare is missing.
+func TestLoadConfigCluster(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  LoadConfig
+		want string // "" when valid
+	}{
+		{"single-node without provider target", LoadConfig{Target: "ws://127.0.0.1:1/m2m", Compare: CompareSingleNode}, "give --provider-target"},
+		{"provider metrics without provider target", LoadConfig{Target: "ws://127.0.0.1:1/m2m", ProviderDaemonMetrics: "http://127.0.0.1:2/metrics"}, "--provider-daemon-metrics"},
+		{"unknown comparison", LoadConfig{Compare: "redis"}, "--compare must be nats or single-node"},
+		{"cross-node with single-node", LoadConfig{Target: "ws://127.0.0.1:1/m2m", ProviderTarget: "ws://127.0.0.1:2/m2m", Compare: CompareSingleNode,
+			DaemonMetrics: "http://127.0.0.1:3/metrics", ProviderDaemonMetrics: "http://127.0.0.1:4/metrics"}, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := tc.cfg.withDefaults()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one that says %q", err, tc.want)
+			}
+		})
+	}
+}

@@ -19,9 +19,13 @@ const (
 	RunRelay = "relay" // the same load through the bare relay (--baseline)
 	RunEcho  = "echo"  // the generator against a target that echoes at once (--echo)
 	RunNATS  = "nats"  // the same load through an embedded nats-server (--compare nats)
+	// RunSingle is the same load with the providers on the requesters'
+	// daemon (--compare single-node, beside a --provider-target run).
+	RunSingle = "single-node"
 
-	// CompareNATS is LoadConfig.Compare's one value.
-	CompareNATS = "nats"
+	// LoadConfig.Compare's values.
+	CompareNATS       = "nats"
+	CompareSingleNode = "single-node"
 )
 
 // Result is one run's figures. Latency is from each request's intended send
@@ -53,8 +57,13 @@ type Result struct {
 	// WarmupErrorsByReason splits WarmupErrors by reason.
 	WarmupErrorsByReason map[string]int64 `json:"warmup_errors_by_reason,omitempty"`
 
-	Process  *ProcessStats `json:"process,omitempty"`
-	Timeline []Sample      `json:"timeline"`
+	Process *ProcessStats `json:"process,omitempty"`
+	// ProviderNode is the CPU and memory of the daemon the providers
+	// connected to, when it is another node (--provider-target) read from
+	// its metrics (--provider-daemon-metrics); Process is then the
+	// requesters' node's.
+	ProviderNode *ProcessStats `json:"provider_node,omitempty"`
+	Timeline     []Sample      `json:"timeline"`
 }
 
 // Ratios compare the M2M run with the baseline run: the protocol's cost.
@@ -138,6 +147,16 @@ type LoadReport struct {
 	NATS            *Result `json:"nats,omitempty"`
 	NATSRatios      *Ratios `json:"nats_ratios,omitempty"`
 	RelayNATSRatios *Ratios `json:"relay_nats_ratios,omitempty"`
+	// SingleNode is the same load with the providers on the requesters'
+	// node (--compare single-node); SingleNodeRatios compares the
+	// cross-node run with it. NodeCPURatio, when both daemons' metrics
+	// were read, is the single-node daemon's CPU per round trip over that
+	// of the busier node of the cross-node run (median over repetitions):
+	// the cross/single ratio of round trips when each node has a machine
+	// of its own and the daemons' CPU is what limits them.
+	SingleNode       *Result `json:"single_node,omitempty"`
+	SingleNodeRatios *Ratios `json:"single_node_ratios,omitempty"`
+	NodeCPURatio     float64 `json:"node_cpu_ratio,omitempty"`
 	// Repetitions lists each repetition's headline figures when the runs
 	// were repeated (the figures above are then medians).
 	Repetitions []Repetition `json:"repetitions,omitempty"`
@@ -338,6 +357,25 @@ func ratiosOf(m2m, base []*Result) *Ratios {
 	return q
 }
 
+// nodeCPURatio is the median, over repetitions, of the single-node
+// daemon's CPU per round trip over the busier node's of the cross-node
+// run; 0 unless every run has both nodes' figures from their metrics.
+func nodeCPURatio(cross, single []*Result) float64 {
+	n := min(len(cross), len(single))
+	var rs []float64
+	for i := range n {
+		c, s := cross[i], single[i]
+		if c.Process == nil || c.ProviderNode == nil || s.Process == nil || c.Process.Source != "metrics" || s.Process.Source != "metrics" {
+			return 0
+		}
+		rs = append(rs, ratio(s.Process.CPUPerRoundTripUS, max(c.Process.CPUPerRoundTripUS, c.ProviderNode.CPUPerRoundTripUS)))
+	}
+	if len(rs) == 0 {
+		return 0
+	}
+	return median(rs)
+}
+
 // WriteJSON writes the report as indented JSON.
 func (r *LoadReport) WriteJSON(w io.Writer) error {
 	enc := json.NewEncoder(w)
@@ -359,6 +397,13 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 
 	runs := []*Result{&r.Result}
 	names := []string{"M2M daemon"}
+	if c.ProviderTarget != "" {
+		names[0] = "M2M cross-node"
+	}
+	if r.SingleNode != nil {
+		runs = append(runs, r.SingleNode)
+		names = append(names, "M2M single-node")
+	}
 	if r.Baseline != nil {
 		runs = append(runs, r.Baseline)
 		names = append(names, "bare relay")
@@ -378,7 +423,7 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		q    *Ratios
 	}
 	var cols []ratioCol
-	for _, rc := range []ratioCol{{"M2M/relay", r.Ratios}, {"M2M/NATS", r.NATSRatios}, {"relay/NATS", r.RelayNATSRatios}} {
+	for _, rc := range []ratioCol{{"M2M/relay", r.Ratios}, {"M2M/NATS", r.NATSRatios}, {"relay/NATS", r.RelayNATSRatios}, {"cross/single", r.SingleNodeRatios}} {
 		if rc.q != nil {
 			cols = append(cols, rc)
 		}
@@ -447,6 +492,14 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		}
 		row("CPU ("+label+")", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f cores", p.CPUCores) }), nil)
 		row("CPU/round trip", proc(func(p *ProcessStats) string { return micros(p.CPUPerRoundTripUS) }), nil)
+		if r.ProviderNode != nil {
+			row("provider node CPU/rt", func(x *Result) string {
+				if x.ProviderNode == nil {
+					return "-"
+				}
+				return micros(x.ProviderNode.CPUPerRoundTripUS)
+			}, nil)
+		}
 		row("allocs/frame", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.1f", p.AllocsPerFrame) }), func(q *Ratios) string {
 			if q.AllocsPerFrameExtra == nil {
 				return ""
@@ -474,6 +527,12 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, " %s=%d", k, res.ProviderErrors[k])
 		}
 		fmt.Fprintln(w)
+	}
+	if r.NodeCPURatio != 0 {
+		fmt.Fprintf(w, "\nPer node: the single-node daemon spends %s of CPU per round trip, the busier node of the cross-node run %s:\n"+
+			"with a machine per node, cross-node carries %.2fx the round trips of single-node (the rate ratio above is for this machine,\n"+
+			"where both daemons and the generator share its CPUs).\n",
+			micros(r.SingleNode.Process.CPUPerRoundTripUS), micros(max(r.Process.CPUPerRoundTripUS, r.ProviderNode.CPUPerRoundTripUS)), r.NodeCPURatio)
 	}
 	if r.Process != nil && r.Process.Source == "process" {
 		fmt.Fprintln(w, "\nCPU and allocations are this process's: daemon (or relay, or nats-server) and load generator together.")

@@ -18,7 +18,9 @@ import (
 
 // TestClusterBenchProviderTarget: m2md bench load with --provider-target
 // puts the providers on another node, so every round trip crosses the
-// cluster; every request comes back.
+// cluster; every request comes back. With --compare single-node the same
+// run also measures the providers on the requesters' node, and with both
+// nodes' metrics it reports each node's CPU and the ratio per node.
 func TestClusterBenchProviderTarget(t *testing.T) {
 	certDir := t.TempDir()
 	nodes := startCluster(t, 2, nil, func(c *daemon.Config) { c.CertDir = certDir })
@@ -26,18 +28,25 @@ func TestClusterBenchProviderTarget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	metrics := func(d *testDaemon) string { return "http://" + d.AdminAddr().String() + "/metrics" }
 	for _, tc := range []struct {
-		tr   string
-		mode frame.Security
-	}{{"quic", frame.SecurityNone}, {"ws", frame.SecurityAEAD}} {
+		tr      string
+		mode    frame.Security
+		compare bool
+	}{{"quic", frame.SecurityNone, false}, {"ws", frame.SecurityAEAD, true}} {
 		t.Run(tc.tr+"-"+tc.mode.String(), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			rep, err := bench.RunLoad(ctx, bench.LoadConfig{
+			cfg := bench.LoadConfig{
 				Target: nodes[0].url(tc.tr), ProviderTarget: nodes[1].url(tc.tr), TLS: pin.Clone(),
 				Security: tc.mode, Duration: 700 * time.Millisecond, Warmup: 200 * time.Millisecond,
 				Connections: 2, Providers: 2, Concurrency: 8,
-			})
+			}
+			if tc.compare {
+				cfg.Compare = bench.CompareSingleNode
+				cfg.DaemonMetrics, cfg.ProviderDaemonMetrics = metrics(nodes[0]), metrics(nodes[1])
+			}
+			rep, err := bench.RunLoad(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -46,6 +55,33 @@ func TestClusterBenchProviderTarget(t *testing.T) {
 			}
 			if rep.Config.ProviderTarget != nodes[1].url(tc.tr) {
 				t.Fatalf("report's provider target %q", rep.Config.ProviderTarget)
+			}
+			if !tc.compare {
+				if rep.SingleNode != nil || rep.ProviderNode != nil {
+					t.Fatalf("single-node run or provider node figures not asked for: %+v %+v", rep.SingleNode, rep.ProviderNode)
+				}
+				return
+			}
+			s := rep.SingleNode
+			if s == nil || s.RoundTrips == 0 || s.Errors != 0 || rep.SingleNodeRatios == nil {
+				t.Fatalf("single-node run %+v, ratios %+v", s, rep.SingleNodeRatios)
+			}
+			if want := rep.SingleNode.RoundTripsPerSec; rep.SingleNodeRatios.RoundTrips != rep.RoundTripsPerSec/want {
+				t.Fatalf("cross/single %.3f, want %.3f", rep.SingleNodeRatios.RoundTrips, rep.RoundTripsPerSec/want)
+			}
+			// Each node's own CPU, from its metrics: both work in the
+			// cross-node run; the provider node has none in the single-node one.
+			for name, p := range map[string]*bench.ProcessStats{"requesters' node": rep.Process, "providers' node": rep.ProviderNode, "single node": s.Process} {
+				if p == nil || p.Source != "metrics" || p.CPUPerRoundTripUS <= 0 {
+					t.Fatalf("%s: %+v", name, p)
+				}
+			}
+			if s.ProviderNode != nil {
+				t.Fatalf("single-node run has provider node figures %+v", s.ProviderNode)
+			}
+			busier := max(rep.Process.CPUPerRoundTripUS, rep.ProviderNode.CPUPerRoundTripUS)
+			if want := s.Process.CPUPerRoundTripUS / busier; rep.NodeCPURatio != want {
+				t.Fatalf("node CPU ratio %.3f, want %.3f", rep.NodeCPURatio, want)
 			}
 		})
 	}
