@@ -2,9 +2,9 @@ package integration
 
 import (
 	"context"
-	"strings"
 	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
