@@ -257,3 +257,61 @@ func BenchmarkRatioDecodeToReadHeader(b *testing.B) {
 		b.ReportMetric(100*float64(decodeText)/float64(textHeader), "decodeText/textHeader")
 	})
 }
+
+// benchDeltaFrame is a request delta frame of about 200 bytes (the size of
+// a conversation turn's delta on the corpus, docs/protocol.md §4.5),
+// numbered on channel 4.
+func benchDeltaFrame(b *testing.B) []byte {
+	delta := bytes.Repeat([]byte{0x20, 0xa5, 0x3d, 0x01, 0x74}, 30)
+	fr, err := AppendEncodeDelta(nil, []byte(frameAJSON), delta, Extension{DocID: 2, BaseID: 1}, Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := SetSequence(fr, 1000, 4); err != nil {
+		b.Fatal(err)
+	}
+	return fr
+}
+
+// BenchmarkCompact: in place, as the sessions write it (each round first
+// restores the frame: a 200-byte copy), and into another buffer.
+func BenchmarkCompact(b *testing.B) {
+	fr := benchDeltaFrame(b)
+	b.Run("in-place", func(b *testing.B) {
+		buf := make([]byte, len(fr))
+		b.SetBytes(int64(len(fr)))
+		b.ReportAllocs()
+		for b.Loop() {
+			copy(buf, fr)
+			if _, ok := AppendCompact(buf[:0], buf, 4); !ok {
+				b.Fatal("not compactable")
+			}
+		}
+	})
+	b.Run("reused-dst", func(b *testing.B) {
+		dst := make([]byte, 0, len(fr))
+		b.SetBytes(int64(len(fr)))
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, ok := AppendCompact(dst, fr, 4); !ok {
+				b.Fatal("not compactable")
+			}
+		}
+	})
+}
+
+func BenchmarkExpand(b *testing.B) {
+	fr := benchDeltaFrame(b)
+	c, ok := AppendCompact(nil, fr, 4)
+	if !ok {
+		b.Fatal("not compactable")
+	}
+	dst := make([]byte, 0, len(fr))
+	b.SetBytes(int64(len(fr)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := AppendExpand(dst, c, 4); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

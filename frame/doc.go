@@ -23,6 +23,8 @@
 //	AppendEncodeExt / AppendEncodeDelta / StripExtension   request frames with m2md's
 //	                                         extension block (docs/protocol.md §4.3), read by ReadHeader
 //	AppendEncodeReplyDelta                   a final response carried as a reply delta (§4.3)
+//	AppendCompact / AppendExpand             a protected frame with an extension block ↔ its
+//	                                         compact form (docs/protocol.md §4.5, feature `compact`)
 //
 // ReadHeader is what a router uses: it does not allocate and costs tens of
 // nanoseconds, whatever the payload size. Decoding checks everything before

@@ -340,3 +340,36 @@ func FuzzReplyExtension(f *testing.F) {
 		}
 	})
 }
+
+// FuzzExpand rebuilds arbitrary compact frames (docs/protocol.md §4.5;
+// seeds under testdata/fuzz/FuzzExpand: compact frames of every mode from
+// the round trip, and refused ones). A refusal leaves dst alone and wraps
+// a sentinel; a frame that rebuilds is canonical: compacting the rebuilt
+// frame, in place too, gives the input back.
+func FuzzExpand(f *testing.F) {
+	f.Add([]byte("C\x08\x01\x01\x02\x03\x04\x05"), uint32(0))
+	f.Add([]byte("C\x00\x02\x00\x07\x00\x00\xff\x00\x00\x01\x01\x01\x01\x02\x03\x04\x05"), uint32(4))
+	f.Fuzz(func(t *testing.T, c []byte, ch uint32) {
+		out, err := AppendExpand([]byte("keep"), c, ch)
+		if err != nil {
+			if string(out) != "keep" {
+				t.Fatalf("dst changed on error: %q", out)
+			}
+			if !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrTruncated) && !errors.Is(err, ErrBadPrefix) {
+				t.Fatalf("error %v wraps no sentinel", err)
+			}
+			return
+		}
+		fr := out[4:]
+		if len(fr)-len(c) > MaxCompactGrowth {
+			t.Fatalf("%d bytes rebuilt to %d", len(c), len(fr))
+		}
+		again, ok := AppendCompact(nil, fr, ch)
+		if !ok || !bytes.Equal(again, c) {
+			t.Fatalf("%x rebuilt to %x compacts to %x, %v", c, fr, again, ok)
+		}
+		if in, ok := AppendCompact(fr[:0], fr, ch); !ok || !bytes.Equal(in, c) {
+			t.Fatalf("in place: %x, %v", in, ok)
+		}
+	})
+}
