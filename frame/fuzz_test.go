@@ -345,11 +345,25 @@ func FuzzReplyExtension(f *testing.F) {
 // seeds under testdata/fuzz/FuzzExpand: compact frames of every mode from
 // the round trip, and refused ones). A refusal leaves dst alone and wraps
 // a sentinel; a frame that rebuilds is canonical: compacting the rebuilt
-// frame, in place too, gives the input back.
+// frame, in place too, gives the input back. The input is also compacted
+// as if it were an M2M v1 frame: what compacts rebuilds to the input.
 func FuzzExpand(f *testing.F) {
 	f.Add([]byte("C\x08\x01\x01\x02\x03\x04\x05"), uint32(0))
 	f.Add([]byte("C\x00\x02\x00\x07\x00\x00\xff\x00\x00\x01\x01\x01\x01\x02\x03\x04\x05"), uint32(4))
+	for _, ext := range []Extension{{DocID: 1}, {DocID: 300, BaseID: 7}} {
+		fr, err := AppendEncodeExt(nil, []byte(frameAJSON), ext, Limits{})
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(fr, uint32(0))
+	}
 	f.Fuzz(func(t *testing.T, c []byte, ch uint32) {
+		if cf, ok := AppendCompact(nil, c, ch); ok {
+			back, err := AppendExpand(nil, cf, ch)
+			if err != nil || !bytes.Equal(back, c) {
+				t.Fatalf("%x compacts to %x, which rebuilds to %x, %v", c, cf, back, err)
+			}
+		}
 		out, err := AppendExpand([]byte("keep"), c, ch)
 		if err != nil {
 			if string(out) != "keep" {
