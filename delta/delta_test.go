@@ -213,7 +213,16 @@ const (
 	exampleRequest  = `{"model":"gpt-4o","messages":[{"role":"user","content":"Hi"}]}`
 	exampleResponse = `{"id":"chatcmpl-1","object":"chat.completion","created":1732000000,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Hello! How can I help?"},"finish_reason":"stop"}]}`
 	exampleDoc      = `{"model":"gpt-4o","messages":[{"role":"user","content":"Hi"},{"role":"assistant","content":"Hello! How can I help?"},{"role":"user","content":"Name three primes."}]}`
-	exampleFrame    = `23 4d 32 4d 7c 31 7c 22 00 01 00 00 00 00 02 00
+	exampleFrame    = `23 4d 32 4d 7c 31 7c 21 00 01 00 00 00 00 02 00
+		00 00 00 00 00 00 00 00 00 00 00 06 67 70 74 2d
+		34 6f 00 00 03 02 01 03 2c 00 00 00 c4 1e f7 42
+		20 a5 3d 01 00 74 01 2c 4e 61 6d 65 20 74 68 72
+		65 65 20 70 72 69 6d 65 73 2e 22 7d 5d 7d 04 00
+		5d 6b c2 56 0d 1a b1 f3 62 20 ad 20`
+	// exampleFrameFull is the same delta with its routing fields filled
+	// (msg_count 3, roles 19, content_hint 42), as writers before the rule
+	// that a delta leaves them empty wrote it: readers accept both.
+	exampleFrameFull = `23 4d 32 4d 7c 31 7c 22 00 01 00 00 00 00 02 00
 		00 00 00 00 00 00 00 00 00 00 00 06 67 70 74 2d
 		34 6f 03 19 2a 03 02 01 03 2c 00 00 00 c4 1e f7
 		42 20 a5 3d 01 00 74 01 2c 4e 61 6d 65 20 74 68
@@ -233,7 +242,7 @@ const (
 
 func TestProtocolExample(t *testing.T) {
 	base := NewBase([]byte(exampleRequest), []byte(exampleResponse))
-	for i, hx := range []string{exampleFrame, exampleFrameWithCost} {
+	for i, hx := range []string{exampleFrame, exampleFrameFull, exampleFrameWithCost} {
 		fr, err := hex.DecodeString(strings.Join(strings.Fields(hx), ""))
 		if err != nil {
 			t.Fatal(err)
@@ -244,7 +253,7 @@ func TestProtocolExample(t *testing.T) {
 		}
 		var h frame.Header
 		if err := frame.ReadHeader(fr, &h); err != nil || h.Ext != (frame.Extension{DocID: 2, BaseID: 1, Delta: true}) || h.PayloadLen != 44 ||
-			h.HasEstCost != (i == 1) || h.ContentHint != 42 {
+			h.HasEstCost != (i == 2) || (h.ContentHint == 42) != (i > 0) || (h.MsgCount == 3) != (i > 0) {
 			t.Fatalf("frame %d: header %+v, %v", i, h, err)
 		}
 		if i > 0 {

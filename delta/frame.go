@@ -160,7 +160,8 @@ const replyGoodRatio = 2
 // AppendEncodeReply appends the final response frame that carries resp,
 // the answer to the request whose reply dictionary is dict
 // (AppendReplyDict): a reply delta (schema 02 with the block 01 01) when
-// it is at most half the response, or else smaller than the plain frame;
+// it is at most half the response, or else smaller than the plain frame
+// (on a tie the plain frame, which needs no dictionary to read);
 // otherwise the plain frame AppendEncode writes. delta reports which. A
 // document that is not a chat response (it would not travel as schema 02)
 // always gets the plain frame.
@@ -188,7 +189,7 @@ func AppendEncodeReply(dst, resp, dict []byte, lim frame.Limits) (out []byte, de
 	}
 	deltaLen := len(out) - start
 	plain, err := frame.AppendEncode(out, resp, lim)
-	if err != nil || len(plain)-len(out) >= deltaLen {
+	if err != nil || len(plain)-len(out) > deltaLen {
 		return out, true, nil
 	}
 	n := copy(plain[start:], plain[len(out):])

@@ -162,7 +162,15 @@ func TestReplyErrors(t *testing.T) {
 // D_r, into this response.
 const (
 	exampleReply      = `{"id":"chatcmpl-2","object":"chat.completion","created":1732000001,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"2, 3 and 5."},"finish_reason":"stop"}]}`
-	exampleReplyFrame = `23 4d 32 4d 7c 31 7c 2b 00 02 00 00 00 00 02 00
+	exampleReplyFrame = `23 4d 32 4d 7c 31 7c 1b 00 02 00 00 00 00 02 00
+		00 00 00 00 00 00 00 00 00 00 00 00 00 ff 00 00
+		01 01 21 00 00 00 f5 f9 92 cb 20 ba e5 00 00 68
+		32 31 32 2c 20 33 20 61 6e 64 20 35 2e 04 10 08
+		62 8c 7b 1b ca 6a 8b a4 0d 01 02`
+	// exampleReplyFrameFull is the same reply delta with the response's
+	// fields (id, model, finish_reason), as writers before the rule that a
+	// reply delta leaves them empty wrote it: readers accept both.
+	exampleReplyFrameFull = `23 4d 32 4d 7c 31 7c 2b 00 02 00 00 00 00 02 00
 		00 00 00 00 00 00 00 00 00 00 00 0a 63 68 61 74
 		63 6d 70 6c 2d 32 06 67 70 74 2d 34 6f 00 00 00
 		01 01 21 00 00 00 f5 f9 92 cb 20 ba e5 00 00 68
@@ -171,27 +179,37 @@ const (
 )
 
 func TestReplyProtocolExample(t *testing.T) {
-	fr, err := hex.DecodeString(strings.Join(strings.Fields(exampleReplyFrame), ""))
-	if err != nil {
-		t.Fatal(err)
-	}
 	dict := AppendReplyDict(nil, NewBase([]byte(exampleRequest), []byte(exampleResponse)), []byte(exampleDoc))
 	if len(dict) != 197+165 {
 		t.Fatalf("D_r of %d bytes", len(dict))
 	}
-	resp, err := AppendDecodeReply(nil, fr, dict, frame.Limits{})
-	if err != nil || string(resp) != exampleReply {
-		t.Fatalf("decoded %q, %v", resp, err)
-	}
-	var h frame.Header
-	if err := frame.ReadHeader(fr, &h); err != nil || h.Ext != (frame.Extension{Delta: true}) || h.PayloadLen != 33 ||
-		h.HeaderLen != 43 || string(h.ID) != "chatcmpl-2" || h.FinishReason != frame.FinishStop {
-		t.Fatalf("header %+v, %v", h, err)
-	}
-	// The Go encoder writes exactly these bytes (the zstd level is the
-	// writer's choice; this pins ours).
-	again, isDelta, err := AppendEncodeReply(nil, []byte(exampleReply), dict, frame.Limits{})
-	if err != nil || !isDelta || !bytes.Equal(again, fr) {
-		t.Fatalf("encoded %x, delta %v, %v", again, isDelta, err)
+	for i, hx := range []string{exampleReplyFrame, exampleReplyFrameFull} {
+		fr, err := hex.DecodeString(strings.Join(strings.Fields(hx), ""))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := AppendDecodeReply(nil, fr, dict, frame.Limits{})
+		if err != nil || string(resp) != exampleReply {
+			t.Fatalf("frame %d: decoded %q, %v", i, resp, err)
+		}
+		var h frame.Header
+		if err := frame.ReadHeader(fr, &h); err != nil || h.Ext != (frame.Extension{Delta: true}) || h.PayloadLen != 33 {
+			t.Fatalf("frame %d: header %+v, %v", i, h, err)
+		}
+		if i == 1 {
+			if h.HeaderLen != 43 || string(h.ID) != "chatcmpl-2" || h.FinishReason != frame.FinishStop {
+				t.Fatalf("full frame: header %+v", h)
+			}
+			continue
+		}
+		// The Go encoder writes exactly these bytes, with empty response
+		// fields (the zstd level is the writer's choice; this pins ours).
+		if h.HeaderLen != 27 || len(h.ID) != 0 || len(h.Model) != 0 || h.FinishReason != frame.FinishUnknown || h.Flags != frame.FlagHasExtensions {
+			t.Fatalf("header %+v", h)
+		}
+		again, isDelta, err := AppendEncodeReply(nil, []byte(exampleReply), dict, frame.Limits{})
+		if err != nil || !isDelta || !bytes.Equal(again, fr) {
+			t.Fatalf("encoded %x, delta %v, %v", again, isDelta, err)
+		}
 	}
 }

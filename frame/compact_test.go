@@ -51,13 +51,36 @@ func compactPlainFrames(t testing.TB) []compactPlain {
 	add("request with flags", false, fr, err)
 	fr, err = frame.AppendEncodeDelta(nil, large, delta, frame.Extension{DocID: 2, BaseID: 1}, frame.Limits{})
 	add("request delta", false, fr, err)
-	fr, err = frame.AppendEncodeReplyDelta(nil, []byte(`{"choices":[{"message":{"content":"2, 3 and 5."}}]}`), delta, frame.Limits{})
-	add("reply delta RD", true, fr, err)
 	fr, err = frame.AppendEncodeReplyDelta(nil, []byte(`{"id":"chatcmpl-2","model":"gpt-4o","choices":[{"message":{"content":"2, 3 and 5."},"finish_reason":"stop"}]}`), delta, frame.Limits{})
+	add("reply delta RD", true, fr, err)
+	// Reply deltas with their response fields filled, as m2md wrote them
+	// before §4.3 left them empty (and a reader still takes): not RD.
+	fr, err = filledReplyDelta(`{"id":"chatcmpl-2","model":"gpt-4o","choices":[{"message":{"content":"2, 3 and 5."},"finish_reason":"stop"}]}`, delta)
 	add("reply delta with fields", false, fr, err)
-	fr, err = frame.AppendEncodeReplyDelta(nil, []byte(`{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":0}}`), delta, frame.Limits{})
+	fr, err = filledReplyDelta(`{"choices":[{"message":{"content":"ok"}}],"usage":{"prompt_tokens":0}}`, delta)
 	add("reply delta with usage", false, fr, err)
 	return out
+}
+
+// filledReplyDelta is the reply delta of resp whose payload is delta with
+// the response's own header fields: its plain frame's header, HAS_EXTENSIONS
+// instead of COMPRESSED, and the block 01 01.
+func filledReplyDelta(resp string, delta []byte) ([]byte, error) {
+	plain, err := frame.AppendEncode(nil, []byte(resp), frame.Limits{})
+	if err != nil {
+		return nil, err
+	}
+	var h frame.Header
+	if err := frame.ReadHeader(plain, &h); err != nil {
+		return nil, err
+	}
+	fr := append([]byte{}, plain[:h.PayloadOffset()]...)
+	fr = append(fr, 0x01, 0x01)
+	binary.LittleEndian.PutUint16(fr[frame.OffHeaderLen:], uint16(h.HeaderLen+2))
+	binary.LittleEndian.PutUint32(fr[frame.OffFlags:], uint32(h.Flags&^frame.FlagCompressed|frame.FlagHasExtensions))
+	fr = binary.LittleEndian.AppendUint32(fr, uint32(len(delta)))
+	fr = binary.LittleEndian.AppendUint32(fr, h.CRC)
+	return append(fr, delta...), nil
 }
 
 // compactCase is a protected, numbered frame and its channel.

@@ -137,13 +137,12 @@ func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byt
 	var err error
 	switch {
 	case isRequestSchema(schema):
-		out, flags, err = appendRouting(out, sum)
-		if err == nil && ext != nil && ext.Delta {
-			// A delta drops the optional est_cost_usd (docs/protocol.md
-			// §4.3): 4 bytes of a frame of a few hundred, and no reader
-			// of a delta is the Rust decoder, which expects it.
-			out = out[:len(out)-4]
-		}
+		out, flags, err = appendRouting(out, sum, ext != nil && ext.Delta)
+	case reply:
+		// A reply delta's response fields are empty (docs/protocol.md
+		// §4.3): the requester rebuilds the response they describe, and
+		// they were a third of a compact reply delta's bytes.
+		out = append(out, emptyResponseFields[:]...)
 	case isResponseSchema(schema):
 		out, flags, err = appendResponse(out, sum)
 	}
@@ -234,8 +233,17 @@ func appendField(out []byte, s jsonscan.Str, what string) ([]byte, error) {
 	return s.AppendDecoded(out), nil
 }
 
-// appendRouting writes the request routing header (wire reference §3.6).
-func appendRouting(out []byte, sum *jsonscan.Summary) ([]byte, Flags, error) {
+// emptyResponseFields are the response header fields of a reply delta:
+// id and model empty, finish_reason unknown, no tokens (and no flags, so
+// no cost estimate).
+var emptyResponseFields = [5]byte{0, 0, byte(FinishUnknown), 0, 0}
+
+// appendRouting writes the request routing header (wire reference §3.6);
+// for a delta (docs/protocol.md §4.3) without what describes the document's
+// messages (msg_count 0, no roles, content_hint 0) and without the optional
+// est_cost_usd: the provider rebuilds the document, and on a long
+// conversation those fields were a tenth of a delta frame.
+func appendRouting(out []byte, sum *jsonscan.Summary, delta bool) ([]byte, Flags, error) {
 	var flags Flags
 	if sum.SystemRole {
 		flags |= FlagHasSystemPrompt
@@ -258,9 +266,13 @@ func appendRouting(out []byte, sum *jsonscan.Summary) ([]byte, Flags, error) {
 		return out, 0, err
 	}
 	model := out[modelAt:]
-	out = appendUvarint(out, uint64(uint32(sum.MsgCount)))
-	out = append(out, sum.Roles...)
-	out = appendUvarint(out, uint64(sum.ContentHint))
+	if delta {
+		out = append(out, 0, 0) // msg_count 0, no roles, content_hint 0
+	} else {
+		out = appendUvarint(out, uint64(uint32(sum.MsgCount)))
+		out = append(out, sum.Roles...)
+		out = appendUvarint(out, uint64(sum.ContentHint))
+	}
 
 	completion := uint32(500) // the Rust default when max_tokens is unknown
 	if flags.HasMaxTokens() {
@@ -274,6 +286,9 @@ func appendRouting(out []byte, sum *jsonscan.Summary) ([]byte, Flags, error) {
 			completion = uint32(mt.Value)
 			out = appendUvarint(out, uint64(completion))
 		}
+	}
+	if delta {
+		return out, flags, nil
 	}
 	cost := estimateCost(model, sum.ContentHint/4, completion)
 	out = binary.LittleEndian.AppendUint32(out, math.Float32bits(cost))

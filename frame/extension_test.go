@@ -24,11 +24,12 @@ const (
 		72 22 2c 22 63 6f 6e 74 65 6e 74 22 3a 22 48 69
 		22 7d 5d 7d`
 	// frameA's document as a delta 01 02 03, doc_id 301 against base 300
-	// (flags 03: DELTA|BASE); COMPRESSED clear, crc32 the document's, and
-	// no est_cost_usd.
-	frameADeltaHex = `23 4d 32 4d 7c 31 7c 24 00 01 00 00 00 00 02 00
+	// (flags 03: DELTA|BASE); COMPRESSED clear, crc32 the document's, the
+	// routing fields of a delta: the model, msg_count 0, no roles,
+	// content_hint 0 and no est_cost_usd.
+	frameADeltaHex = `23 4d 32 4d 7c 31 7c 23 00 01 00 00 00 00 02 00
 		00 00 00 00 00 00 00 00 00 00 00 06 67 70 74 2d
-		34 6f 01 01 02 03 ad 02 ac 02 05 03
+		34 6f 00 00 03 ad 02 ac 02 05 03
 		00 00 00 6e 60 55 a4 01 02 03`
 )
 
@@ -218,24 +219,23 @@ func TestReadExtensionAllocations(t *testing.T) {
 // cost estimate, the field right before a reply delta's block).
 const replyJSON = `{"id":"chatcmpl-abc123","object":"chat.completion","created":1705520400,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"The answer is 4."},"finish_reason":"stop"}],"usage":{"prompt_tokens":50,"completion_tokens":10,"total_tokens":60}}`
 
-// TestReplyDeltaBytes: a reply delta is the plain response frame with
-// HAS_EXTENSIONS, the block 01 01 after the response header fields,
-// COMPRESSED clear and the delta as payload (docs/protocol.md §4.3, "Reply
-// deltas").
+// TestReplyDeltaBytes: a reply delta is a response frame with
+// HAS_EXTENSIONS and no other flag, empty response fields (id and model
+// empty, finish_reason ff, no tokens: the requester rebuilds the response
+// they would describe), the block 01 01, COMPRESSED clear, the response's
+// CRC-32 and the delta as payload (docs/protocol.md §4.3, "Reply deltas").
 func TestReplyDeltaBytes(t *testing.T) {
 	doc := []byte(replyJSON)
-	plain := mustEncode(t, replyJSON)
-	ph := mustReadHeader(t, plain)
 	delta := []byte{0x20, 0xa5, 1, 2, 3}
 	got, err := AppendEncodeReplyDelta(nil, doc, delta, Limits{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	end := ph.PayloadOffset()
-	want := append([]byte{}, plain[:end]...)
-	want = append(want, 0x01, 0x01)
-	binary.LittleEndian.PutUint16(want[OffHeaderLen:], uint16(ph.HeaderLen+2))
-	binary.LittleEndian.PutUint32(want[OffFlags:], uint32(ph.Flags&^FlagCompressed|FlagHasExtensions))
+	want := []byte(Prefix)
+	want = binary.LittleEndian.AppendUint16(want, FixedHeaderLen+7)
+	want = append(want, byte(SchemaResponse), byte(SecurityNone), 0, 0, 0, byte(FlagHasExtensions>>24))
+	want = append(want, make([]byte, ReservedLen)...)
+	want = append(want, 0, 0, 0xff, 0, 0, 0x01, 0x01)
 	want = binary.LittleEndian.AppendUint32(want, uint32(len(delta)))
 	want = binary.LittleEndian.AppendUint32(want, crc32.ChecksumIEEE(doc))
 	want = append(want, delta...)
@@ -244,7 +244,7 @@ func TestReplyDeltaBytes(t *testing.T) {
 	}
 	h := mustReadHeader(t, got)
 	if h.Schema != SchemaResponse || h.Ext != (Extension{Delta: true}) || !h.Ext.Present() || h.ExtLen != 2 ||
-		string(h.ID) != "chatcmpl-abc123" || !h.HasEstCost || h.EstCost != ph.EstCost || h.PromptTokens != 50 ||
+		len(h.ID) != 0 || h.HasEstCost || h.PromptTokens != 0 || h.FinishReason != FinishUnknown ||
 		h.PayloadLen != uint32(len(delta)) || h.CRC != crc32.ChecksumIEEE(doc) {
 		t.Fatalf("header %+v", h)
 	}
@@ -254,15 +254,20 @@ func TestReplyDeltaBytes(t *testing.T) {
 	if _, err := StripExtension(got); !errors.Is(err, ErrDelta) {
 		t.Fatalf("StripExtension of a reply delta: %v, want ErrDelta", err)
 	}
-	// Without usage the header has no cost estimate: the block follows
-	// the token counts.
-	short := `{"id":"chatcmpl-9","model":"gpt-4o","choices":[{"finish_reason":"stop"}]}`
-	fr, err := AppendEncodeReplyDelta(nil, []byte(short), delta, Limits{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if h := mustReadHeader(t, fr); h.HasEstCost || h.Ext != (Extension{Delta: true}) || h.FinishReason != FinishStop {
-		t.Fatalf("header %+v", h)
+	// A reader takes a reply delta whose fields are filled, as writers
+	// before the empty-field rule wrote them: with the cost estimate
+	// right before the block.
+	plain := mustEncode(t, replyJSON)
+	ph := mustReadHeader(t, plain)
+	full := append([]byte{}, plain[:ph.PayloadOffset()]...)
+	full = append(full, 0x01, 0x01)
+	binary.LittleEndian.PutUint16(full[OffHeaderLen:], uint16(ph.HeaderLen+2))
+	binary.LittleEndian.PutUint32(full[OffFlags:], uint32(ph.Flags&^FlagCompressed|FlagHasExtensions))
+	full = binary.LittleEndian.AppendUint32(full, uint32(len(delta)))
+	full = binary.LittleEndian.AppendUint32(full, crc32.ChecksumIEEE(doc))
+	full = append(full, delta...)
+	if h := mustReadHeader(t, full); h.Ext != (Extension{Delta: true}) || string(h.ID) != "chatcmpl-abc123" || !h.HasEstCost || h.EstCost != ph.EstCost {
+		t.Fatalf("header of a filled reply delta %+v", h)
 	}
 	// Only a chat response carries one.
 	for _, doc := range []string{frameAJSON, `{"object":"list","data":[]}`} {
