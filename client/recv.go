@@ -218,7 +218,7 @@ func (s *session) open(ch transport.ChannelID, hdr, fr []byte) ([]byte, error) {
 		return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)
 	}
 	switch {
-	case form == negotiate.FormM2M:
+	case form == negotiate.FormM2M || form == negotiate.FormCompact:
 		plain, err := s.recv.Open(uint32(ch), fr)
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrBadFrame, err)

@@ -35,7 +35,8 @@ type refusal struct {
 // text shape, max_payload). It decides everything that is decided before
 // routing and depends on nothing else, so that it can be fuzzed in-process
 // (FuzzReadData). A frame that verifies has taken its sequence number in
-// recv, even when it is refused afterwards. Only a refusal allocates.
+// recv, even when it is refused afterwards. Only a refusal, and the
+// rebuilding of a compact frame, allocate.
 func readData(in *dataIn, msg []byte, ch uint32, recv *negotiate.Sealer, params *negotiate.Negotiated) refusal {
 	dh, fr, err := negotiate.ParseData(msg)
 	if err != nil {
@@ -55,7 +56,7 @@ func readData(in *dataIn, msg []byte, ch uint32, recv *negotiate.Sealer, params 
 	}
 	in.form = form
 	in.format = formatTokenNative
-	if form == negotiate.FormM2M {
+	if form == negotiate.FormM2M || form == negotiate.FormCompact {
 		in.format = formatM2M
 	}
 
@@ -65,12 +66,14 @@ func readData(in *dataIn, msg []byte, ch uint32, recv *negotiate.Sealer, params 
 	// step.
 	wireLen := len(fr)
 	switch {
-	case form == negotiate.FormM2M:
-		if frame.IsTextShape(fr) {
+	case in.format == formatM2M:
+		if form == negotiate.FormM2M && frame.IsTextShape(fr) {
 			// What the Rust reference emits; its Base64 would otherwise
 			// be read as the security byte and refused as bad_tag.
 			return refusal{code: negotiate.CodeBadFrame, message: "text-shape M2M frame (#M2M|1| + Base64): DATA carries the binary shape; decode the Base64 first"}
 		}
+		// A compact frame (docs/protocol.md §4.5) comes back rebuilt, in a
+		// buffer of its own: the one allocation of an accepted message.
 		plain, err := recv.Open(ch, fr)
 		if err != nil {
 			// The refused frame took no number: name the one expected, so

@@ -20,7 +20,8 @@ var fuzzModes = [3]frame.Security{frame.SecurityNone, frame.SecurityHMAC, frame.
 // header, the frame's form, verification or decryption and sequence, the
 // sealed TokenNative envelope, the frame header and every refusal rule)
 // with arbitrary messages, in each security mode, with and without
-// tn_sealed. seal asks the fuzzer to protect the message's frame first (1:
+// tn_sealed, delta, batch and compact (in which Seal writes a frame with a
+// block in the compact form, §4.5). seal asks the fuzzer to protect the message's frame first (1:
 // as an M2M v1 frame, 2: as a sealed TokenNative envelope), as a sender
 // holding the session's key would. Nothing may panic, every verdict must be
 // one the protocol allows, a frame is accepted only when it is routable
@@ -68,7 +69,9 @@ func FuzzReadData(f *testing.F) {
 			for seal := range byte(3) {
 				f.Add(mode, byte(1), uint32(4), seal, append(hdr(0, 1, "bob"), fr...))
 				f.Add(mode, byte(4), uint32(4), seal, append(hdr(0, 1, ""), fr...))
+				f.Add(mode, byte(12), uint32(4), seal, append(hdr(0, 1, ""), fr...))
 			}
+			f.Add(mode, byte(12), uint32(4), byte(1), append(hdr(negotiate.FlagReply|negotiate.FlagEnd, 77, ""), fr...))
 			f.Add(mode, byte(0), uint32(4), byte(2), append(hdr(negotiate.FlagReply|negotiate.FlagEnd, 77, ""), fr...))
 			f.Add(mode, byte(4), uint32(4), byte(1), append(hdr(negotiate.FlagReply|negotiate.FlagEnd, 77, ""), fr...))
 			f.Add(mode, byte(4), uint32(4), byte(1), append(hdr(negotiate.FlagReply, 77, ""), fr...))
@@ -96,6 +99,11 @@ func FuzzReadData(f *testing.F) {
 		}
 		if features&2 != 0 {
 			params.Features = append(params.Features, negotiate.FeatureBatch)
+		}
+		if features&8 != 0 {
+			params.Features = append(params.Features, negotiate.FeatureCompact)
+			send.EnableCompact()
+			recv.EnableCompact()
 		}
 		msg = bytes.Clone(msg)
 		sealed := false
@@ -161,7 +169,8 @@ func FuzzReadData(f *testing.F) {
 		}
 		switch in.format {
 		case formatM2M:
-			if in.form != negotiate.FormM2M || !bytes.HasPrefix(in.fr, []byte(frame.Prefix)) || frame.IsTextShape(in.fr) {
+			if in.form != negotiate.FormM2M && (in.form != negotiate.FormCompact || !params.Has(negotiate.FeatureCompact)) ||
+				!bytes.HasPrefix(in.fr, []byte(frame.Prefix)) || frame.IsTextShape(in.fr) {
 				t.Fatalf("accepted as M2M v1: form %d, frame %q", in.form, in.fr[:min(len(in.fr), 16)])
 			}
 			var h frame.Header

@@ -221,6 +221,7 @@ type received struct {
 	hdr   negotiate.DataHeader
 	peer  string
 	frame []byte // plain frame
+	first byte   // the frame's first byte as it travelled ('#', frame.CompactMarker, …)
 	body  []byte // decoded JSON, nil if it did not decode
 	err   error  // decode error
 	code  string // error code for schema-10 frames
@@ -264,7 +265,8 @@ func (a *rawAgent) recv(timeout time.Duration) (*received, *negotiate.ControlMes
 	}
 	r := &received{ch: msg.Channel, hdr: dh, peer: string(dh.Peer)}
 	fr = append([]byte(nil), fr...)
-	if fr[0] == '#' {
+	r.first = fr[0]
+	if fr[0] == '#' || fr[0] == frame.CompactMarker {
 		if fr, err = a.opener.Open(uint32(msg.Channel), fr); err != nil {
 			return nil, nil, fmt.Errorf("open: %w", err)
 		}

@@ -18,6 +18,10 @@ const (
 	FeatureBatch Feature = "batch"
 	// FeatureCancel: CANCEL of an outstanding request (docs/protocol.md §4.2).
 	FeatureCancel Feature = "cancel"
+	// FeatureCompact: frames with an extension block travel in a compact
+	// form, without the M2M v1 frame's constant and derivable bytes
+	// (docs/protocol.md §4.5). Sealer writes and reads it.
+	FeatureCompact Feature = "compact"
 	// FeatureDelta: conversation deltas, request frames that carry an
 	// extension block naming their document and its base, and whose payload
 	// may be a delta against that base (docs/protocol.md §4.3).

@@ -3,6 +3,8 @@ package negotiate
 import (
 	"errors"
 	"fmt"
+
+	"github.com/m2md/m2md/frame"
 )
 
 // FrameForm is what the frame of a DATA message is, told by its first byte
@@ -18,6 +20,9 @@ const (
 	FormTokenNative
 	// FormSealedTN: a sealed TokenNative envelope (§4.2), first byte 54 ('T').
 	FormSealedTN
+	// FormCompact: an M2M v1 frame in the compact form of feature compact
+	// (§4.5), first byte 43 ('C'). Sealer.Open rebuilds the M2M v1 frame.
+	FormCompact
 )
 
 // Tokenizer bytes of the binary TokenNative form (wire reference §5); the
@@ -52,8 +57,11 @@ func ReadFrameForm(fr []byte) (FrameForm, error) {
 		return FormTokenNative, nil
 	case b == SealedTNMarker:
 		return FormSealedTN, nil
+	case b == frame.CompactMarker:
+		return FormCompact, nil
 	default:
 		return 0, fmt.Errorf("%w: the frame begins with byte 0x%02x; DATA carries an M2M v1 frame (first byte 23 '#'), "+
-			"a TokenNative frame (first byte its tokenizer: 00 cl100k, 01 o200k, 02 Llama 3) or a sealed TokenNative envelope (54 'T')", ErrUnknownFrame, b)
+			"a TokenNative frame (first byte its tokenizer: 00 cl100k, 01 o200k, 02 Llama 3), a sealed TokenNative envelope (54 'T') "+
+			"or, with feature compact, a compact frame (43 'C')", ErrUnknownFrame, b)
 	}
 }

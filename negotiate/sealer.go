@@ -33,6 +33,9 @@ const DefaultMaxChannels = 1024
 // Memory is bounded: at most maxChannels channels, each one counter.
 type Sealer struct {
 	key *security.FrameKey // nil in mode none
+	// compact: the session negotiated feature compact (docs/protocol.md
+	// §4.5): Seal writes what it may in the compact form, Open takes it.
+	compact bool
 
 	mu    sync.Mutex
 	chans map[uint32]*atomic.Uint64 // last number taken (sending) or accepted (receiving)
@@ -67,7 +70,17 @@ func (s *Session) Sealers(maxChannels int) (send, recv *Sealer, err error) {
 	if recv, err = NewSealer(s.Params.SecurityMode, s.ReceiveKey(), maxChannels); err != nil {
 		return nil, nil, err
 	}
+	if s.Params.Has(FeatureCompact) {
+		send.EnableCompact()
+		recv.EnableCompact()
+	}
 	return send, recv, nil
+}
+
+// EnableCompact makes s write (Seal) and take (Open) the compact form of
+// feature compact (docs/protocol.md §4.5), for a session that negotiated
+// it: Session.Sealers does this. Call it before s is used.
+func (s *Sealer) EnableCompact() { s.compact = true
 }
 
 // Overhead is the number of bytes Seal adds to a frame.
@@ -102,7 +115,10 @@ func (s *Sealer) counter(ch uint32) (*atomic.Uint64, error) {
 // Seal writes channel ch's next sequence number and ch into the reserved
 // bytes of the plain M2M v1 frame fr and protects it, in place when fr has
 // Overhead spare capacity (otherwise the result is a new slice). It returns
-// the frame as it goes on the wire. On error no number was taken.
+// the frame as it goes on the wire: in a session with feature compact, in
+// the compact form when the frame may take it (docs/protocol.md §4.5),
+// which is shorter and written over the frame. On error no number was
+// taken.
 func (s *Sealer) Seal(ch uint32, fr []byte) ([]byte, error) {
 	c, err := s.counter(ch)
 	if err != nil {
@@ -118,6 +134,11 @@ func (s *Sealer) Seal(ch uint32, fr []byte) ([]byte, error) {
 		}
 	}
 	c.Store(n)
+	if s.compact {
+		if cf, ok := frame.AppendCompact(fr[:0], fr, ch); ok {
+			fr = cf
+		}
+	}
 	return fr, nil
 }
 
@@ -129,8 +150,22 @@ func (s *Sealer) Seal(ch uint32, fr []byte) ([]byte, error) {
 // too short to have a security byte (frame.ErrTruncated) or whose security
 // byte is not none (security.ErrWrongMode).
 //
+// A compact frame (docs/protocol.md §4.5) is first rebuilt into a new
+// buffer, then opened like any; in a session without feature compact it
+// is refused (ErrUnknownFrame).
+//
 // Classify a refusal with RefusalCode.
 func (s *Sealer) Open(ch uint32, fr []byte) ([]byte, error) {
+	if len(fr) > 0 && fr[0] == frame.CompactMarker {
+		if !s.compact {
+			return nil, fmt.Errorf("%w: a compact frame (first byte 43 'C') in a session without feature compact", ErrUnknownFrame)
+		}
+		full, err := frame.AppendExpand(make([]byte, 0, len(fr)+frame.MaxCompactGrowth), fr, ch)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCompactFrame, err)
+		}
+		fr = full
+	}
 	if s.key == nil {
 		if len(fr) <= frame.OffSecurity {
 			return nil, fmt.Errorf("%w: frame of %d bytes has no security byte", frame.ErrTruncated, len(fr))
@@ -180,6 +215,11 @@ func (s *Sealer) Expected(ch uint32) uint64 {
 	return c.Load() + 1
 }
 
+// ErrCompactFrame: a compact frame (docs/protocol.md §4.5) that does not
+// rebuild into an M2M v1 frame. Its code is bad_frame (RefusalCode): no
+// sequence number is taken.
+var ErrCompactFrame = errors.New("negotiate: malformed compact frame")
+
 // RefusalCode is the error code that answers a frame Open refused: replay
 // for a sequence number out of step or a frame numbered for another
 // channel; bad_frame for a mode-none frame without a security byte, a
@@ -190,7 +230,7 @@ func RefusalCode(err error) ErrorCode {
 	switch {
 	case errors.Is(err, ErrReplay):
 		return CodeReplay
-	case errors.Is(err, ErrTooManyChannels), errors.Is(err, frame.ErrTruncated), errors.Is(err, ErrUnknownFrame):
+	case errors.Is(err, ErrTooManyChannels), errors.Is(err, frame.ErrTruncated), errors.Is(err, ErrUnknownFrame), errors.Is(err, ErrCompactFrame):
 		return CodeBadFrame
 	}
 	return CodeBadTag
