@@ -349,6 +349,9 @@ func replay(ctx context.Context, cfg *ConversationConfig, url string, tlsConf *t
 	if got := req.Session().Params.Has(negotiate.FeatureDelta); got != deltas {
 		return nil, fmt.Errorf("bench: the session negotiated delta: %v, want %v (is feature delta disabled on the daemon?)", got, deltas)
 	}
+	if err := warmUp(ctx, url, opts("warmup"), convs[0], cfg.TurnTimeout); err != nil {
+		return nil, err
+	}
 	provSent := func() int64 {
 		var n int64
 		for _, p := range provs {
@@ -423,6 +426,33 @@ func replay(ctx context.Context, cfg *ConversationConfig, url string, tlsConf *t
 	}
 	run.LatencyMillis = summarizeTurns(all)
 	return run, nil
+}
+
+// warmUpTurns is how many turns of the first conversation warmUp sends.
+const warmUpTurns = 3
+
+// warmUp sends the first turns of c, untimed, from a requester of its own,
+// so that neither run's figures include the process's first use of its
+// code paths and pools (the first zstd encoder and decoder, the first
+// delta, the first TLS session): measured first, the delta run paid it
+// alone, up to 95 ms on one turn.
+func warmUp(ctx context.Context, url string, o client.Options, c Conversation, timeout time.Duration) error {
+	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	w, err := client.Dial(dialCtx, url, o)
+	if err != nil {
+		return fmt.Errorf("bench: warm-up requester: %w", err)
+	}
+	defer w.Close()
+	for k := range min(warmUpTurns, len(c.Turns)) {
+		tctx, cancel := context.WithTimeout(ctx, timeout)
+		_, err := w.Do(tctx, c.Turns[k])
+		cancel()
+		if err != nil {
+			return fmt.Errorf("bench: warm-up turn %d of %s: %w", k+1, c.Name, err)
+		}
+	}
+	return nil
 }
 
 func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
