@@ -62,22 +62,14 @@ func TestCompactDeltaFrames(t *testing.T) {
 							t.Errorf("turn %d: block %+v, %v", k+1, h.Ext, err)
 							return
 						}
-						q := r.body
-						var dictBase *delta.Base
-						if h.Ext.Delta {
-							var err error
-							if q, err = delta.AppendDecodeFrame(nil, r.frame, base, frame.Limits{}); err != nil {
-								t.Errorf("turn %d: %v", k+1, err)
-								return
-							}
-							dictBase = base
-						}
-						if string(q) != string(c.Turns[k]) {
-							t.Errorf("turn %d rebuilt to another document", k+1)
+						q, dict, err := r.replyDict(&h, base)
+						if err != nil || string(q) != string(c.Turns[k]) {
+							t.Errorf("turn %d rebuilt to another document (%v)", k+1, err)
+							return
 						}
 						// The provider's Sealer writes the reply delta compactly
 						// when its session has the feature.
-						fr, _, err := delta.AppendEncodeReply(nil, c.Responses[k], delta.AppendReplyDict(nil, dictBase, q), frame.Limits{})
+						fr, _, err := delta.AppendEncodeReply(nil, c.Responses[k], dict, frame.Limits{})
 						if err != nil {
 							t.Errorf("reply delta: %v", err)
 						}

@@ -13,6 +13,21 @@ import (
 	"github.com/m2md/m2md/negotiate"
 )
 
+// replyDict rebuilds the request r delivered (h is its frame's header)
+// against base when it is a delta, and returns it with the dictionary of
+// its reply, D_r (docs/protocol.md §4.3, "Reply deltas").
+func (r *received) replyDict(h *frame.Header, base *delta.Base) (req, dict []byte, err error) {
+	req = r.body
+	if h.Ext.Delta {
+		if req, err = delta.AppendDecodeFrame(nil, r.frame, base, frame.Limits{}); err != nil {
+			return nil, nil, err
+		}
+	} else {
+		base = nil
+	}
+	return req, delta.AppendReplyDict(nil, base, req), nil
+}
+
 // Reply deltas (docs/protocol.md §4.3) between the Go client as requester
 // and a raw provider that writes them itself: a real reply delta against
 // D_r is rebuilt byte for byte, for a full request (D_r = the request) and
@@ -40,16 +55,11 @@ func TestReplyDeltaToClient(t *testing.T) {
 				if err := frame.ReadHeader(r.frame, &h); err != nil || !h.Ext.Present() {
 					t.Errorf("turn %d delivered with block %+v (%v)", k+1, h.Ext, err)
 				}
-				q := r.body
-				var dictBase *delta.Base
-				if h.Ext.Delta {
-					var err error
-					if q, err = delta.AppendDecodeFrame(nil, r.frame, base, frame.Limits{}); err != nil {
-						t.Errorf("turn %d: %v", k+1, err)
-					}
-					dictBase = base
+				_, dict, err := r.replyDict(&h, base)
+				if err != nil {
+					t.Errorf("turn %d: %v", k+1, err)
 				}
-				fr := reply(c.Responses[k], delta.AppendReplyDict(nil, dictBase, q))
+				fr := reply(c.Responses[k], dict)
 				prov.replyFrame(r.ch, r.hdr.RequestID, negotiate.FlagReply|negotiate.FlagEnd, fr)
 			}
 			// good is what a provider sends: the reply delta when it is
