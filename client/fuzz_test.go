@@ -65,7 +65,9 @@ func FuzzReceiveData(f *testing.F) {
 	echo, _ := frame.AppendEncode(nil, chatRequest("echo", "hello"), frame.Limits{})
 	resp, _ := frame.AppendEncode(nil, []byte(`{"id":"chatcmpl-1","choices":[{"finish_reason":"stop","message":{"content":"hi there, this reply is long enough to be compressed by brotli, which starts at 100 bytes"}}]}`), frame.Limits{})
 	errFr, _ := frame.AppendErrorFrame(nil, "no_route", "nobody")
-	for _, fr := range [][]byte{echo, resp, errFr, {0x00, 0x81, 0x01}, []byte("#M2M|1|"), []byte("#M2M|1|\x14\x00\x01")} {
+	withBlock, _ := frame.AppendEncodeExt(nil, chatRequest("echo", "hello"), frame.Extension{DocID: 3, BaseID: 2}, frame.Limits{})
+	replyDelta, _ := frame.AppendEncodeReplyDelta(nil, []byte(`{"id":"chatcmpl-1","choices":[{"finish_reason":"stop"}]}`), []byte{0x20, 0x05, 1, 2}, frame.Limits{})
+	for _, fr := range [][]byte{echo, resp, errFr, withBlock, replyDelta, {frame.CompactMarker, 0x08, 0x01, 0, 0, 0, 0, 0x20}, {0x00, 0x81, 0x01}, []byte("#M2M|1|"), []byte("#M2M|1|\x14\x00\x01")} {
 		for mode := range byte(3) {
 			for _, flags := range []byte{0x00, 0x01, 0x03, 0x07} {
 				f.Add(mode, flags, uint64(1), true, fr)
@@ -202,6 +204,10 @@ func newFuzzSession(t *testing.T, mode frame.Security) *fuzzSession {
 	if fs.daemon, _, err = fuzzSessions[mode][1].Sealers(16); err != nil {
 		t.Fatal(err)
 	}
+	// Feature compact on both ends: what the daemon seals with a block
+	// reaches the client in the compact form (docs/protocol.md §4.5).
+	s.recv.EnableCompact()
+	fs.daemon.EnableCompact()
 	return fs
 }
 
