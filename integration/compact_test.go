@@ -23,7 +23,7 @@ func TestCompactDeltaFrames(t *testing.T) {
 	withCompact := []negotiate.Feature{negotiate.FeatureDelta, negotiate.FeatureCompact}
 	for _, mt := range modesTransports() {
 		for _, tc := range []struct {
-			name               string
+			name                 string
 			reqCompact, pCompact bool
 		}{{"both", true, true}, {"requester-only", true, false}, {"provider-only", false, true}} {
 			t.Run(mt.mode.String()+"/"+mt.tr+"/"+tc.name, func(t *testing.T) {

@@ -80,8 +80,7 @@ func (s *Session) Sealers(maxChannels int) (send, recv *Sealer, err error) {
 // EnableCompact makes s write (Seal) and take (Open) the compact form of
 // feature compact (docs/protocol.md §4.5), for a session that negotiated
 // it: Session.Sealers does this. Call it before s is used.
-func (s *Sealer) EnableCompact() { s.compact = true
-}
+func (s *Sealer) EnableCompact() { s.compact = true }
 
 // Overhead is the number of bytes Seal adds to a frame.
 func (s *Sealer) Overhead() int {
