@@ -68,9 +68,14 @@ type Cluster struct {
 	ringSize  int
 	gapLogged time.Time // when a gap was last logged (dispatcher only)
 
-	inbox chan *nats.Msg
-	done  chan struct{}
-	wg    sync.WaitGroup
+	// arrive is where NATS delivers; inbox is what waits for the
+	// dispatcher (its bytes in Stats.InboxBytes), and overflow counts
+	// what found it full (inbox.go).
+	arrive   chan *nats.Msg
+	inbox    chan inMsg
+	overflow atomic.Uint64
+	done     chan struct{}
+	wg       sync.WaitGroup
 
 	inc string // this start's incarnation (ctlMsg.Inc)
 
@@ -95,6 +100,7 @@ type Cluster struct {
 type Stats struct {
 	Nodes        atomic.Int64  // other nodes alive
 	RemoteAgents atomic.Int64  // agents registered on other nodes
+	InboxBytes   atomic.Int64  // bytes of messages waiting for the dispatcher
 	Sent         atomic.Uint64 // data messages published
 	Received     atomic.Uint64 // data messages received
 	// Shed: requests and replies not delivered because the inbox was
@@ -140,7 +146,8 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 		h:      h,
 		prefix: "m2md." + cfg.Name + ".",
 		inc:    randomID(),
-		inbox:  make(chan *nats.Msg, inboxCap(&cfg)),
+		arrive: make(chan *nats.Msg, arriveCap),
+		inbox:  make(chan inMsg, inboxCap(&cfg)),
 		done:   make(chan struct{}),
 		local:  make(map[string]Agent),
 		peers:  make(map[string]*peer),
@@ -192,7 +199,7 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 		// One channel for both subjects: the client's reader hands messages
 		// over in the order the server sent them, so a node's events,
 		// snapshots and data keep their relative order.
-		sub, err := c.nc.ChanSubscribe(subj, c.inbox)
+		sub, err := c.nc.ChanSubscribe(subj, c.arrive)
 		if err != nil {
 			c.nc.Close()
 			c.shutdownServer()
@@ -210,7 +217,8 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 		c.shutdownServer()
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
-	c.wg.Add(2)
+	c.wg.Add(3)
+	go c.receive()
 	go c.dispatch()
 	go c.heartbeats()
 	// Ask everyone for their agents now rather than at their next heartbeat.
@@ -496,11 +504,13 @@ func (c *Cluster) dispatch() {
 	for {
 		select {
 		case m := <-c.inbox:
-			// At the bound, data is answered with an error rather than
-			// delivered: the answer leaves now instead of after a backlog
-			// that grows, and the headroom above the bound (inboxCap) is
-			// what lets the answers be given before NATS drops anything.
-			c.handle(m, &req, &rep, len(c.inbox) >= c.cfg.Inbox)
+			// What was shed on arrival is answered with an error rather
+			// than delivered: the answer leaves now instead of after a
+			// backlog that grows, and the headroom above the bound
+			// (inboxCap) is what lets the answers be given before
+			// anything is dropped.
+			c.handle(m.data, &req, &rep, m.shed)
+			c.stats.InboxBytes.Add(-int64(len(m.data)))
 		case now := <-t.C:
 			c.checkPeers(now)
 		case <-c.done:
@@ -512,14 +522,7 @@ func (c *Cluster) dispatch() {
 	}
 }
 
-// inboxCap is the capacity of the channel NATS delivers into: the bound
-// plus the headroom, in which the dispatcher answers what it sheds. Only a
-// dispatcher that falls that far behind lets NATS drop messages, answered
-// then through their sequence numbers (seq.go).
-func inboxCap(cfg *Config) int { return cfg.Inbox + cfg.Headroom }
-
-func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply, shed bool) {
-	b := m.Data
+func (c *Cluster) handle(b []byte, req *Request, rep *Reply, shed bool) {
 	if len(b) == 0 {
 		c.stats.Malformed.Add(1)
 		return
@@ -533,6 +536,9 @@ func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply, shed bool) {
 		c.sequence(req.From, req.Seq)
 		c.received(shed)
 		req.Shed, req.Stranger = shed, c.peers[req.From] == nil
+		if shed {
+			req.Frame = nil // cut on arrival (inbox.go)
+		}
 		if req.Stranger {
 			c.stats.UnknownNode.Add(1)
 		}
@@ -543,6 +549,9 @@ func (c *Cluster) handle(m *nats.Msg, req *Request, rep *Reply, shed bool) {
 		if c.admit(decodeReply(b, rep), rep.From, rep.Seq) {
 			c.received(shed)
 			rep.Shed = shed
+			if shed {
+				rep.Frame = nil
+			}
 			c.h.Reply(rep)
 		}
 	case kindCancel:

@@ -149,6 +149,83 @@ func TestShed(t *testing.T) {
 	}
 }
 
+// TestShedBytes: the inbox is bounded in bytes as well as in messages. A
+// burst of large requests to a stalled dispatcher is shed once InboxBytes
+// wait (each shed one's frame let go on arrival), while as many small ones
+// all wait within both bounds and are delivered; nothing is dropped.
+func TestShedBytes(t *testing.T) {
+	const n, budget = 64, 1 << 20
+	for _, tc := range []struct {
+		name string
+		size int // frame bytes
+		shed bool
+	}{
+		{"small", 1 << 10, false},
+		{"large", 64 << 10, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// Heartbeats far apart: none joins the burst in the inbox.
+			slow := Config{Listen: "127.0.0.1:0", Inbox: 4096, InboxBytes: budget, Heartbeat: 2 * time.Second, DeadAfter: 10 * time.Second}
+			ha, hb := &recorder{gate: make(chan struct{})}, &recorder{}
+			cfg := slow
+			cfg.Node = "a"
+			a := startNode(t, cfg, ha)
+			cfg.Node, cfg.Routes = "b", []string{"nats://" + a.RouteAddr().String()}
+			b := startNode(t, cfg, hb)
+			ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
+			fr := make([]byte, tc.size)
+			for i := range n {
+				fr[0] = byte(i)
+				if err := b.SendRequest("a", &Request{W: uint64(i + 1), Requester: "r", Target: "p1", Frame: fr}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The first request holds the dispatcher: wait for the rest to
+			// be queued behind it, then let it go.
+			deadline := time.Now().Add(10 * time.Second)
+			for len(a.inbox) < n-1 {
+				if time.Now().After(deadline) {
+					close(ha.gate)
+					t.Fatalf("%d of %d requests queued after 10 s", len(a.inbox)+1, n)
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			close(ha.gate)
+			ha.wait(t, "a handles every request", func() bool { return len(ha.reqs) == n })
+			ha.mu.Lock()
+			defer ha.mu.Unlock()
+			shed := 0
+			for i, q := range ha.reqs {
+				if q.W != uint64(i+1) {
+					t.Fatalf("request %d has w %d: out of order", i, q.W)
+				}
+				switch {
+				case q.Shed:
+					shed++
+					if len(q.Frame) != 0 {
+						t.Fatalf("shed request %d kept %d bytes of frame", i, len(q.Frame))
+					}
+				case len(q.Frame) != tc.size || q.Frame[0] != byte(i):
+					t.Fatalf("request %d: frame of %d bytes", i, len(q.Frame))
+				}
+			}
+			delivered := n - shed
+			st := a.Stats()
+			if tc.shed != (shed > 0) || uint64(shed) != st.Shed.Load() || st.SlowConsumer.Load() != 0 || dropped(a) != 0 {
+				t.Fatalf("%d of %d shed; stats: shed %d, slow consumer %d, dropped %d", shed, n, st.Shed.Load(), st.SlowConsumer.Load(), dropped(a))
+			}
+			// Delivered: what fit under the budget, and the one that
+			// crossed it.
+			if tc.shed && (delivered-1)*tc.size > budget {
+				t.Fatalf("%d requests of %d bytes waited: more than %d bytes", delivered, tc.size, budget)
+			}
+			ha.mu.Unlock()
+			ha.wait(t, "the inbox to count no bytes once empty", func() bool { return a.stats.InboxBytes.Load() == 0 })
+			ha.mu.Lock()
+		})
+	}
+}
+
 // TestLost: NATS drops what a stalled node's inbox cannot take, and every
 // request or reply sent to it is then either handled there or reported
 // lost to its sender (Handler.Lost), never both, never neither: the gap in
@@ -308,9 +385,10 @@ func TestVoid(t *testing.T) {
 	}
 }
 
-// dropped is how many messages the NATS client dropped for c's inbox.
+// dropped is how many messages were dropped for c's inbox: by the NATS
+// client, or on arrival because the inbox was full (inbox.go).
 func dropped(c *Cluster) int {
-	n := 0
+	n := int(c.overflow.Load())
 	for _, s := range c.subs {
 		if d, err := s.Dropped(); err == nil {
 			n += d
@@ -409,6 +487,8 @@ func TestConfigCheck(t *testing.T) {
 		{Config{URLs: []string{"nats://n:4222"}, Inbox: -1}, "--cluster-inbox -1"},
 		{Config{URLs: []string{"nats://n:4222"}, Inbox: MaxInbox + 1}, "--cluster-inbox"},
 		{Config{URLs: []string{"nats://n:4222"}, Inbox: MaxInbox}, ""},
+		{Config{URLs: []string{"nats://n:4222"}, InboxBytes: -1}, "--cluster-inbox-bytes -1"},
+		{Config{URLs: []string{"nats://n:4222"}, InboxBytes: 1}, ""},
 	} {
 		err := tc.cfg.Check()
 		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {

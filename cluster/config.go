@@ -24,6 +24,13 @@ const (
 	// dispatcher before requests and replies are answered with an error
 	// instead of delivered (Config.Inbox).
 	DefaultInbox = 1 << 15
+	// DefaultInboxBytes is how many bytes of cluster messages may wait
+	// for this node's dispatcher before requests and replies are answered
+	// with an error (Config.InboxBytes): the pending bytes nats.go allows
+	// a subscription by default. A healthy node's dispatcher keeps its
+	// inbox near empty, so this bound bites only on a backlog: 4,000
+	// messages of 16 KiB, or four of the largest, 16 MiB.
+	DefaultInboxBytes = 64 << 20
 	// MaxInbox bounds Config.Inbox: every node keeps a ring of twice as
 	// many entries (56 bytes each) per other node (seq.go).
 	MaxInbox = 1 << 20
@@ -74,6 +81,11 @@ type Config struct {
 	// reply's provider a NOTICE. Control messages are never shed. Default
 	// 32,768.
 	Inbox int
+	// InboxBytes bounds the bytes of the messages waiting for this node's
+	// dispatcher likewise (--cluster-inbox-bytes): a request or reply that
+	// finds InboxBytes bytes waiting is shed as at the Inbox bound, and
+	// its frame let go at once (inbox.go). Default 64 MiB.
+	InboxBytes int
 	// Headroom is how many more messages NATS may hold for the dispatcher
 	// beyond Inbox, room in which it answers what it sheds. Beyond
 	// Inbox+Headroom NATS drops messages (slow consumer); their senders
@@ -144,6 +156,12 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("cluster: --cluster-inbox %d: want 1 to %d messages", c.Inbox, MaxInbox)
 	case c.Inbox == 0:
 		c.Inbox = DefaultInbox
+	}
+	switch {
+	case c.InboxBytes < 0:
+		return c, fmt.Errorf("cluster: --cluster-inbox-bytes %d: want a size above 0, like 64MiB", c.InboxBytes)
+	case c.InboxBytes == 0:
+		c.InboxBytes = DefaultInboxBytes
 	}
 	if c.Headroom <= 0 {
 		c.Headroom = max(c.Inbox, 4096)

@@ -92,8 +92,9 @@ type dest struct {
 }
 
 // ringSize is how many sent messages a node remembers per destination:
-// what the destination's inbox channel holds, at least 4,096.
-func ringSize(cfg *Config) int { return max(inboxCap(cfg), 4096) }
+// what the destination can hold before its dispatcher reaches them (its
+// inbox, and what NATS hands its receive goroutine: inbox.go).
+func ringSize(cfg *Config) int { return inboxCap(cfg) + arriveCap }
 
 // dest returns the sending side towards node.
 func (c *Cluster) dest(node string) *dest {

@@ -61,9 +61,10 @@ type Request struct {
 	Target    string // the provider's agent id
 	Algo      int8   // 0 M2M frame, 1 TokenNative (as the daemon's DATA path)
 	Frame     []byte // valid only during the Handler call
-	// Shed (not on the wire): the node's inbox holds Config.Inbox
-	// messages or more, so the Handler answers the request with an error
-	// instead of delivering it.
+	// Shed (not on the wire): the request found Config.Inbox messages or
+	// Config.InboxBytes bytes waiting in the node's inbox, so the Handler
+	// answers it with an error instead of delivering it. Frame is nil:
+	// it was let go on arrival (inbox.go).
 	Shed bool
 	// Stranger (not on the wire): this node does not count From as a
 	// member (it never heard it, or declared it dead while From still
@@ -83,8 +84,9 @@ type Reply struct {
 	Provider string // the provider's agent id (the requester sees it as peer)
 	Algo     int8
 	Frame    []byte // valid only during the Handler call
-	// Shed (not on the wire): as Request.Shed; the Handler ends the
-	// requester's request with an error instead of delivering the reply.
+	// Shed (not on the wire): as Request.Shed (Frame is nil); the
+	// Handler ends the requester's request with an error instead of
+	// delivering the reply.
 	Shed bool
 	// Ref, Delivery and Channel (not on the wire) are the sender's note
 	// of who sent the reply (the provider's session, its delivery id and

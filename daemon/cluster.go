@@ -611,6 +611,7 @@ func (s *Server) registerClusterMetrics() {
 	}
 	gauge("m2md_cluster_nodes", "Other cluster nodes this node hears heartbeats from.", func() float64 { return float64(st.Nodes.Load()) })
 	gauge("m2md_cluster_remote_agents", "Agents registered on other nodes, as this node knows them.", func() float64 { return float64(st.RemoteAgents.Load()) })
+	gauge("m2md_cluster_inbox_bytes", "Bytes of messages from other nodes waiting for this node's cluster dispatcher (bounded by --cluster-inbox-bytes).", func() float64 { return float64(st.InboxBytes.Load()) })
 	counter("m2md_cluster_sent_total", "Requests and replies published to other nodes.", func() float64 { return float64(st.Sent.Load()) })
 	counter("m2md_cluster_received_total", "Requests and replies received from other nodes.", func() float64 { return float64(st.Received.Load()) })
 	for reason, v := range map[string]*atomic.Uint64{

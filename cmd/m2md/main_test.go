@@ -105,6 +105,7 @@ func TestExitCodes(t *testing.T) {
 		{"compress help", "", []string{"compress", "-h"}, exitOK},
 		{"serve bad security", "", []string{"serve", "--min-security", "max"}, exitUsage},
 		{"serve bad cluster inbox", "", []string{"serve", "--cluster-listen", "127.0.0.1:0", "--cluster-inbox", "-1"}, exitUsage},
+		{"serve bad cluster inbox bytes", "", []string{"serve", "--cluster-listen", "127.0.0.1:0", "--cluster-inbox-bytes", "lots"}, exitUsage},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -118,6 +119,9 @@ func TestExitCodes(t *testing.T) {
 			}
 			if tc.name == "serve bad cluster inbox" && !bytes.Contains(stderr, []byte("--cluster-inbox -1: want 1 to 1048576 messages")) {
 				t.Fatalf("stderr %s: does not name the flag and its range", stderr)
+			}
+			if tc.name == "serve bad cluster inbox bytes" && !bytes.Contains(stderr, []byte("cluster-inbox-bytes")) {
+				t.Fatalf("stderr %s: does not name the flag", stderr)
 			}
 			if code == exitBadInput && bytes.Count(bytes.TrimSpace(stderr), []byte("\n")) != 0 {
 				t.Fatalf("bad input reason is not one line: %q", stderr)

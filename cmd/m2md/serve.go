@@ -88,6 +88,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.StringVar(&cfg.Cluster.Name, "cluster-name", cluster.DefaultName, "cluster `name`; every node of one cluster uses the same")
 	fs.StringVar(&cfg.Cluster.Node, "cluster-node", "", "this node's `id` in the cluster (default: random at each start)")
 	fs.IntVar(&cfg.Cluster.Inbox, "cluster-inbox", cluster.DefaultInbox, "cluster `messages` waiting for this node before requests and replies from other nodes are answered queue_full; NATS holds as many again (at least 4096) before it drops; every node alike")
+	byteSizeVar(fs, &cfg.Cluster.InboxBytes, "cluster-inbox-bytes", cluster.DefaultInboxBytes, 0, "bytes of cluster messages waiting for this node before requests and replies from other nodes are answered queue_full (their frames let go at once), e.g. 64MiB")
 	fs.StringVar(&natsURLs, "nats-url", "", "comma-separated nats:// `URLs` of an existing NATS deployment to cluster over (instead of --cluster-listen)")
 	fs.StringVar(&cfg.Cluster.CredsFile, "nats-creds", "", "NATS credentials `file` for --nats-url")
 	fs.StringVar(&cfg.Cluster.CAFile, "nats-ca", "", "CA `file` (PEM) trusted for --nats-url's TLS certificates")
