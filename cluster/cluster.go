@@ -62,9 +62,9 @@ type Cluster struct {
 	ctlSubj string
 	mySubj  string
 	dests   sync.Map // node id -> *dest (seq.go)
-	// rx is the next data sequence number expected from each node
+	// rx is what this node knows of each node's data sequence numbers
 	// (seq.go; dispatcher goroutine only).
-	rx        map[string]uint64
+	rx        map[string]series
 	ringSize  int
 	gapLogged time.Time // when a gap was last logged (dispatcher only)
 
@@ -151,7 +151,7 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 		done:   make(chan struct{}),
 		local:  make(map[string]Agent),
 		peers:  make(map[string]*peer),
-		rx:     make(map[string]uint64),
+		rx:     make(map[string]series),
 	}
 	c.ringSize = ringSize(&cfg)
 	c.ctlSubj = c.prefix + "ctl"
@@ -575,6 +575,7 @@ func (c *Cluster) handle(b []byte, req *Request, rep *Reply, shed bool) {
 				c.log.Warn().Str("peer", g.From).Msg("a node lost cluster messages to this node beyond naming: ending every request between the two nodes")
 				c.h.Lost(&Lost{Kind: LostAll, Node: g.From})
 			case kindVoid:
+				c.voided(g.From)
 				c.log.Warn().Str("peer", g.From).Msg("a node stopped hearing this node and declared it dead: ending the requests it was serving for this node")
 				c.h.Lost(&Lost{Kind: LostVoid, Node: g.From})
 			}
@@ -672,6 +673,7 @@ func (c *Cluster) control(m *ctlMsg) {
 			}
 		}
 	case "snap":
+		c.settle(m.Node, m.Sent[c.cfg.Node])
 		p.syncing, p.everSynced = false, true
 		p.seq = m.Seq
 		keep := make(map[string]bool, len(m.Agents))
@@ -711,7 +713,12 @@ func (c *Cluster) sendSnapshot(to string) {
 	for _, a := range c.local {
 		m.Agents = append(m.Agents, a)
 	}
-	c.publishCtl(c.nodeSubject(to), &m)
+	// Under the destination's lock, so that what it says was sent is
+	// exactly what was published before it (seq.go's settle).
+	d := c.lockDest(to)
+	m.Sent = map[string]uint64{to: d.seq}
+	c.publishCtl(d.subj, &m)
+	d.mu.Unlock()
 	c.mu.Unlock()
 }
 
@@ -747,6 +754,7 @@ func (c *Cluster) checkPeers(now time.Time) {
 	c.heard.Range(func(k, v any) bool { // forget nodes long gone
 		if _, ok := c.peers[k.(string)]; !ok && now.Sub(time.Unix(0, v.(*atomic.Int64).Load())) > 10*c.cfg.DeadAfter {
 			c.heard.Delete(k)
+			delete(c.rx, k.(string))
 		}
 		return true
 	})
@@ -766,9 +774,10 @@ const whyNoHeartbeat = "no heartbeat"
 func (c *Cluster) nodeDown(node, why string) {
 	p := c.peers[node]
 	delete(c.peers, node)
-	// Its series start again: a node that comes back (or was not dead
-	// after all) is numbered from the next message either side sends.
-	delete(c.rx, node)
+	// This node's series to it starts again (the first message, for a
+	// node declared dead for silence, a void). Its series to this node is
+	// kept: a node that was not dead after all goes on numbering, and a
+	// restarted one starts at 1, below what is expected (seq.go).
 	if d, ok := c.dests.LoadAndDelete(node); ok {
 		d := d.(*dest)
 		d.mu.Lock()

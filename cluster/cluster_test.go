@@ -361,6 +361,139 @@ func TestLost(t *testing.T) {
 	}
 }
 
+// TestLostAtJoin: the first data messages one node sends another that
+// has just joined may be the ones NATS drops (the receiver is behind on
+// something else), so that the first number it hears is not 1. They are
+// reported and answered all the same: the sender's snapshot, which every
+// node gets from every other as it joins, says how many came before. Fails
+// without: the series started at the first number heard. a's dispatcher is
+// held by a stranger's request, its inbox full of two more, while b's first
+// requests arrive; b either joins before (a has its snapshot first) or
+// after (a hears b's data before anything else of b's).
+func TestLostAtJoin(t *testing.T) {
+	const lost = 20
+	for _, tc := range []struct {
+		name  string
+		early bool // b joins before a falls behind
+	}{
+		{"joined before", true},
+		{"joins while behind", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns.Start()
+			t.Cleanup(ns.Shutdown)
+			if !ns.ReadyForConnections(5 * time.Second) {
+				t.Fatal("nats-server did not start")
+			}
+			url := "nats://" + ns.Addr().String()
+			cfg := Config{URLs: []string{url}, Inbox: 1, Headroom: 1, Heartbeat: 50 * time.Millisecond, DeadAfter: 10 * time.Second}
+			ha, hb := &recorder{gate: make(chan struct{})}, &recorder{}
+			cfg.Node = "a"
+			a := startNode(t, cfg, ha)
+			cfg.Node = "b"
+			var b *Cluster
+			if tc.early {
+				b = startNode(t, cfg, hb)
+				ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
+			}
+			nc, err := nats.Connect(url)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			for i := range 3 { // one held in the Handler, two waiting: full
+				g, _ := appendRequest(nil, &Request{Seq: uint64(i + 1), From: "ghost", W: uint64(i + 1), Requester: "r", Target: "p", Frame: []byte("#M2M")})
+				if err := nc.Publish("m2md.m2md.n.a", g); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "a's inbox full", func() bool { return len(a.inbox) == inboxCap(&a.cfg) })
+			if !tc.early {
+				b = startNode(t, cfg, hb)
+			}
+			before := dropped(a)
+			for i := range lost {
+				if err := b.SendRequest("a", &Request{W: uint64(i + 1), Requester: "r", Target: "p1", Frame: []byte{1}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, "a to drop b's first requests", func() bool { return dropped(a)-before >= lost })
+			close(ha.gate)
+			ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
+			fromB := func() int {
+				n := 0
+				for _, r := range ha.reqs {
+					if r.From == "b" {
+						n++
+					}
+				}
+				return n
+			}
+			// Until one gets through: a's inbox has room for two, and b's
+			// heartbeats may take it.
+			w := uint64(lost)
+			for try := 0; ; try++ {
+				if try == 20 {
+					t.Fatal("none of 20 requests from b reached a")
+				}
+				waitFor(t, "a's inbox empty", func() bool { return len(a.inbox) == 0 })
+				w++
+				if err := b.SendRequest("a", &Request{W: w, Requester: "r", Target: "p1", Frame: []byte{1}}); err != nil {
+					t.Fatal(err)
+				}
+				time.Sleep(20 * time.Millisecond)
+				ha.mu.Lock()
+				n := fromB()
+				ha.mu.Unlock()
+				if n > 0 {
+					break
+				}
+			}
+			hb.wait(t, "b told its first requests were lost", func() bool { return len(hb.lost) >= lost })
+			ha.mu.Lock()
+			defer ha.mu.Unlock()
+			hb.mu.Lock()
+			defer hb.mu.Unlock()
+			seen := make(map[uint64]string)
+			for _, q := range ha.reqs {
+				if q.From == "b" {
+					seen[q.W] = "handled"
+				}
+			}
+			for _, l := range hb.lost {
+				if l.Kind != LostRequest || l.Node != "a" || seen[l.W] != "" {
+					t.Fatalf("lost %+v: not b's request, or reported twice, or handled (%q)", l, seen[l.W])
+				}
+				seen[l.W] = "lost"
+			}
+			for i := uint64(1); i <= lost; i++ {
+				if seen[i] != "lost" {
+					t.Fatalf("b's request %d: %q, want lost", i, seen[i])
+				}
+			}
+		})
+	}
+}
+
+// waitFor waits up to 10 s for cond.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
 // TestVoid: a node that stops hearing another (here: b's heartbeats held
 // back, while b still hears a) declares it dead and tells it so (void),
 // so that b ends the requests it has in flight at a, which a dropped,

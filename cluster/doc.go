@@ -57,10 +57,11 @@
 // Handler methods run on the one dispatch goroutine and must not block.
 // A node never stalls NATS for the others, and keeps the promise that a
 // frame it accepted is delivered or answered with an error: a request or
-// reply that finds Config.Inbox messages waiting is handed to the Handler
-// marked Shed, to be answered with an error (the requester's node ends the
-// request; a reply's provider node is told with a Notice). A dispatcher
-// that falls behind by Inbox+Headroom lets NATS drop messages; the data
-// messages one node sends another are numbered, so the receiver sees the
-// gap and the sender answers what was lost (Handler.Lost; seq.go).
+// reply that finds Config.Inbox messages or Config.InboxBytes bytes waiting
+// is handed to the Handler marked Shed, its frame let go on arrival, to be
+// answered with an error (the requester's node ends the request; a reply's
+// provider node is told with a Notice; inbox.go). What finds Inbox+Headroom
+// messages waiting is dropped; the data messages one node sends another
+// are numbered, so the receiver sees the gap and the sender answers what
+// was lost (Handler.Lost; seq.go), even the first messages after a join.
 package cluster

@@ -11,13 +11,25 @@ import (
 //
 // NATS delivers what one connection publishes to one subscriber in order,
 // but a subscriber that falls behind by more than its pending limit (here:
-// the inbox channel, Config.Inbox + Config.Headroom) loses messages, and
-// the publisher is not told. So every data message (every kind but
+// the inbox, Config.Inbox + Config.Headroom messages; inbox.go) loses
+// messages, and the publisher is not told. So every data message (every kind but
 // control) a node publishes to another carries a sequence number, one
 // series per destination, from 1. The receiver expects them consecutive;
 // a jump is a gap, and the receiver tells the sender (lost: First..Last).
 // The heartbeat says what the last number sent to each node was, so a lost
 // tail is seen within a heartbeat too.
+//
+// Every series starts at 1, but the receiver may first hear a later number
+// (NATS dropped the first ones: a node that falls behind as another joins),
+// and cannot tell that from a series it did not hear begin (it restarted
+// under the same id, and the sender does not know yet): so it takes the
+// series from there, and asks the sender for its snapshot. A snapshot says
+// the last number its sender published to the node it is for before it,
+// in publish order with the data, so it settles the series: what the
+// receiver heard was of the same series, and the numbers before the first
+// it heard were lost, or of an older one, and all of the snapshot's series
+// was lost (settle). A node gets every other node's snapshot as it joins,
+// so losses right after a join are reported like any other.
 //
 // The sender keeps, per destination, a ring of what it sent (sent: the
 // request id, and for a reply the provider it came from), as many entries
@@ -89,6 +101,19 @@ type dest struct {
 	seq  uint64     // the last number published
 	ring []sent     // allocated on the first data message
 	gone bool       // the node was declared dead: a new dest replaces this one
+	// voided is the last number published before the node said it had
+	// declared this one dead (void): it dropped what it had of this
+	// node then, and this node ended its requests there, so reports of
+	// those numbers are moot.
+	voided uint64
+}
+
+// series is what a node knows of the numbers another node sends it.
+type series struct {
+	next uint64 // the number expected next
+	// first is the first number heard of a series that did not start at
+	// 1, until the sender's snapshot settles it (0 once settled).
+	first uint64
 }
 
 // ringSize is how many sent messages a node remembers per destination:
@@ -106,9 +131,8 @@ func (c *Cluster) dest(node string) *dest {
 	return d.(*dest)
 }
 
-// publishData numbers b (an encoded data message, seq at b[1:9]) for node,
-// publishes it and remembers e under its number.
-func (c *Cluster) publishData(node string, b []byte, e sent) error {
+// lockDest returns the sending side towards node, locked.
+func (c *Cluster) lockDest(node string) *dest {
 	d := c.dest(node)
 	d.mu.Lock()
 	for d.gone { // replaced while this sender held it
@@ -116,6 +140,13 @@ func (c *Cluster) publishData(node string, b []byte, e sent) error {
 		d = c.dest(node)
 		d.mu.Lock()
 	}
+	return d
+}
+
+// publishData numbers b (an encoded data message, seq at b[1:9]) for node,
+// publishes it and remembers e under its number.
+func (c *Cluster) publishData(node string, b []byte, e sent) error {
+	d := c.lockDest(node)
 	defer d.mu.Unlock()
 	seq := d.seq + 1
 	binary.BigEndian.PutUint64(b[1:9], seq)
@@ -151,28 +182,67 @@ func (c *Cluster) lastSent() map[string]uint64 {
 
 // sequence checks the number of a data message from node (dispatcher
 // only): a jump reports the gap to node. The first number heard from a
-// node (or after it was declared dead) starts the series, as does a number
-// below the expected one (node restarted under the same id): what it lost
-// before cannot be told.
+// node starts the series, as does a number below the expected one (node
+// restarted under the same id, or declared this one dead): when it is not
+// 1, the node is asked for its snapshot, which tells what came before
+// (settle).
 func (c *Cluster) sequence(node string, seq uint64) {
-	next, ok := c.rx[node]
-	if ok && seq > next {
-		c.gap(node, next, seq-1)
-	} else if !ok {
+	s, ok := c.rx[node]
+	switch {
+	case ok && seq >= s.next:
+		if seq > s.next {
+			c.gap(node, s.next, seq-1)
+		}
+	case seq == 1:
+		s.first = 0
+	default:
+		s.first = seq
+		if p := c.peers[node]; p != nil && !p.syncing {
+			c.askSnapshot(node, p, time.Now())
+		}
+	}
+	if !ok {
 		node = strings.Clone(node)
 	}
-	c.rx[node] = seq + 1
+	s.next = seq + 1
+	c.rx[node] = s
 }
 
 // sentTo notes a heartbeat's word that node's last data message to this
 // node was seq (dispatcher only).
 func (c *Cluster) sentTo(node string, seq uint64) {
-	next, ok := c.rx[node]
-	if !ok || seq < next {
-		return // starts with the next data message
+	s, ok := c.rx[node]
+	if !ok || s.first != 0 || seq < s.next {
+		return // the series is not settled, or the word is of another
 	}
-	c.gap(node, next, seq)
-	c.rx[node] = seq + 1
+	c.gap(node, s.next, seq)
+	c.rx[node] = series{next: seq + 1}
+}
+
+// settle notes node's snapshot's word that its last data message to this
+// node before the snapshot was seq (dispatcher only). Everything node
+// published before the snapshot arrived before it, or was lost.
+func (c *Cluster) settle(node string, seq uint64) {
+	s, ok := c.rx[node]
+	switch {
+	case !ok || seq+1 < s.next:
+		// Nothing heard of this series (new, or what was heard is of an
+		// older one): all of it was lost.
+		if seq > 0 {
+			c.gap(node, 1, seq)
+		}
+	default:
+		if s.first > 1 {
+			c.gap(node, 1, s.first-1) // its start was lost
+		}
+		if seq >= s.next {
+			c.gap(node, s.next, seq) // its tail was lost
+		}
+	}
+	if !ok {
+		node = strings.Clone(node)
+	}
+	c.rx[node] = series{next: seq + 1}
 }
 
 // gap tells node that its messages first..last did not arrive.
@@ -206,6 +276,7 @@ func (c *Cluster) answerLost(node string, first, last uint64) {
 	if last > d.seq {
 		last = d.seq // never sent: a confused or restarted peer
 	}
+	first = max(first, d.voided+1)
 	var named []sent
 	var unnamed uint64
 	if n := uint64(len(d.ring)); n > 0 && first <= last {
@@ -235,7 +306,7 @@ func (c *Cluster) answerLost(node string, first, last uint64) {
 		case kindNotice:
 			code, _ := e.ref.(string)
 			_ = c.SendNotice(node, &Notice{W: e.w, About: e.aux, Code: code, Message: "a reply to this request was not delivered"})
-		case kindLost, kindForgot:
+		case kindLost, kindForgot, kindVoid:
 			c.sendGap(e.kind, node, e.w, e.aux)
 		}
 	}
@@ -260,5 +331,12 @@ func (c *Cluster) noteAbout(node string, n *Notice) {
 			n.Ref, n.Delivery, n.Channel, n.End = e.ref, e.aux, e.aux2, e.end
 		}
 	}
+	d.mu.Unlock()
+}
+
+// voided notes that node declared this one dead (dispatcher only).
+func (c *Cluster) voided(node string) {
+	d := c.lockDest(node)
+	d.voided = d.seq
 	d.mu.Unlock()
 }

@@ -27,7 +27,13 @@ import (
 // error the provider's node made itself): the requester's node sees a
 // lost chunk at the next one. seq numbers
 // the data messages (every kind but control) one node publishes to another,
-// from 1, so that the receiver sees what NATS dropped (seq.go). Integers are
+// from 1, so that the receiver sees what NATS dropped (seq.go). A control
+// message's JSON carries "sent": in a heartbeat, the last seq the sender
+// published to each node; in a snapshot, the last seq it published to the
+// node the snapshot is for, before it, so that a node that joins learns how
+// many messages came before the first it heard (0 or absent: none). A
+// shed request or reply is kept without its frame but for the first byte
+// while it waits (inbox.go); that is not on the wire. Integers are
 // big-endian. Strings are 1 to 255 bytes, except org, which is empty for
 // the open namespace of daemons without org secrets.
 const (
@@ -364,7 +370,10 @@ type ctlMsg struct {
 	Agents []Agent `json:"agents,omitempty"` // snap
 	// Sent (hb) is the seq of the last data message the sender published
 	// to each node: a receiver that has not seen it learns that the tail
-	// of what was sent to it was lost (seq.go).
+	// of what was sent to it was lost (seq.go). In a snap it has one
+	// entry, for the node the snapshot is for, published in order with
+	// the data to that node: it settles where the series began (seq.go's
+	// settle).
 	Sent map[string]uint64 `json:"sent,omitempty"`
 }
 

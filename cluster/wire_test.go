@@ -82,7 +82,8 @@ func FuzzDecode(f *testing.F) {
 	vd, _ := appendGap(nil, &gapMsg{Kind: kindVoid, Seq: 1, From: "a"})
 	f.Add(vd)
 	f.Add(appendControl(nil, &ctlMsg{T: "up", Node: "a", Seq: 3, Agent: &Agent{ID: "x", Session: "s", Models: []string{"m"}}}))
-	f.Add(appendControl(nil, &ctlMsg{T: "snap", Node: "a", Agents: []Agent{{ID: "x", Session: "s"}}}))
+	f.Add(appendControl(nil, &ctlMsg{T: "snap", Node: "a", Agents: []Agent{{ID: "x", Session: "s"}}, Sent: map[string]uint64{"b": 7}}))
+	f.Add(appendControl(nil, &ctlMsg{T: "hb", Node: "a", Seq: 2, Sent: map[string]uint64{"b": 7, "c": 1}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var q Request
 		if decodeRequest(b, &q) == nil {
@@ -120,7 +121,15 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 		var m ctlMsg
-		_ = decodeControl(b, &m)
+		if decodeControl(b, &m) == nil {
+			// What decodes re-encodes to a message that decodes and
+			// re-encodes the same (JSON's bytes need not be b's).
+			enc := appendControl(nil, &m)
+			var again ctlMsg
+			if err := decodeControl(enc, &again); err != nil || !bytes.Equal(appendControl(nil, &again), enc) {
+				t.Fatalf("control %q re-encodes to %q, which does not decode to itself (%v)", b, enc, err)
+			}
+		}
 	})
 }
 
