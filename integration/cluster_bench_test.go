@@ -200,3 +200,52 @@ func BenchmarkClusterCrossNode(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkClusterInboxSizes is cross-node load with 1 KB and 16 KB payloads
+// at 32 and 256 in flight, at the default --cluster-inbox and
+// --cluster-inbox-bytes (WebSocket, none, 4 requester connections, 4
+// providers, 4 s after 1 s of warmup). Every request must come back: a
+// healthy node keeps its inbox near empty, so neither bound sheds
+// anything; it reports the rate and what the nodes shed or dropped (0):
+//
+//	go test ./integration -run '^$' -bench ClusterInboxSizes -benchtime 1x -count 3
+func BenchmarkClusterInboxSizes(b *testing.B) {
+	certDir := b.TempDir()
+	nodes := startCluster(b, 2, nil, func(c *daemon.Config) { c.CertDir = certDir })
+	pin, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: nodes[0].Fingerprint()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	lost := func() float64 {
+		n := 0.0
+		for _, d := range nodes {
+			n += metric(b, d, "m2md_cluster_dropped_total", "reason=inbox_full") + metric(b, d, "m2md_cluster_dropped_total", "reason=slow_consumer")
+		}
+		return n
+	}
+	for _, size := range []string{bench.Size1KB, bench.Size16KB} {
+		p, err := bench.BuiltinPayload(size)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, inFlight := range []int{32, 256} {
+			b.Run(fmt.Sprintf("%s/%d", size, inFlight), func(b *testing.B) {
+				cfg := bench.LoadConfig{Target: nodes[0].url("ws"), ProviderTarget: nodes[1].url("ws"), TLS: pin.Clone(), Security: frame.SecurityNone,
+					Duration: 4 * time.Second, Warmup: time.Second, Connections: 4, Providers: 4, Concurrency: inFlight, Payloads: []bench.Payload{p}}
+				for range b.N {
+					lost0 := lost()
+					rep, err := bench.RunLoad(context.Background(), cfg)
+					if err != nil {
+						b.Fatal(err)
+					}
+					if rep.Errors != 0 {
+						b.Fatalf("%d errors %v", rep.Errors, rep.ErrorsByReason)
+					}
+					b.ReportMetric(rep.RoundTripsPerSec, "rt/s")
+					b.ReportMetric(rep.RoundTripsPerSec*float64(len(p.JSON))/(1<<20), "MiB/s")
+					b.ReportMetric(lost()-lost0, "shed+dropped")
+				}
+			})
+		}
+	}
+}
