@@ -58,7 +58,7 @@ func (r *recorder) Reply(p *Reply) {
 
 func (r *recorder) wait(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(20 * time.Second) // a guard against a hang: a loaded 2-core CI machine can take seconds
 	for {
 		r.mu.Lock()
 		ok := cond()
