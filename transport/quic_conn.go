@@ -65,6 +65,10 @@ type quicConn struct {
 	cancel     context.CancelFunc
 	wg         sync.WaitGroup
 
+	// dataTurn (capacity 1) is held while one data message is handed to
+	// quic-go: see takeDataTurn.
+	dataTurn chan struct{}
+
 	cork quicCork // quic_cork.go
 }
 
@@ -103,6 +107,7 @@ func newQUICConn(qc *quic.Conn, isClient bool, cfg Config) (*quicConn, error) {
 		streams:      make(map[ChannelID]*quicStream),
 		controlReady: make(chan struct{}),
 		peerFinished: make(chan struct{}),
+		dataTurn:     make(chan struct{}, 1),
 		done:         make(chan struct{}),
 		ctx:          ctx,
 		cancel:       cancel,
@@ -434,13 +439,47 @@ func (c *quicConn) stream(ctx context.Context, ch ChannelID) (*quicStream, error
 // (transport.WriteProgress).
 func (c *quicConn) BytesWritten() uint64 { return c.written.Load() }
 
+// takeDataTurn waits until s may hand a message to quic-go, and returns
+// what ends the turn. Data messages leave one after another, not
+// interleaved across streams: the receiver gives its budget to messages
+// in the order their length prefixes arrive and leaves the bodies of the
+// others unread, in the connection's flow-control window (recvQueue.reserve).
+// Bodies written at once on many streams share that window (quic-go sends
+// every stream with data in turn), so unread bodies could fill it while
+// the messages holding the budget still missed bytes: the connection
+// stalled until MessageTimeout, with the default budget as with a small
+// one (TestQUICConcurrentSendsSmallBudget). One after another, the rest
+// of the message at the head of the receiver's line is next on the wire.
+// Control messages are not held: they are small, have a budget of their
+// own, and PING or CLOSE must not wait behind a large message.
+// The caller holds s.sendMu; stop (c.done, or Close's linger) ends the wait.
+func (c *quicConn) takeDataTurn(ctx context.Context, s *quicStream, stop <-chan struct{}) (release func(), err error) {
+	if s.id == ControlChannel {
+		return func() {}, nil
+	}
+	select {
+	case c.dataTurn <- struct{}{}:
+	default:
+		select {
+		case c.dataTurn <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("transport: send on channel %d: %w", s.id, ctx.Err())
+		case <-stop:
+			return nil, ErrClosed
+		}
+	}
+	return func() { <-c.dataTurn }, nil
+}
+
 // write sends one framed message; the caller holds s.sendMu.
 func (c *quicConn) write(ctx context.Context, s *quicStream, msg []byte) error {
+	done, err := c.takeDataTurn(ctx, s, c.done)
+	if err != nil {
+		return err
+	}
+	defer done()
 	stop := c.armDeadline(ctx, s)
-	var (
-		written int
-		err     error
-	)
+	var written int
 	var buf *buffer
 	if len(msg) <= sendCopyMax {
 		buf = getBuffer(4 + len(msg))

@@ -45,7 +45,7 @@ func (c *quicConn) Uncork() error {
 		// Waits out a Send blocked on this stream: Close ends every such
 		// wait (and Close's own flush finds nothing of these streams').
 		s.sendMu <- struct{}{}
-		err := c.writeHeld(s, true)
+		err := c.writeHeld(s, true, c.done)
 		<-s.sendMu
 		if err != nil && first == nil {
 			first = err
@@ -60,7 +60,7 @@ func (c *quicConn) Uncork() error {
 func (c *quicConn) send(ctx context.Context, s *quicStream, msg []byte) error {
 	if c.cork.corks.Load() > 0 && 4+len(msg) <= corkMax {
 		if s.held != nil && len(*s.held)+4+len(msg) > corkMax {
-			if err := c.writeHeld(s, true); err != nil {
+			if err := c.writeHeld(s, true, c.done); err != nil {
 				return err
 			}
 		}
@@ -80,7 +80,7 @@ func (c *quicConn) send(ctx context.Context, s *quicStream, msg []byte) error {
 		return nil
 	}
 	// Whatever a batch left on this stream goes first.
-	if err := c.writeHeld(s, true); err != nil {
+	if err := c.writeHeld(s, true, c.done); err != nil {
 		return err
 	}
 	return c.write(ctx, s, msg)
@@ -104,8 +104,9 @@ func (c *quicConn) putHeld(streams []*quicStream) {
 }
 
 // writeHeld writes what s holds in one Write; the caller holds s.sendMu.
-// arm clears a deadline an earlier Send left (shutdown sets its own).
-func (c *quicConn) writeHeld(s *quicStream, arm bool) error {
+// arm clears a deadline an earlier Send left (shutdown sets its own);
+// giveUp ends the wait for the data turn (takeDataTurn).
+func (c *quicConn) writeHeld(s *quicStream, arm bool, giveUp <-chan struct{}) error {
 	b := s.held
 	if b == nil {
 		return nil
@@ -116,6 +117,11 @@ func (c *quicConn) writeHeld(s *quicStream, arm bool) error {
 		return &ChannelError{Channel: s.id, Err: s.broken}
 	}
 	ctx := context.Background()
+	done, err := c.takeDataTurn(ctx, s, giveUp)
+	if err != nil {
+		return err
+	}
+	defer done()
 	var stop func() bool
 	if arm {
 		stop = c.armDeadline(ctx, s)
@@ -144,7 +150,7 @@ func (c *quicConn) flushHeldForClose(lingerOver <-chan struct{}) {
 			if s.held != nil {
 				s.str.SetWriteDeadline(deadline)
 				s.deadlineSet = true
-				_ = c.writeHeld(s, false) // a failure: the stream's end tells the peer
+				_ = c.writeHeld(s, false, lingerOver) // a failure: the stream's end tells the peer
 			}
 			<-s.sendMu
 		case <-lingerOver:

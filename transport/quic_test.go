@@ -587,3 +587,54 @@ func TestQUICIdleDefaults(t *testing.T) {
 		t.Fatalf("a vanished peer is noticed after %v, want %v", q.MaxIdleTimeout+q.KeepAlivePeriod, defaultIdleTimeout)
 	}
 }
+
+// TestQUICConcurrentSendsSmallBudget: many channels send at once to a
+// peer whose receive budget holds three of their messages (and whose
+// connection window is 1 MiB, eight of them). Every message arrives whole.
+// The connection used to stall until MessageTimeout: the senders' bodies,
+// interleaved by quic-go, filled the receiver's flow-control window with
+// the bodies of messages still waiting for budget, while the three that
+// held it could not get the rest of theirs (takeDataTurn).
+func TestQUICConcurrentSendsSmallBudget(t *testing.T) {
+	const (
+		size    = 128 << 10
+		senders = 16
+		each    = 4
+	)
+	p := quicPair(t, Config{}, Config{ReceiveQueue: 2, ReceiveBudget: 3 * size, MessageTimeout: 5 * time.Second})
+	p.server.SetReadLimit(MaxReadLimit)
+	ctx := testCtx(t)
+	want := map[ChannelID][]byte{}
+	for i := range senders {
+		ch, err := p.client.AcquireChannel(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want[ch] = pattern(size, byte(i))
+	}
+	sendErr := make(chan error, senders)
+	for ch, msg := range want {
+		go func() {
+			for range each {
+				if err := p.client.Send(ctx, ch, msg); err != nil {
+					sendErr <- err
+					return
+				}
+			}
+			sendErr <- nil
+		}()
+	}
+	for k := range senders * each {
+		m, err := p.server.Receive(ctx)
+		if err != nil {
+			t.Fatalf("message %d of %d: %v", k+1, senders*each, err)
+		}
+		equalMsg(t, m.Data, want[m.Channel])
+		m.Release()
+	}
+	for range senders {
+		if err := <-sendErr; err != nil {
+			t.Fatalf("Send: %v", err)
+		}
+	}
+}
