@@ -453,6 +453,12 @@ func (se *session) handleControl(msg transport.Message) bool {
 		}
 		se.setReason(reason)
 		se.closing.Store(true)
+		// The agent is leaving: a request routed to it from now on could
+		// only fail (its queue refuses it, its connection is closing), and
+		// the agent's own client may already have returned from Close.
+		// Another provider takes it, or it gets the error it would get
+		// once the agent had gone (base_missing for a delta).
+		se.srv.router.Unlink(se.rs)
 		se.sendControl(negotiate.AppendClose(nil, se.neg.ID, time.Now(), reason, "acknowledged"), true)
 		// The writer closes the connection after the acknowledgement; keep
 		// reading until then so the transport can flush.

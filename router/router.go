@@ -22,8 +22,9 @@ type Router[S any] struct {
 	// number is bounded by the daemon's configured orgs (one, "", in open
 	// mode).
 	orgs map[string]*namespace[S]
-	// retiring holds sessions replaced by a newer registration and not yet
-	// removed: unreachable, but still answering their deliveries.
+	// retiring holds sessions replaced by a newer registration, or leaving
+	// (Unlink), and not yet removed: unreachable, but still answering their
+	// deliveries.
 	retiring map[*Session[S]]struct{}
 
 	failures [numReasons]atomic.Uint64
@@ -243,6 +244,23 @@ func (r *Router[S]) Remove(s *Session[S]) []Orphan[S] {
 	delete(r.retiring, s)
 	r.mu.Unlock()
 	return r.close(s)
+}
+
+// Unlink makes s unreachable, as Remove does, while its outstanding
+// deliveries go on: their replies are routed, and Remove later returns
+// those still open as orphans. The daemon calls it when an agent says it
+// is leaving (CLOSE), so that no new request is routed to a session that
+// can no longer take it; such a request finds another provider, or the
+// error it would get once the agent had gone. Unlinking a session that is
+// not registered (already unlinked, replaced, removed, or attached) does
+// nothing.
+func (r *Router[S]) Unlink(s *Session[S]) {
+	r.mu.Lock()
+	if s.ns.agents[s.agentID] == s {
+		r.unlinkLocked(s)
+		r.retiring[s] = struct{}{}
+	}
+	r.mu.Unlock()
 }
 
 // unlinkLocked makes s unreachable by agent id and by model and refuses

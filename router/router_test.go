@@ -799,3 +799,44 @@ func TestRegisterIfPolicy(t *testing.T) {
 		t.Fatalf("allowed replacement: %v %v", replaced, err)
 	}
 }
+
+// TestUnlink: a leaving provider (Unlink) gets no new request, by model or
+// by id, while its deliveries go on: replies are routed and they count as
+// pending until their END or Remove, which returns those still open as
+// orphans. An agent of the same id that registers meanwhile is untouched.
+func TestUnlink(t *testing.T) {
+	r, ss := setup(t, Config{}, agentSpec{id: "req"}, agentSpec{id: "p", models: []string{"m"}}, agentSpec{id: "q", models: []string{"m"}})
+	req, p := ss["req"], ss["p"]
+	d1 := mustRoute(t, r, req, toPeer(1, "p"))
+	mustRoute(t, r, req, toPeer(2, "p"))
+	r.Unlink(p)
+	r.Unlink(p) // twice: nothing more
+	for id := uint64(3); id < 6; id++ {
+		if d := mustRoute(t, r, req, byModel(id, "m")); d.Provider.AgentID() != "q" {
+			t.Fatalf("request %d went to %s after p left", id, d.Provider.AgentID())
+		}
+	}
+	if _, err := r.RouteRequest(req, toPeer(6, "p")); !errors.Is(err, ErrUnknownAgent) {
+		t.Fatalf("request to the leaving agent: %v, want ErrUnknownAgent", err)
+	}
+	if st := r.Stats(); st.Sessions != 2 || st.Retiring != 1 || st.Pending != 5 {
+		t.Fatalf("stats while p leaves: %+v", st)
+	}
+	if rep := mustReply(t, r, p, d1.ID, true); rep.Requester != req || rep.RequestID != 1 {
+		t.Fatalf("reply of the leaving agent went to %s/%d", rep.Requester.AgentID(), rep.RequestID)
+	}
+	back, _, err := r.Register("", "p", []string{"m"}, "p again")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphans := r.Remove(p)
+	if len(orphans) != 1 || orphans[0].RequestID != 2 || orphans[0].Requester != req {
+		t.Fatalf("orphans %+v, want request 2", orphans)
+	}
+	if st := r.Stats(); st.Retiring != 0 || st.Sessions != 3 {
+		t.Fatalf("stats after Remove: %+v", st)
+	}
+	if d := mustRoute(t, r, req, toPeer(7, "p")); d.Provider != back {
+		t.Fatal("the new session of p is not reachable after the old one was removed")
+	}
+}

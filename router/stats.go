@@ -4,8 +4,9 @@ package router
 type Stats struct {
 	// Sessions is the number of registered sessions (gauge).
 	Sessions int
-	// Retiring is the number of replaced sessions not yet removed (gauge).
-	// It stays above zero only if the daemon forgets a Remove.
+	// Retiring is the number of replaced or unlinked sessions not yet
+	// removed (gauge). It stays above zero only if the daemon forgets a
+	// Remove.
 	Retiring int
 	// Models is the number of distinct (org, model) pairs served (gauge).
 	Models int
