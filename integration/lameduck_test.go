@@ -22,17 +22,28 @@ import (
 // request already in flight completes successfully within ShutdownGrace;
 // requests sent once the drain has begun are refused at once with error
 // `shutdown` and never reach a provider; then every session, client
-// library or raw, gets CLOSE SERVER_SHUTDOWN, Run returns nil, and no
-// goroutine is left behind.
+// library or raw, gets CLOSE SERVER_SHUTDOWN, Run returns nil as soon as
+// the drain is over (not at the grace's end), and no goroutine is left
+// behind.
+//
+// The slow requests are held by the test, not by a timer, until the late
+// requests have their answers: "refused at once" is then "answered while
+// the drain is still open", whatever the machine's load (a late request
+// made to wait for the drain would wait for its 5 s context).
 func TestLameDuckShutdown(t *testing.T) {
 	base := len(ourGoroutines())
 	const (
 		service      = 200 * time.Millisecond
-		long         = 3 * time.Second // keeps the drain open for the late requests
-		grace        = 6 * time.Second
+		grace        = 20 * time.Second // beyond what the test's own steps take on a loaded machine
 		perRequester = 40
 		late         = 3 // requests per requester sent after the drain began
 	)
+	// release ends the slow requests (request 0 of the set); closed on every
+	// path, so that no handler outlives the test.
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	releaseSlow := func() { releaseOnce.Do(func() { close(release) }) }
+	defer releaseSlow()
 	d := startDaemon(t, func(c *daemon.Config) { c.ShutdownGrace = grace })
 	x := loadExchangeSet(t)
 
@@ -44,12 +55,12 @@ func TestLameDuckShutdown(t *testing.T) {
 		all = append(all, dialClient(t, d.url(tr), client.Options{
 			AgentID: "ld-prov-" + tr, PinSHA256: d.Fingerprint(), Security: modes[k],
 			Models: x.models,
-			Handler: x.handler(func(i int) time.Duration {
-				if i == 0 {
-					return long
+			Handler: x.handler(func(int) time.Duration { return service }, func(r *client.Request) {
+				delivered.Add(1)
+				if x.index[string(r.Body)] == 0 {
+					<-release
 				}
-				return service
-			}, func(*client.Request) { delivered.Add(1) }),
+			}),
 		}))
 		for j := range 2 {
 			c := dialClient(t, d.url(tr), client.Options{
@@ -109,14 +120,14 @@ func TestLameDuckShutdown(t *testing.T) {
 		if code == http.StatusServiceUnavailable && strings.Contains(body, "draining") {
 			break
 		}
-		if time.Since(cancelAt) > 2*time.Second {
-			t.Fatalf("/healthz still %d %s 2 s after the cancel", code, body)
+		if time.Since(cancelAt) > 5*time.Second {
+			t.Fatalf("/healthz still %d %s 5 s after the cancel", code, body)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 
 	// The requests in flight complete, within the grace: first the quick
-	// ones, while the slow ones hold the drain open.
+	// ones, while the slow ones hold the drain open until released.
 	longs := 0
 	for k := range perRequester {
 		if k%len(x.reqs) == 0 {
@@ -143,7 +154,8 @@ func TestLameDuckShutdown(t *testing.T) {
 	collect(inFlight - longs)
 
 	// Requests sent during the drain: refused at once, never delivered,
-	// answered while the drain still waits for the slow requests.
+	// answered while the drain still waits for the slow requests (which
+	// are not released before these have their answers).
 	var wg sync.WaitGroup
 	lateErrs := make(chan string, len(reqs)*late)
 	for _, r := range reqs {
@@ -153,14 +165,8 @@ func TestLameDuckShutdown(t *testing.T) {
 				defer wg.Done()
 				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 				defer cancel()
-				start := time.Now()
-				_, err := r.Do(ctx, x.reqs[1])
-				el := time.Since(start)
-				switch {
-				case remoteCode(err) != negotiate.CodeShutdown:
+				if _, err := r.Do(ctx, x.reqs[1]); remoteCode(err) != negotiate.CodeShutdown {
 					lateErrs <- fmt.Sprintf("%s: request during the drain: %v, want error shutdown", r.AgentID(), err)
-				case el > 500*time.Millisecond:
-					lateErrs <- fmt.Sprintf("%s: shutdown error after %v", r.AgentID(), el)
 				}
 			}()
 		}
@@ -178,14 +184,12 @@ func TestLameDuckShutdown(t *testing.T) {
 		t.Errorf("%d deliveries, want the %d sent before the drain", n, inFlight)
 	}
 
+	releaseSlow()
 	collect(longs)
 	t.Logf("%d requests in flight at the cancel all answered, the last %v after it; requests during the drain refused by %v",
 		inFlight, lastEnd.Sub(cancelAt).Round(time.Millisecond), lateDone.Sub(cancelAt).Round(time.Millisecond))
 	if el := lastEnd.Sub(cancelAt); el > grace {
 		t.Errorf("the last request in flight took %v after the cancel, beyond the grace %v", el, grace)
-	}
-	if lateDone.After(lastEnd) {
-		t.Errorf("the requests during the drain were answered only after the drain (%v after the cancel)", lateDone.Sub(cancelAt))
 	}
 
 	// Every session gets CLOSE SERVER_SHUTDOWN.
@@ -203,11 +207,12 @@ func TestLameDuckShutdown(t *testing.T) {
 			t.Errorf("%s ended with %v, want CLOSE SERVER_SHUTDOWN", c.AgentID(), err)
 		}
 	}
-	if err := waitRun(t, d, 15*time.Second); err != nil {
+	if err := waitRun(t, d, grace+15*time.Second); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
-	if el := time.Since(cancelAt); el > long+3*time.Second {
-		t.Errorf("Run returned %v after the cancel, with the last request done at %v", el, lastEnd.Sub(cancelAt))
+	// A Run that waited for the grace to end would return after it.
+	if el := time.Since(cancelAt); el >= grace {
+		t.Errorf("Run returned %v after the cancel, the grace's end, with the last request done at %v", el, lastEnd.Sub(cancelAt))
 	}
 	for _, c := range all {
 		c.Close()
