@@ -480,14 +480,18 @@ func (s *Server) acceptQUIC(ctx context.Context, ln *transport.QUICListener) {
 
 // shutdown carries out the graceful stop described at Run.
 func (s *Server) shutdown(closers []func()) {
+	// The listeners first: once /healthz says "draining", a new connection
+	// is refused (a load balancer or a test that saw it and dialled at once
+	// used to find the listener still open and get a connection). A session
+	// whose connection was accepted before is drained like the others.
+	for _, c := range closers {
+		c() // listeners and HTTP servers; accepted sessions live on
+	}
 	s.mu.Lock()
 	s.draining.Store(true)
 	s.mu.Unlock()
 	s.stopHandshakes()
 	s.log.Info().Int("sessions", s.sessionCount()).Msg("shutting down: no new sessions or requests")
-	for _, c := range closers {
-		c() // listeners and HTTP servers; accepted sessions live on
-	}
 	deadline := time.Now().Add(s.cfg.ShutdownGrace)
 	for time.Now().Before(deadline) && (s.router.Stats().Pending > 0 || s.routing.Load() > 0) {
 		time.Sleep(10 * time.Millisecond)
