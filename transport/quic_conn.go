@@ -479,6 +479,7 @@ func (c *quicConn) write(ctx context.Context, s *quicStream, msg []byte) error {
 	}
 	defer done()
 	stop := c.armDeadline(ctx, s)
+	first := s.announce()
 	var written int
 	var buf *buffer
 	if len(msg) <= sendCopyMax {
@@ -506,12 +507,34 @@ func (c *quicConn) write(ctx context.Context, s *quicStream, msg []byte) error {
 	putBuffer(buf)
 	c.disarmDeadline(s, stop)
 	if err == nil {
-		if !s.wrote.Load() {
-			s.wrote.Store(true)
-		}
 		return nil
 	}
+	s.unannounce(first, written)
 	return c.writeFailed(ctx, s, written, len(msg)+4, err)
+}
+
+// announce records, before s's bytes go to quic-go, that the peer may know
+// s, so that checkPeerDone waits for the end of s's read side. Recorded
+// once Write had returned, it came too late: quic-go sends while Write
+// is still on its way back (or blocked mid-message on flow control), the
+// peer could answer on s and finish its control stream in that time, and
+// Receive then ended without waiting for the answer, which was lost
+// (TestQUICAnswerDuringFirstWrite). It reports whether this is s's first
+// write, for unannounce. The caller holds s.sendMu.
+func (s *quicStream) announce() (first bool) {
+	if s.wrote.Load() {
+		return false
+	}
+	s.wrote.Store(true)
+	return true
+}
+
+// unannounce takes back announce after a first Write that handed nothing
+// to quic-go: the peer cannot know s.
+func (s *quicStream) unannounce(first bool, written int) {
+	if first && written == 0 {
+		s.wrote.Store(false)
+	}
 }
 
 // writeFailed sorts out a Write of total bytes on s that failed after

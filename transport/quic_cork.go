@@ -127,14 +127,13 @@ func (c *quicConn) writeHeld(s *quicStream, arm bool, giveUp <-chan struct{}) er
 		stop = c.armDeadline(ctx, s)
 	}
 	c.cork.writes.Add(1)
+	first := s.announce()
 	written, err := s.str.Write(*b)
 	c.disarmDeadline(s, stop)
 	if err == nil {
-		if !s.wrote.Load() {
-			s.wrote.Store(true)
-		}
 		return nil
 	}
+	s.unannounce(first, written)
 	return c.writeFailed(ctx, s, written, len(*b), err)
 }
 

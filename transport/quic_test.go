@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"slices"
 	"testing"
@@ -636,5 +637,66 @@ func TestQUICConcurrentSendsSmallBudget(t *testing.T) {
 		if err := <-sendErr; err != nil {
 			t.Fatalf("Send: %v", err)
 		}
+	}
+}
+
+// TestQUICAnswerDuringFirstWrite: the daemon's side opens a channel and
+// writes a message the peer is slow to take, so the write is still under
+// way when the peer, which already knows the channel, finishes its control
+// stream and only then answers on the channel. Receive waits for that
+// answer: the channel counts as known to the peer from the moment its
+// first bytes go out, not once the write has returned (announce).
+func TestQUICAnswerDuringFirstWrite(t *testing.T) {
+	qc, server := rawQUICClient(t)
+	framed := func(msg string) []byte {
+		return append(binary.BigEndian.AppendUint32(nil, uint32(len(msg))), msg...)
+	}
+	ctx := testCtx(t)
+	ctl, err := qc.OpenStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctl.Write(framed("HELLO"))
+	m := mustReceive(t, server)
+	m.Release()
+	ch, err := server.AcquireChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Larger than the peer's stream window (quicInitialStreamWindow): the
+	// Send stays blocked while the peer reads only the length prefix.
+	sendCtx, cancelSend := context.WithCancel(ctx)
+	sent := make(chan error, 1)
+	go func() { sent <- server.Send(sendCtx, ch, make([]byte, 4*quicInitialStreamWindow)) }()
+	defer func() {
+		cancelSend()
+		<-sent
+	}()
+	s, err := qc.AcceptStream(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var prefix [4]byte
+	if _, err := io.ReadFull(s, prefix[:]); err != nil {
+		t.Fatal(err)
+	}
+	ctl.Close()
+	time.Sleep(50 * time.Millisecond) // the control stream's end surely first
+	s.Write(framed("answer"))
+	s.Close()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	m, err = server.Receive(rctx)
+	if err != nil {
+		t.Fatalf("Receive: %v, want the answer sent on channel %d after the peer's control stream ended", err, ch)
+	}
+	if string(m.Data) != "answer" || m.Channel != ch {
+		t.Fatalf("got %q on %d, want the answer on %d", m.Data, m.Channel, ch)
+	}
+	m.Release()
+	select {
+	case err := <-sent:
+		t.Fatalf("the Send the peer never read returned %v", err)
+	default:
 	}
 }
