@@ -820,3 +820,53 @@ func TestSeveralURLs(t *testing.T) {
 		t.Fatal("a bad URL in the list was accepted")
 	}
 }
+
+// TestRepliesOvertakenByClose: over QUIC the daemon's last replies travel
+// on their own streams and can arrive after its CLOSE (a graceful
+// shutdown sends CLOSE right behind them). The client acknowledges the
+// CLOSE and still hands such a reply to its request; the session ends with
+// the CLOSE's reason once the daemon closes the connection. The fake
+// daemon sends the reply only after the acknowledgement, so the overtaking
+// is certain.
+func TestRepliesOvertakenByClose(t *testing.T) {
+	leakCheck(t)
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			hold := make(chan struct{})
+			d := newFakeDaemon(t, fakeConfig{holdAfterAck: hold})
+			var once sync.Once
+			release := func() { once.Do(func() { close(hold) }) }
+			defer release()
+			c := dial(t, d, tr, Options{AgentID: "overtaken"})
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.Do(testCtx(t), chatRequest("hang", "x"))
+				done <- err
+			}()
+			d.waitHangs(1)
+			h := d.hangs[0]
+			h.fs.sendClose(negotiate.ReasonServerShutdown)
+			d.waitFor(func() bool { return len(d.closes["overtaken"]) == 1 }, "CLOSE ack")
+			reply, err := frame.AppendEncode(nil, []byte(`{"id":"chatcmpl-x","choices":[{"message":{"content":"ok"}}]}`), frame.Limits{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := h.fs.sendFrame(h.ch, negotiate.FlagReply|negotiate.FlagEnd, h.id, "", reply); err != nil {
+				t.Fatal(err)
+			}
+			if err := <-done; err != nil {
+				t.Fatalf("a reply sent before the daemon's CLOSE (arriving after it): %v", err)
+			}
+			release()
+			select {
+			case <-c.Done():
+			case <-time.After(testTimeout):
+				t.Fatal("session still open after the daemon closed")
+			}
+			var ce *negotiate.CloseError
+			if err := c.Err(); !errors.As(err, &ce) || ce.Reason != negotiate.ReasonServerShutdown {
+				t.Fatalf("Err() = %v, want CLOSE SERVER_SHUTDOWN", err)
+			}
+		})
+	}
+}

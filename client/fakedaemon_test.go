@@ -87,6 +87,11 @@ type fakeConfig struct {
 	server     negotiate.ServerConfig
 	noPong     bool // leave PINGs unanswered
 	noCloseAck bool // leave CLOSE unacknowledged
+	// holdAfterAck, when set, keeps a session that sent CLOSE open after
+	// the agent's acknowledgement until it is closed: what the test sends
+	// meanwhile arrives as replies overtaken by the CLOSE would
+	// (TestRepliesOvertakenByClose).
+	holdAfterAck chan struct{}
 }
 
 type fakeDaemon struct {
@@ -310,6 +315,9 @@ func (fs *fakeSession) readLoop() {
 				fs.mu.Unlock()
 				if !wasSent && !d.cfg.noCloseAck {
 					fs.sendControl(negotiate.AppendClose(nil, fs.id, time.Now(), cm.Close.Reason, ""))
+				}
+				if wasSent && d.cfg.holdAfterAck != nil {
+					<-d.cfg.holdAfterAck
 				}
 				if !d.cfg.noCloseAck || wasSent {
 					return

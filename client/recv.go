@@ -36,7 +36,13 @@ func (s *session) readLoop() {
 				continue
 			}
 			if s.ctx.Err() == nil {
-				s.end(fmt.Errorf("client: connection: %w", err))
+				s.ctrlMu.Lock()
+				cause := s.peerClosed
+				s.ctrlMu.Unlock()
+				if cause == nil {
+					cause = fmt.Errorf("client: connection: %w", err)
+				}
+				s.end(cause)
 			}
 			return
 		}
@@ -135,13 +141,23 @@ func (s *session) handleControl(msg transport.Message) {
 			s.end(fmt.Errorf("client: send PONG: %w", err))
 		}
 	case negotiate.ActionCloseAck:
-		// The daemon closes: acknowledge with the same reason, then go.
+		// The daemon closes: acknowledge with the same reason, then go
+		// once the daemon, which has the acknowledgement, has closed the
+		// connection. Over QUIC the replies the daemon queued before its
+		// CLOSE travel on their own streams and can arrive after it (a
+		// graceful shutdown's last replies did, and their requests failed
+		// with SERVER_SHUTDOWN): until the connection ends they are read,
+		// and the transport delivers what the data streams still carry
+		// before it reports the end. A daemon that does not close is
+		// given up on after CloseTimeout.
 		s.closing.Store(true)
 		reason, text := cm.Close.Reason, cm.Close.Message
+		cause := &negotiate.CloseError{Reason: reason, Message: text}
+		s.peerClosed = cause
 		s.sendControlLocked(negotiate.AppendClose(nil, s.info.ID, now, reason, ""))
 		s.ctrlMu.Unlock()
 		s.log.Info().Str("reason", string(reason)).Str("message", text).Msg("daemon closed the session")
-		s.end(&negotiate.CloseError{Reason: reason, Message: text})
+		time.AfterFunc(negotiate.CloseTimeout, func() { s.end(cause) })
 	case negotiate.ActionDisconnect:
 		// The acknowledgement of this side's CLOSE.
 		cause := s.closeCause
@@ -166,8 +182,14 @@ func (i *SessionInfo) check(cm *negotiate.ControlMessage) error {
 // handleData verifies a DATA message's frame and hands it to the request it
 // answers, or to the handler.
 func (s *session) handleData(msg transport.Message) {
+	hdr, fr, perr := negotiate.ParseData(msg.Data)
 	s.ctrlMu.Lock()
 	_, err := s.m.Received(time.Now(), negotiate.KindData, "")
+	if err != nil && perr == nil && hdr.IsReply() && s.peerClosed != nil && errors.Is(err, negotiate.ErrClosed) {
+		// A reply the daemon sent before its CLOSE, overtaken by it
+		// (handleControl): its request is still waiting for it.
+		err = nil
+	}
 	s.ctrlMu.Unlock()
 	if err != nil {
 		msg.Release()
@@ -176,8 +198,7 @@ func (s *session) handleData(msg transport.Message) {
 		}
 		return
 	}
-	hdr, fr, err := negotiate.ParseData(msg.Data)
-	if err != nil {
+	if err := perr; err != nil {
 		msg.Release()
 		s.protocolError(err)
 		return

@@ -55,6 +55,10 @@ type session struct {
 	ctrlMu     sync.Mutex
 	m          *negotiate.Machine
 	closeCause error // why this side sent CLOSE
+	// peerClosed is the daemon's CLOSE, once acknowledged: the session
+	// reads the replies still on their way and ends with it when the
+	// connection does (handleControl).
+	peerClosed error
 	poke       chan struct{}
 	// closing is set once CLOSE was sent or the session ended: DATA stops.
 	closing atomic.Bool
