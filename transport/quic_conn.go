@@ -439,8 +439,8 @@ func (c *quicConn) stream(ctx context.Context, ch ChannelID) (*quicStream, error
 // (transport.WriteProgress).
 func (c *quicConn) BytesWritten() uint64 { return c.written.Load() }
 
-// takeDataTurn waits until s may hand a message to quic-go, and returns
-// what ends the turn. Data messages leave one after another, not
+// takeDataTurn waits until s may hand a message to quic-go; took says
+// whether it holds the turn, which giveDataTurn gives back. Data messages leave one after another, not
 // interleaved across streams: the receiver gives its budget to messages
 // in the order their length prefixes arrive and leaves the bodies of the
 // others unread, in the connection's flow-control window (recvQueue.reserve).
@@ -453,9 +453,9 @@ func (c *quicConn) BytesWritten() uint64 { return c.written.Load() }
 // Control messages are not held: they are small, have a budget of their
 // own, and PING or CLOSE must not wait behind a large message.
 // The caller holds s.sendMu; stop (c.done, or Close's linger) ends the wait.
-func (c *quicConn) takeDataTurn(ctx context.Context, s *quicStream, stop <-chan struct{}) (release func(), err error) {
+func (c *quicConn) takeDataTurn(ctx context.Context, s *quicStream, stop <-chan struct{}) (took bool, err error) {
 	if s.id == ControlChannel {
-		return func() {}, nil
+		return false, nil
 	}
 	select {
 	case c.dataTurn <- struct{}{}:
@@ -463,21 +463,28 @@ func (c *quicConn) takeDataTurn(ctx context.Context, s *quicStream, stop <-chan 
 		select {
 		case c.dataTurn <- struct{}{}:
 		case <-ctx.Done():
-			return nil, fmt.Errorf("transport: send on channel %d: %w", s.id, ctx.Err())
+			return false, fmt.Errorf("transport: send on channel %d: %w", s.id, ctx.Err())
 		case <-stop:
-			return nil, ErrClosed
+			return false, ErrClosed
 		}
 	}
-	return func() { <-c.dataTurn }, nil
+	return true, nil
+}
+
+// giveDataTurn ends a turn takeDataTurn took.
+func (c *quicConn) giveDataTurn(took bool) {
+	if took {
+		<-c.dataTurn
+	}
 }
 
 // write sends one framed message; the caller holds s.sendMu.
 func (c *quicConn) write(ctx context.Context, s *quicStream, msg []byte) error {
-	done, err := c.takeDataTurn(ctx, s, c.done)
+	took, err := c.takeDataTurn(ctx, s, c.done)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer c.giveDataTurn(took)
 	stop := c.armDeadline(ctx, s)
 	first := s.announce()
 	var written int

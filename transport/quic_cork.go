@@ -117,11 +117,11 @@ func (c *quicConn) writeHeld(s *quicStream, arm bool, giveUp <-chan struct{}) er
 		return &ChannelError{Channel: s.id, Err: s.broken}
 	}
 	ctx := context.Background()
-	done, err := c.takeDataTurn(ctx, s, giveUp)
+	took, err := c.takeDataTurn(ctx, s, giveUp)
 	if err != nil {
 		return err
 	}
-	defer done()
+	defer c.giveDataTurn(took)
 	var stop func() bool
 	if arm {
 		stop = c.armDeadline(ctx, s)
