@@ -55,7 +55,10 @@ type session struct {
 	// closeWritten: the writer has sent CLOSE (or the acknowledgement of
 	// one); DATA still queued is dropped, never sent after it.
 	closeWritten atomic.Bool
-	closeReason  atomic.Value // negotiate.CloseReason of the session's end
+	// peerClosed: the agent sent CLOSE and it was acknowledged. Over QUIC
+	// its last replies may still come after it (docs/protocol.md §3.5).
+	peerClosed  atomic.Bool
+	closeReason atomic.Value // negotiate.CloseReason of the session's end
 	// The writer (writer.go) runs on demand: writing is set while one runs,
 	// writers counts it for teardown, wstopped (under wmu) keeps new ones
 	// from starting once teardown began. batch and the rest of the
@@ -394,6 +397,9 @@ func (se *session) readLoop() {
 			_, err := se.machine.Received(now, negotiate.KindData, "")
 			se.mu.Unlock()
 			if err != nil {
+				if errors.Is(err, negotiate.ErrClosed) && se.lateReply(msg, now) {
+					continue
+				}
 				msg.Release()
 				if errors.Is(err, negotiate.ErrAfterClose) {
 					se.srv.metrics.framesRefused.WithLabelValues("after_close").Inc()
@@ -459,14 +465,45 @@ func (se *session) handleControl(msg transport.Message) bool {
 		// Another provider takes it, or it gets the error it would get
 		// once the agent had gone (base_missing for a delta).
 		se.srv.router.Unlink(se.rs)
-		se.sendControl(negotiate.AppendClose(nil, se.neg.ID, time.Now(), reason, "acknowledged"), true)
-		// The writer closes the connection after the acknowledgement; keep
-		// reading until then so the transport can flush.
+		if se.transport != "quic" {
+			se.sendControl(negotiate.AppendClose(nil, se.neg.ID, time.Now(), reason, "acknowledged"), true)
+			// The writer closes the connection after the acknowledgement;
+			// keep reading until then so the transport can flush.
+			return false
+		}
+		// Over QUIC the CLOSE can overtake the agent's last replies on
+		// their data streams (docs/protocol.md §3.5): they are still taken
+		// (lateReply) until the agent, which closes once it has the
+		// acknowledgement, has closed the connection, for at most a fifth
+		// of CloseTimeout (1 s by default: a reply that lost a packet is
+		// sent again within a round trip or two).
+		se.peerClosed.Store(true)
+		se.sendControl(negotiate.AppendClose(nil, se.neg.ID, time.Now(), reason, "acknowledged"), false)
+		time.AfterFunc(se.srv.cfg.CloseTimeout/5, func() { se.conn.Close() })
 		return false
 	case negotiate.ActionDisconnect:
 		return true
 	}
 	return false
+}
+
+// lateReply routes msg, a DATA message that arrived after the agent's
+// CLOSE was acknowledged, when it is a reply: over QUIC the CLOSE can
+// overtake the replies the agent wrote before it, and its requesters would
+// otherwise get agent_gone instead of their answers. Anything else is
+// refused as after-close. It takes msg unless it reports false: the
+// session is not one that takes late replies.
+func (se *session) lateReply(msg transport.Message, now time.Time) bool {
+	if !se.peerClosed.Load() {
+		return false
+	}
+	if dh, _, err := negotiate.ParseData(msg.Data); err == nil && dh.IsReply() {
+		se.handleData(msg, now)
+		return true
+	}
+	msg.Release()
+	se.srv.metrics.framesRefused.WithLabelValues("after_close").Inc()
+	return true
 }
 
 // receiveFailed ends a session whose connection can deliver no more
