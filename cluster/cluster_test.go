@@ -380,16 +380,7 @@ func TestLostAtJoin(t *testing.T) {
 		{"joins while behind", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ns.Start()
-			t.Cleanup(ns.Shutdown)
-			if !ns.ReadyForConnections(5 * time.Second) {
-				t.Fatal("nats-server did not start")
-			}
-			url := "nats://" + ns.Addr().String()
+			url := standaloneNATS(t)
 			cfg := Config{URLs: []string{url}, Inbox: 1, Headroom: 1, Heartbeat: 50 * time.Millisecond, DeadAfter: 10 * time.Second}
 			ha, hb := &recorder{gate: make(chan struct{})}, &recorder{}
 			cfg.Node = "a"
@@ -572,16 +563,7 @@ func TestBusyNodeKeepsPeers(t *testing.T) {
 // TestStranger: a request from a node this node does not count as a member
 // reaches the Handler marked Stranger (to be answered, not dropped).
 func TestStranger(t *testing.T) {
-	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns.Start()
-	t.Cleanup(ns.Shutdown)
-	if !ns.ReadyForConnections(5 * time.Second) {
-		t.Fatal("nats-server did not start")
-	}
-	url := "nats://" + ns.Addr().String()
+	url := standaloneNATS(t)
 	ha := &recorder{}
 	startNode(t, Config{URLs: []string{url}, Node: "a"}, ha)
 	nc, err := nats.Connect(url)
@@ -628,4 +610,20 @@ func TestConfigCheck(t *testing.T) {
 			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
 		}
 	}
+}
+
+// standaloneNATS starts a nats-server on loopback for the test, as an
+// external deployment, and returns its URL.
+func standaloneNATS(t *testing.T) string {
+	t.Helper()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(5 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	return "nats://" + ns.Addr().String()
 }

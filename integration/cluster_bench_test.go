@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"math"
 	"strings"
@@ -168,12 +169,7 @@ func TestClusterLoadSpread(t *testing.T) {
 //
 //	go test ./integration -run '^$' -bench ClusterCrossNode -benchtime 1x -count 5
 func BenchmarkClusterCrossNode(b *testing.B) {
-	certDir := b.TempDir()
-	nodes := startCluster(b, 2, nil, func(c *daemon.Config) { c.CertDir = certDir })
-	pin, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: nodes[0].Fingerprint()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	nodes, pin := benchCluster(b)
 	for _, mode := range []frame.Security{frame.SecurityNone, frame.SecurityAEAD} {
 		for _, kind := range []string{"single", "cross"} {
 			b.Run("ws-"+mode.String()+"/"+kind, func(b *testing.B) {
@@ -184,13 +180,7 @@ func BenchmarkClusterCrossNode(b *testing.B) {
 				}
 				for range b.N {
 					cpu0 := processCPU()
-					rep, err := bench.RunLoad(context.Background(), cfg)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if rep.Errors != 0 {
-						b.Fatalf("%d errors %v", rep.Errors, rep.ErrorsByReason)
-					}
+					rep := runLoadClean(b, cfg)
 					b.ReportMetric(rep.RoundTripsPerSec, "rt/s")
 					// Warmup and measured trips alike use CPU: per second
 					// of the run, not per counted trip.
@@ -210,12 +200,7 @@ func BenchmarkClusterCrossNode(b *testing.B) {
 //
 //	go test ./integration -run '^$' -bench ClusterInboxSizes -benchtime 1x -count 3
 func BenchmarkClusterInboxSizes(b *testing.B) {
-	certDir := b.TempDir()
-	nodes := startCluster(b, 2, nil, func(c *daemon.Config) { c.CertDir = certDir })
-	pin, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: nodes[0].Fingerprint()})
-	if err != nil {
-		b.Fatal(err)
-	}
+	nodes, pin := benchCluster(b)
 	lost := func() float64 {
 		n := 0.0
 		for _, d := range nodes {
@@ -234,13 +219,7 @@ func BenchmarkClusterInboxSizes(b *testing.B) {
 					Duration: 4 * time.Second, Warmup: time.Second, Connections: 4, Providers: 4, Concurrency: inFlight, Payloads: []bench.Payload{p}}
 				for range b.N {
 					lost0 := lost()
-					rep, err := bench.RunLoad(context.Background(), cfg)
-					if err != nil {
-						b.Fatal(err)
-					}
-					if rep.Errors != 0 {
-						b.Fatalf("%d errors %v", rep.Errors, rep.ErrorsByReason)
-					}
+					rep := runLoadClean(b, cfg)
 					b.ReportMetric(rep.RoundTripsPerSec, "rt/s")
 					b.ReportMetric(rep.RoundTripsPerSec*float64(len(p.JSON))/(1<<20), "MiB/s")
 					b.ReportMetric(lost()-lost0, "shed+dropped")
@@ -248,4 +227,28 @@ func BenchmarkClusterInboxSizes(b *testing.B) {
 			})
 		}
 	}
+}
+
+// benchCluster starts two clustered daemons with one certificate, and a
+// TLS configuration that pins it.
+func benchCluster(b *testing.B) ([]*testDaemon, *tls.Config) {
+	certDir := b.TempDir()
+	nodes := startCluster(b, 2, nil, func(c *daemon.Config) { c.CertDir = certDir })
+	pin, err := certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: nodes[0].Fingerprint()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return nodes, pin
+}
+
+// runLoadClean runs cfg's load, which must end without an error.
+func runLoadClean(b *testing.B, cfg bench.LoadConfig) *bench.LoadReport {
+	rep, err := bench.RunLoad(context.Background(), cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if rep.Errors != 0 {
+		b.Fatalf("%d errors %v", rep.Errors, rep.ErrorsByReason)
+	}
+	return rep
 }
