@@ -440,10 +440,11 @@ func (c *quicConn) stream(ctx context.Context, ch ChannelID) (*quicStream, error
 func (c *quicConn) BytesWritten() uint64 { return c.written.Load() }
 
 // takeDataTurn waits until s may hand a message to quic-go; took says
-// whether it holds the turn, which giveDataTurn gives back. Data messages leave one after another, not
-// interleaved across streams: the receiver gives its budget to messages
-// in the order their length prefixes arrive and leaves the bodies of the
-// others unread, in the connection's flow-control window (recvQueue.reserve).
+// whether it holds the turn, which giveDataTurn gives back. Data messages
+// leave one after another, not interleaved across streams: the receiver
+// gives its budget to messages in the order their length prefixes arrive
+// and leaves the bodies of the others unread, in the connection's
+// flow-control window (recvQueue.reserve).
 // Bodies written at once on many streams share that window (quic-go sends
 // every stream with data in turn), so unread bodies could fill it while
 // the messages holding the budget still missed bytes: the connection
