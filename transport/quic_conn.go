@@ -385,16 +385,8 @@ func (c *quicConn) Send(ctx context.Context, ch ChannelID, msg []byte) error {
 	if err != nil {
 		return err
 	}
-	select {
-	case s.sendMu <- struct{}{}:
-	default:
-		select {
-		case s.sendMu <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-c.done:
-			return ErrClosed
-		}
+	if err := acquire(ctx, s.sendMu, c.done); err != nil {
+		return err
 	}
 	defer func() { <-s.sendMu }()
 	if c.isClosing() {
@@ -458,18 +450,32 @@ func (c *quicConn) takeDataTurn(ctx context.Context, s *quicStream, stop <-chan 
 	if s.id == ControlChannel {
 		return false, nil
 	}
-	select {
-	case c.dataTurn <- struct{}{}:
-	default:
-		select {
-		case c.dataTurn <- struct{}{}:
-		case <-ctx.Done():
-			return false, fmt.Errorf("transport: send on channel %d: %w", s.id, ctx.Err())
-		case <-stop:
-			return false, ErrClosed
+	if err := acquire(ctx, c.dataTurn, stop); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return false, err
 		}
+		return false, fmt.Errorf("transport: send on channel %d: %w", s.id, err)
 	}
 	return true, nil
+}
+
+// acquire takes sem (a channel of capacity 1 used as a lock), without a
+// select in the common case of no contention; it gives up with ctx's error
+// when ctx ends, or ErrClosed when stop is closed.
+func acquire(ctx context.Context, sem chan<- struct{}, stop <-chan struct{}) error {
+	select {
+	case sem <- struct{}{}:
+		return nil
+	default:
+	}
+	select {
+	case sem <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stop:
+		return ErrClosed
+	}
 }
 
 // giveDataTurn ends a turn takeDataTurn took.
