@@ -526,10 +526,14 @@ func dropped(c *Cluster) int {
 // its peer's heartbeats, queued behind the burst, and declares nobody dead.
 func TestBusyNodeKeepsPeers(t *testing.T) {
 	ha, hb := &recorder{slow: time.Millisecond}, &recorder{}
-	a := startNode(t, Config{Listen: "127.0.0.1:0", Node: "a"}, ha)
-	b := startNode(t, Config{Listen: "127.0.0.1:0", Node: "b", Routes: []string{"nats://" + a.RouteAddr().String()}}, hb)
+	// DeadAfter above the default: what is tested is a dispatcher busy for
+	// longer than DeadAfter, not how long a loaded machine may starve the
+	// heartbeat goroutines (at the default 1 s this failed once at load 9).
+	const deadAfter = 2500 * time.Millisecond
+	a := startNode(t, Config{Listen: "127.0.0.1:0", Node: "a", DeadAfter: deadAfter}, ha)
+	b := startNode(t, Config{Listen: "127.0.0.1:0", Node: "b", DeadAfter: deadAfter, Routes: []string{"nats://" + a.RouteAddr().String()}}, hb)
 	ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
-	const n = 1500 // 1.5 s of work at least: more than DeadAfter
+	const n = 3000 // 3 s of work at least: more than DeadAfter
 	for i := range n {
 		if err := b.SendRequest("a", &Request{W: uint64(i + 1), Requester: "r", Target: "p1", Frame: []byte{1}}); err != nil {
 			t.Fatal(err)
