@@ -23,8 +23,9 @@ const (
 )
 
 // relayServer is the baseline the daemon is compared with: the same
-// transport library and the same stream design (QUIC: a stream per request
-// in flight, taken from a pool; WebSocket: one connection), and nothing of
+// transport library and the same stream design (QUIC: each side's
+// requests on one stream, transport.ShareDataChannel, as in sessions with
+// feature shared_stream; WebSocket: one connection), and nothing of
 // the M2M protocol: no handshake beyond one role byte, no DATA header, no
 // frame header, no security, no sequence numbers. It reads the first 8
 // bytes of each message, a tag, and swaps it for its own so that replies
@@ -52,7 +53,7 @@ type relayServer struct {
 
 type relayPeer struct {
 	conn   transport.Conn
-	perReq bool // QUIC: a channel per request
+	perReq bool // QUIC: a channel acquired per request (the shared one)
 }
 
 // startRelay starts a relay (or, with echo, the echo target) on loopback
@@ -167,6 +168,7 @@ func (r *relayServer) serve(c transport.Conn) {
 		role = hello.Data[0]
 	}
 	hello.Release()
+	transport.ShareDataChannel(c)
 	peer := &relayPeer{conn: c, perReq: c.Transport() == TransportQUIC}
 	if role == roleProvider && !r.echo {
 		r.addProvider(peer)
@@ -328,6 +330,7 @@ func dialTag(ctx context.Context, ep endpoint, role byte) (transport.Conn, error
 		return nil, err
 	}
 	conn.SetReadLimit(transport.MaxReadLimit)
+	transport.ShareDataChannel(conn)
 	if err := conn.Send(ctx, transport.ControlChannel, []byte{role}); err != nil {
 		conn.Close()
 		return nil, err

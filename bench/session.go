@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,11 +23,12 @@ type m2mSession struct {
 	conn       transport.Conn
 	sess       *negotiate.Session
 	send, recv *negotiate.Sealer
-	shared     bool // one channel for everything (WebSocket)
+	shared     bool // one channel for everything (WebSocket; QUIC with shared_stream)
 
 	// sendMu keeps "number the frame, protect it, send it" in one order
-	// per channel where channels are shared (WebSocket); on QUIC a channel
-	// carries one request at a time, so the order is given.
+	// per channel where channels are shared; on QUIC without
+	// shared_stream a channel carries one request at a time, so the order
+	// is given.
 	sendMu sync.Mutex
 	ctrlMu sync.Mutex
 	closed bool
@@ -47,6 +49,8 @@ func dialM2M(ctx context.Context, ep endpoint, cc negotiate.ClientConfig) (*m2mS
 }
 
 func handshake(ctx context.Context, conn transport.Conn, cc negotiate.ClientConfig) (*m2mSession, error) {
+	// The stream design of the Go client (docs/protocol.md §1).
+	cc.Features = append(slices.Clip(cc.Features), negotiate.FeatureSharedStream)
 	hs, err := negotiate.NewHello(cc, time.Now())
 	if err != nil {
 		return nil, err
@@ -67,7 +71,10 @@ func handshake(ctx context.Context, conn transport.Conn, cc negotiate.ClientConf
 	s := &m2mSession{
 		conn:   conn,
 		sess:   sess,
-		shared: conn.Transport() != TransportQUIC,
+		shared: conn.Transport() != TransportQUIC || sess.Params.Has(negotiate.FeatureSharedStream),
+	}
+	if sess.Params.Has(negotiate.FeatureSharedStream) {
+		transport.ShareDataChannel(conn)
 	}
 	if s.send, s.recv, err = sess.Sealers(0); err != nil {
 		return nil, err

@@ -258,6 +258,9 @@ func (c *Client) accept(conn transport.Conn, m *negotiate.Machine, hs *negotiate
 	s.encLim = frame.Limits{MaxMessage: s.maxPayload - s.send.Overhead()}
 	s.decLim = frame.Limits{MaxMessage: s.maxPayload}
 	conn.SetReadLimit(int64(s.maxPayload) + 512)
+	if ns.Params.Has(negotiate.FeatureSharedStream) {
+		transport.ShareDataChannel(conn)
+	}
 	s.log = c.log.With().Str("session", ns.ID).Str("transport", s.info.Transport).Logger()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil

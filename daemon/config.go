@@ -20,7 +20,7 @@ import (
 // to every client that lists them in HELLO (docs/protocol.md §3.6).
 func Features() []negotiate.Feature { return slices.Clone(features) }
 
-var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureDelta, negotiate.FeatureTNSealed, negotiate.FeatureBatch, negotiate.FeatureCompact}
+var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureDelta, negotiate.FeatureTNSealed, negotiate.FeatureBatch, negotiate.FeatureCompact, negotiate.FeatureSharedStream}
 
 // The daemon's own defaults. Every one is a Config field and an `m2md
 // serve` flag. The protocol's defaults and ranges (max_payload, the

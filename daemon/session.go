@@ -256,6 +256,9 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 		return nil, err
 	}
 	conn.SetReadLimit(int64(p.MaxPayload) + 512)
+	if p.Has(negotiate.FeatureSharedStream) {
+		transport.ShareDataChannel(conn)
+	}
 	se.ctx, se.cancel = context.WithCancel(s.baseCtx)
 	var models []string
 	if neg.Peer != nil {

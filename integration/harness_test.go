@@ -142,6 +142,9 @@ func newRawAgent(t testing.TB, conn transport.Conn, sess *negotiate.Session) *ra
 		}
 	}
 	conn.SetReadLimit(int64(sess.Params.MaxPayload) + 512)
+	if sess.Params.Has(negotiate.FeatureSharedStream) {
+		transport.ShareDataChannel(conn)
+	}
 	return a
 }
 

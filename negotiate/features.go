@@ -26,6 +26,11 @@ const (
 	// extension block naming their document and its base, and whose payload
 	// may be a delta against that base (docs/protocol.md §4.3).
 	FeatureDelta Feature = "delta"
+	// FeatureSharedStream: on QUIC, a sender may keep any number of
+	// requests outstanding on one data stream (docs/protocol.md §1); each
+	// side then sends all its requests on one stream it opened
+	// (transport.ShareDataChannel). Nothing changes on WebSocket.
+	FeatureSharedStream Feature = "shared_stream"
 	// FeatureTNSealed: TokenNative frames in hmac and aead sessions, in a
 	// sealed envelope (docs/protocol.md §4.2).
 	FeatureTNSealed Feature = "tn_sealed"

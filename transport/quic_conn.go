@@ -39,10 +39,16 @@ type quicConn struct {
 	// CONTROL message is at most that in every state (docs/protocol.md §1).
 	controlLimit atomic.Int64
 
-	mu           sync.Mutex
-	streams      map[ChannelID]*quicStream
-	idle         []*quicStream // opened here, nothing outstanding; LIFO keeps hot streams hot
-	released     chan struct{} // closed (then replaced) when idle gains a stream
+	mu       sync.Mutex
+	streams  map[ChannelID]*quicStream
+	idle     []*quicStream // opened here, nothing outstanding; LIFO keeps hot streams hot
+	released chan struct{} // closed (then replaced) when idle gains a stream
+	// shared is set by ShareDataChannel: AcquireChannel then returns one
+	// data stream, one (guarded by mu), for every request; opening (a
+	// lock as a channel) lets one caller at a time open its replacement.
+	shared       atomic.Bool
+	one          *quicStream
+	opening      chan struct{}
 	control      *quicStream
 	controlReady chan struct{} // closed once control is known
 	closing      bool
@@ -108,6 +114,7 @@ func newQUICConn(qc *quic.Conn, isClient bool, cfg Config) (*quicConn, error) {
 		controlReady: make(chan struct{}),
 		peerFinished: make(chan struct{}),
 		dataTurn:     make(chan struct{}, 1),
+		opening:      make(chan struct{}, 1),
 		done:         make(chan struct{}),
 		ctx:          ctx,
 		cancel:       cancel,
@@ -636,6 +643,9 @@ func isTimeout(err error) bool {
 }
 
 func (c *quicConn) AcquireChannel(ctx context.Context) (ChannelID, error) {
+	if c.shared.Load() {
+		return c.acquireShared(ctx)
+	}
 	for {
 		c.mu.Lock()
 		if c.closing {
@@ -685,7 +695,7 @@ func (c *quicConn) ReleaseChannel(ch ChannelID) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.streams[ch]
-	if s == nil || !s.poolable || s.pooled || s.dead || c.closing {
+	if s == nil || !s.poolable || s.pooled || s.dead || c.closing || s == c.one {
 		return
 	}
 	s.pooled = true

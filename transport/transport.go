@@ -5,7 +5,8 @@
 // byte slices (kind byte first); the transport only delimits them, splits
 // them into channels and enforces the read limit. Channel 0 on WebSocket is
 // the only channel; on QUIC, channel ids are stream ids, the control stream
-// is stream 0, and data channels come from a pool of long-lived streams.
+// is stream 0, and data channels come from a pool of long-lived streams, or,
+// after ShareDataChannel, are one stream for every request.
 //
 // Daemon side:
 //
@@ -109,7 +110,9 @@ type Conn interface {
 	Uncork() error
 	// AcquireChannel returns a data channel with no request outstanding,
 	// opening one if none is idle; when the peer's stream limit is reached
-	// it waits for a ReleaseChannel. On WebSocket it always returns 0.
+	// it waits for a ReleaseChannel. After ShareDataChannel it returns the
+	// one data channel this side sends its requests on. On WebSocket it
+	// always returns 0.
 	AcquireChannel(ctx context.Context) (ChannelID, error)
 	// ReleaseChannel returns a channel obtained from AcquireChannel once the
 	// final reply on it has arrived. Channels the peer opened, the control

@@ -1,0 +1,134 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestQUICSharedDataChannel: after ShareDataChannel, every AcquireChannel,
+// concurrent or not, released or not, gets the one data stream this side
+// opened; messages of many senders on it arrive on it in each sender's
+// order, and the peer's answers come back on it.
+func TestQUICSharedDataChannel(t *testing.T) {
+	p := quicPair(t, Config{}, Config{})
+	ShareDataChannel(p.client)
+	ctx := testCtx(t)
+
+	const acquirers = 16
+	got := make(chan ChannelID, acquirers)
+	var wg sync.WaitGroup
+	for range acquirers {
+		wg.Go(func() {
+			ch, err := p.client.AcquireChannel(ctx)
+			if err != nil {
+				t.Error(err)
+			}
+			got <- ch
+		})
+	}
+	wg.Wait()
+	close(got)
+	ch := <-got
+	if ch == ControlChannel || ch%4 != 0 {
+		t.Fatalf("shared channel %d: want a client-initiated bidirectional data stream", ch)
+	}
+	for other := range got {
+		if other != ch {
+			t.Fatalf("concurrent acquisitions got channels %d and %d, want one", ch, other)
+		}
+	}
+	p.client.ReleaseChannel(ch)
+	p.client.ReleaseChannel(ch)
+	if again, err := p.client.AcquireChannel(ctx); err != nil || again != ch {
+		t.Fatalf("after release: channel %d, %v; want %d", again, err, ch)
+	}
+
+	const senders, each = 4, 50
+	for g := range senders {
+		wg.Go(func() {
+			for i := range each {
+				if err := p.client.Send(ctx, ch, fmt.Appendf(nil, "%d:%d", g, i)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	next := make([]int, senders)
+	for range senders * each {
+		m := mustReceive(t, p.server)
+		if m.Channel != ch {
+			t.Fatalf("message on channel %d, want the shared %d", m.Channel, ch)
+		}
+		var g, i int
+		if _, err := fmt.Sscanf(string(m.Data), "%d:%d", &g, &i); err != nil || g >= senders || i != next[g] {
+			t.Fatalf("got %q, want sender %d's message %d next", m.Data, g, next[g])
+		}
+		next[g]++
+		m.Release()
+		mustSend(t, p.server, ch, []byte("answer"))
+	}
+	wg.Wait()
+	for range senders * each {
+		if m := mustReceive(t, p.client); m.Channel != ch {
+			t.Fatalf("answer on channel %d, want %d", m.Channel, ch)
+		}
+	}
+}
+
+// TestQUICSharedDataChannelReplaced: when the peer resets the shared
+// stream, the next AcquireChannel opens another one, which works.
+func TestQUICSharedDataChannelReplaced(t *testing.T) {
+	p := quicPair(t, Config{}, Config{})
+	ShareDataChannel(p.client)
+	ctx := testCtx(t)
+	ch, err := p.client.AcquireChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSend(t, p.client, ch, []byte("first"))
+	m := mustReceive(t, p.server)
+	m.Release()
+	srv := p.server.(*quicConn)
+	srv.mu.Lock()
+	str := srv.streams[ch].str
+	srv.mu.Unlock()
+	str.CancelRead(quicStreamAborted)
+	str.CancelWrite(quicStreamAborted)
+
+	_, err = p.client.Receive(ctx)
+	if chErr := (*ChannelError)(nil); !errors.As(err, &chErr) || chErr.Channel != ch {
+		t.Fatalf("client Receive after the reset: %v, want a ChannelError for %d", err, ch)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	var fresh ChannelID
+	for fresh, err = p.client.AcquireChannel(ctx); err == nil && fresh == ch && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		fresh, err = p.client.AcquireChannel(ctx)
+	}
+	if err != nil || fresh == ch {
+		t.Fatalf("AcquireChannel after the reset: %d, %v; want a new channel", fresh, err)
+	}
+	mustSend(t, p.client, fresh, []byte("second"))
+	// The server's own reader reports the stream it reset first.
+	m, err = p.server.Receive(ctx)
+	if chErr := (*ChannelError)(nil); errors.As(err, &chErr) && chErr.Channel == ch {
+		m, err = p.server.Receive(ctx)
+	}
+	if err != nil || m.Channel != fresh || string(m.Data) != "second" {
+		t.Fatalf("got %q on %d (%v), want \"second\" on %d", m.Data, m.Channel, err, fresh)
+	}
+	m.Release()
+}
+
+// TestWSShareDataChannel: on WebSocket ShareDataChannel changes nothing.
+func TestWSShareDataChannel(t *testing.T) {
+	p := wsPair(t, Config{}, Config{})
+	ShareDataChannel(p.client)
+	if ch, err := p.client.AcquireChannel(testCtx(t)); err != nil || ch != 0 {
+		t.Fatalf("AcquireChannel: %d, %v; want 0", ch, err)
+	}
+}
