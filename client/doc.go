@@ -28,9 +28,12 @@
 // from 100 bytes on), protected in the session's negotiated mode (none,
 // HMAC-SHA256 or ChaCha20-Poly1305 with per-direction keys from the
 // handshake), each carrying its channel's sequence number so that a replayed
-// or reordered frame is refused. Over QUIC every request has a stream of its
-// own from a pool of long-lived streams, so requests never queue behind each
-// other; over WebSocket they share the one connection. One goroutine per
+// or reordered frame is refused. Over QUIC the session's requests share one
+// data stream (feature shared_stream, docs/protocol.md §1: with a daemon
+// that lacks it, each request has a stream of its own from a pool of
+// long-lived streams); over WebSocket they share the one connection. Either
+// way the messages a moment's requests make leave together, in as few
+// system calls and packets as they fill. One goroutine per
 // session reads and dispatches, verifying each frame; decoding happens in the
 // goroutine that asked for it (Stream.Recv, the handler), so a large reply
 // does not hold up the others. Handlers run in their own goroutines, at most
