@@ -44,11 +44,9 @@ type quicConn struct {
 	idle     []*quicStream // opened here, nothing outstanding; LIFO keeps hot streams hot
 	released chan struct{} // closed (then replaced) when idle gains a stream
 	// shared is set by ShareDataChannel: AcquireChannel then returns one
-	// data stream, one (guarded by mu), for every request; opening (a
-	// lock as a channel) lets one caller at a time open its replacement.
+	// data stream, one (guarded by mu), for every request.
 	shared       atomic.Bool
 	one          *quicStream
-	opening      chan struct{}
 	control      *quicStream
 	controlReady chan struct{} // closed once control is known
 	closing      bool
@@ -114,7 +112,6 @@ func newQUICConn(qc *quic.Conn, isClient bool, cfg Config) (*quicConn, error) {
 		controlReady: make(chan struct{}),
 		peerFinished: make(chan struct{}),
 		dataTurn:     make(chan struct{}, 1),
-		opening:      make(chan struct{}, 1),
 		done:         make(chan struct{}),
 		ctx:          ctx,
 		cancel:       cancel,
@@ -147,18 +144,29 @@ func newQUICConn(qc *quic.Conn, isClient bool, cfg Config) (*quicConn, error) {
 
 // addStream registers str and starts its reader.
 func (c *quicConn) addStream(str *quic.Stream, poolable bool) (*quicStream, error) {
+	c.mu.Lock()
+	s, err := c.addStreamLocked(str, poolable)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	go c.readLoop(s)
+	return s, nil
+}
+
+// addStreamLocked registers str; the caller holds c.mu and then starts
+// the stream's reader (go c.readLoop(s)).
+func (c *quicConn) addStreamLocked(str *quic.Stream, poolable bool) (*quicStream, error) {
+	if c.closing {
+		str.CancelRead(quicStreamAborted)
+		str.CancelWrite(quicStreamAborted)
+		return nil, ErrClosed
+	}
 	s := &quicStream{
 		id:       ChannelID(str.StreamID()),
 		str:      str,
 		poolable: poolable,
 		sendMu:   make(chan struct{}, 1),
-	}
-	c.mu.Lock()
-	if c.closing {
-		c.mu.Unlock()
-		str.CancelRead(quicStreamAborted)
-		str.CancelWrite(quicStreamAborted)
-		return nil, ErrClosed
 	}
 	c.streams[s.id] = s
 	if s.id == ControlChannel {
@@ -166,8 +174,6 @@ func (c *quicConn) addStream(str *quic.Stream, poolable bool) (*quicStream, erro
 		close(c.controlReady)
 	}
 	c.wg.Add(1)
-	c.mu.Unlock()
-	go c.readLoop(s)
 	return s, nil
 }
 

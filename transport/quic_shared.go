@@ -23,25 +23,43 @@ func ShareDataChannel(c Conn) {
 }
 
 // acquireShared returns the data stream this side sends its requests on,
-// opening it first if there is none yet or the one there was broke. As
-// AcquireChannel's pool, it waits only where quic-go would: at the peer's
-// stream limit, and not at all with an ended ctx.
+// opening it first if there is none yet or the one there was broke. It
+// opens under c.mu, which quic-go's OpenStream never blocks, so that
+// concurrent first calls share one stream and none of them waits, with an
+// ended ctx least of all (the daemon's deliveries must never wait). Only
+// at the peer's stream limit does it wait for the peer to allow another,
+// as long as ctx lets it.
 func (c *quicConn) acquireShared(ctx context.Context) (ChannelID, error) {
-	if id, ok, err := c.sharedStream(); ok || err != nil {
-		return id, err
+	c.mu.Lock()
+	if c.closing {
+		c.mu.Unlock()
+		return 0, ErrClosed
 	}
-	if err := acquire(ctx, c.opening, c.done); err != nil {
-		return 0, err
-	}
-	defer func() { <-c.opening }()
-	if id, ok, err := c.sharedStream(); ok || err != nil {
-		return id, err // opened while this call waited
+	if s := c.one; s != nil && !s.dead {
+		c.mu.Unlock()
+		return s.id, nil
 	}
 	str, err := c.qc.OpenStream()
-	if _, atLimit := errors.AsType[*quic.StreamLimitReachedError](err); atLimit {
-		str, err = c.qc.OpenStreamSync(ctx)
+	if err == nil {
+		s, err := c.addStreamLocked(str, true)
+		if err == nil {
+			c.one = s
+		}
+		c.mu.Unlock()
+		if err != nil {
+			return 0, err
+		}
+		go c.readLoop(s)
+		return s.id, nil
 	}
-	if err != nil {
+	c.mu.Unlock()
+	if _, atLimit := errors.AsType[*quic.StreamLimitReachedError](err); !atLimit {
+		if c.isClosing() {
+			return 0, ErrClosed
+		}
+		return 0, closedBy(err)
+	}
+	if str, err = c.qc.OpenStreamSync(ctx); err != nil {
 		if ctxErr := ctx.Err(); ctxErr != nil {
 			return 0, ctxErr
 		}
@@ -55,20 +73,10 @@ func (c *quicConn) acquireShared(ctx context.Context) (ChannelID, error) {
 		return 0, err
 	}
 	c.mu.Lock()
+	// Another call may have got a stream too while this one waited: the
+	// newest serves from now on; the other's requests still get their
+	// replies on it.
 	c.one = s
 	c.mu.Unlock()
 	return s.id, nil
-}
-
-// sharedStream reports the live shared stream, if there is one.
-func (c *quicConn) sharedStream() (ChannelID, bool, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	switch {
-	case c.closing:
-		return 0, false, ErrClosed
-	case c.one != nil && !c.one.dead:
-		return c.one.id, true, nil
-	}
-	return 0, false, nil
 }

@@ -1,6 +1,7 @@
 package transport
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sync"
@@ -130,5 +131,58 @@ func TestWSShareDataChannel(t *testing.T) {
 	ShareDataChannel(p.client)
 	if ch, err := p.client.AcquireChannel(testCtx(t)); err != nil || ch != 0 {
 		t.Fatalf("AcquireChannel: %d, %v; want 0", ch, err)
+	}
+}
+
+// TestQUICSharedDataChannelAtLimit: with a peer that allows one data
+// stream, the replacement of a reset shared stream waits for the peer to
+// allow another (it does once the old one is gone on both sides), and a
+// call whose context has ended does not wait at all.
+func TestQUICSharedDataChannelAtLimit(t *testing.T) {
+	p := quicPair(t, Config{}, Config{MaxIncomingChannels: 2}) // control + 1
+	ShareDataChannel(p.client)
+	ctx := testCtx(t)
+	ch, err := p.client.AcquireChannel(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustSend(t, p.client, ch, []byte("first"))
+	m := mustReceive(t, p.server)
+	m.Release()
+	srv := p.server.(*quicConn)
+	srv.mu.Lock()
+	str := srv.streams[ch].str
+	srv.mu.Unlock()
+	str.CancelRead(quicStreamAborted)
+	str.CancelWrite(quicStreamAborted)
+	if _, err := p.client.Receive(ctx); !errors.As(err, new(*ChannelError)) {
+		t.Fatalf("client Receive after the reset: %v", err)
+	}
+	ended, cancel := context.WithCancel(ctx)
+	cancel()
+	start := time.Now()
+	if got, err := p.client.AcquireChannel(ended); err == nil && got == ch {
+		t.Fatalf("AcquireChannel returned the reset channel %d", ch)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("AcquireChannel with an ended context took %v", took)
+	}
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	fresh, err := p.client.AcquireChannel(short)
+	if err != nil || fresh == ch {
+		t.Fatalf("AcquireChannel at the limit: %d, %v; want a new channel once the peer allows it", fresh, err)
+	}
+	mustSend(t, p.client, fresh, []byte("second"))
+	for {
+		m, err := p.server.Receive(ctx)
+		if errors.As(err, new(*ChannelError)) {
+			continue
+		}
+		if err != nil || m.Channel != fresh || string(m.Data) != "second" {
+			t.Fatalf("got %q on %d (%v), want \"second\" on %d", m.Data, m.Channel, err, fresh)
+		}
+		m.Release()
+		break
 	}
 }
