@@ -84,54 +84,12 @@ func TestQUICSharedDataChannel(t *testing.T) {
 // stream, the next AcquireChannel opens another one, which works.
 func TestQUICSharedDataChannelReplaced(t *testing.T) {
 	p := quicPair(t, Config{}, Config{})
-	ShareDataChannel(p.client)
-	ctx := testCtx(t)
-	ch, err := p.client.AcquireChannel(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustSend(t, p.client, ch, []byte("first"))
-	m := mustReceive(t, p.server)
-	m.Release()
-	srv := p.server.(*quicConn)
-	srv.mu.Lock()
-	str := srv.streams[ch].str
-	srv.mu.Unlock()
-	str.CancelRead(quicStreamAborted)
-	str.CancelWrite(quicStreamAborted)
-
-	_, err = p.client.Receive(ctx)
-	if chErr := (*ChannelError)(nil); !errors.As(err, &chErr) || chErr.Channel != ch {
-		t.Fatalf("client Receive after the reset: %v, want a ChannelError for %d", err, ch)
-	}
-	deadline := time.Now().Add(5 * time.Second)
-	var fresh ChannelID
-	for fresh, err = p.client.AcquireChannel(ctx); err == nil && fresh == ch && time.Now().Before(deadline); {
-		time.Sleep(5 * time.Millisecond)
-		fresh, err = p.client.AcquireChannel(ctx)
-	}
+	ch := resetSharedStream(t, p)
+	fresh, err := p.client.AcquireChannel(testCtx(t))
 	if err != nil || fresh == ch {
 		t.Fatalf("AcquireChannel after the reset: %d, %v; want a new channel", fresh, err)
 	}
-	mustSend(t, p.client, fresh, []byte("second"))
-	// The server's own reader reports the stream it reset first.
-	m, err = p.server.Receive(ctx)
-	if chErr := (*ChannelError)(nil); errors.As(err, &chErr) && chErr.Channel == ch {
-		m, err = p.server.Receive(ctx)
-	}
-	if err != nil || m.Channel != fresh || string(m.Data) != "second" {
-		t.Fatalf("got %q on %d (%v), want \"second\" on %d", m.Data, m.Channel, err, fresh)
-	}
-	m.Release()
-}
-
-// TestWSShareDataChannel: on WebSocket ShareDataChannel changes nothing.
-func TestWSShareDataChannel(t *testing.T) {
-	p := wsPair(t, Config{}, Config{})
-	ShareDataChannel(p.client)
-	if ch, err := p.client.AcquireChannel(testCtx(t)); err != nil || ch != 0 {
-		t.Fatalf("AcquireChannel: %d, %v; want 0", ch, err)
-	}
+	sendsOn(t, p, fresh)
 }
 
 // TestQUICSharedDataChannelAtLimit: with a peer that allows one data
@@ -140,6 +98,29 @@ func TestWSShareDataChannel(t *testing.T) {
 // call whose context has ended does not wait at all.
 func TestQUICSharedDataChannelAtLimit(t *testing.T) {
 	p := quicPair(t, Config{}, Config{MaxIncomingChannels: 2}) // control + 1
+	ch := resetSharedStream(t, p)
+	ended, cancel := context.WithCancel(testCtx(t))
+	cancel()
+	start := time.Now()
+	if got, err := p.client.AcquireChannel(ended); err == nil && got == ch {
+		t.Fatalf("AcquireChannel returned the reset channel %d", ch)
+	}
+	if took := time.Since(start); took > time.Second {
+		t.Fatalf("AcquireChannel with an ended context took %v", took)
+	}
+	short, cancel := context.WithTimeout(testCtx(t), 5*time.Second)
+	defer cancel()
+	fresh, err := p.client.AcquireChannel(short)
+	if err != nil || fresh == ch {
+		t.Fatalf("AcquireChannel at the limit: %d, %v; want a new channel once the peer allows it", fresh, err)
+	}
+	sendsOn(t, p, fresh)
+}
+
+// resetSharedStream shares p.client's data channel, uses it once, has the
+// server reset it, and waits until the client has seen that.
+func resetSharedStream(t *testing.T, p pair) ChannelID {
+	t.Helper()
 	ShareDataChannel(p.client)
 	ctx := testCtx(t)
 	ch, err := p.client.AcquireChannel(ctx)
@@ -155,34 +136,37 @@ func TestQUICSharedDataChannelAtLimit(t *testing.T) {
 	srv.mu.Unlock()
 	str.CancelRead(quicStreamAborted)
 	str.CancelWrite(quicStreamAborted)
-	if _, err := p.client.Receive(ctx); !errors.As(err, new(*ChannelError)) {
-		t.Fatalf("client Receive after the reset: %v", err)
+	_, err = p.client.Receive(ctx)
+	if chErr := (*ChannelError)(nil); !errors.As(err, &chErr) || chErr.Channel != ch {
+		t.Fatalf("client Receive after the reset: %v, want a ChannelError for %d", err, ch)
 	}
-	ended, cancel := context.WithCancel(ctx)
-	cancel()
-	start := time.Now()
-	if got, err := p.client.AcquireChannel(ended); err == nil && got == ch {
-		t.Fatalf("AcquireChannel returned the reset channel %d", ch)
-	}
-	if took := time.Since(start); took > time.Second {
-		t.Fatalf("AcquireChannel with an ended context took %v", took)
-	}
-	short, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	fresh, err := p.client.AcquireChannel(short)
-	if err != nil || fresh == ch {
-		t.Fatalf("AcquireChannel at the limit: %d, %v; want a new channel once the peer allows it", fresh, err)
-	}
-	mustSend(t, p.client, fresh, []byte("second"))
+	return ch
+}
+
+// sendsOn checks that a message sent on ch reaches the server on ch,
+// past the server's own report of the stream it reset.
+func sendsOn(t *testing.T, p pair, ch ChannelID) {
+	t.Helper()
+	mustSend(t, p.client, ch, []byte("second"))
+	ctx := testCtx(t)
 	for {
 		m, err := p.server.Receive(ctx)
 		if errors.As(err, new(*ChannelError)) {
 			continue
 		}
-		if err != nil || m.Channel != fresh || string(m.Data) != "second" {
-			t.Fatalf("got %q on %d (%v), want \"second\" on %d", m.Data, m.Channel, err, fresh)
+		if err != nil || m.Channel != ch || string(m.Data) != "second" {
+			t.Fatalf("got %q on %d (%v), want \"second\" on %d", m.Data, m.Channel, err, ch)
 		}
 		m.Release()
-		break
+		return
+	}
+}
+
+// TestWSShareDataChannel: on WebSocket ShareDataChannel changes nothing.
+func TestWSShareDataChannel(t *testing.T) {
+	p := wsPair(t, Config{}, Config{})
+	ShareDataChannel(p.client)
+	if ch, err := p.client.AcquireChannel(testCtx(t)); err != nil || ch != 0 {
+		t.Fatalf("AcquireChannel: %d, %v; want 0", ch, err)
 	}
 }
