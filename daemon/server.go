@@ -219,8 +219,6 @@ func (s *Server) Run(ctx context.Context) error {
 	if err := s.listen(runCtx, ls); err != nil {
 		return err
 	}
-	s.logStart()
-	close(s.ready)
 	ls.wg.Add(1)
 	go func() {
 		defer ls.wg.Done()
@@ -231,6 +229,10 @@ func (s *Server) Run(ctx context.Context) error {
 		defer ls.wg.Done()
 		s.reclaimMemory(runCtx)
 	}()
+	// Ready once every goroutine of a running daemon exists: tests count
+	// goroutines from this moment to find leaks.
+	s.logStart()
+	close(s.ready)
 
 	select {
 	case <-ctx.Done():
