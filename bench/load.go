@@ -326,16 +326,7 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 	rep.Machine.LoadAvgEnd = loadAvg()
 	rep.computeRatios(results[RunM2M], results[RunRelay])
 	if cfg.Repeat > 1 {
-		for i, m := range results[RunM2M] {
-			r := Repetition{M2M: summaryOf(m)}
-			if i < len(results[RunRelay]) {
-				b := summaryOf(results[RunRelay][i])
-				r.Baseline = &b
-				r.RoundTripsRatio = ratio(m.RoundTripsPerSec, b.RoundTripsPerSec)
-				r.P99Ratio = ratio(m.P99US, b.P99US)
-			}
-			rep.Repetitions = append(rep.Repetitions, r)
-		}
+		rep.Repetitions = repetitionsOf(results[RunM2M], results[RunRelay], results[RunNATS])
 	}
 	return rep, nil
 }

@@ -24,7 +24,7 @@ func TestLoadEndToEnd(t *testing.T) {
 		cfg  LoadConfig
 	}{
 		{"quic-none-closed", LoadConfig{Transport: TransportQUIC, Baseline: true, Echo: true, Compare: CompareNATS}},
-		{"ws-aead-closed", LoadConfig{Transport: TransportWS, Security: frame.SecurityAEAD, Baseline: true, Compare: CompareNATS}},
+		{"ws-aead-closed-repeated", LoadConfig{Transport: TransportWS, Security: frame.SecurityAEAD, Baseline: true, Compare: CompareNATS, Repeat: 2}},
 		// Responses and chunks have no routing model: they are addressed to
 		// providers by agent id.
 		// At most 64 in flight: a machine busy with other work may stall the
@@ -78,6 +78,17 @@ func TestLoadEndToEnd(t *testing.T) {
 			}
 			if cfg.Baseline && (rep.Ratios == nil || rep.Ratios.RoundTrips <= 0) {
 				t.Errorf("ratios %+v", rep.Ratios)
+			}
+			if cfg.Repeat > 1 {
+				// Every repetition carries the runs compared with it.
+				if len(rep.Repetitions) != cfg.Repeat {
+					t.Fatalf("%d repetitions reported, want %d", len(rep.Repetitions), cfg.Repeat)
+				}
+				for i, rp := range rep.Repetitions {
+					if rp.Baseline == nil || rp.RoundTripsRatio <= 0 || rp.NATS == nil || rp.NATSRoundTripsRatio <= 0 || rp.NATSP99Ratio <= 0 {
+						t.Errorf("repetition %d: %+v", i+1, rp)
+					}
+				}
 			}
 			var buf bytes.Buffer
 			if err := rep.WriteJSON(&buf); err != nil {

@@ -181,3 +181,62 @@ func TestMedianOfRepetitions(t *testing.T) {
 		t.Error("median of an even count is the mean of the middle two")
 	}
 }
+
+// TestRepetitionsOf: each repetition pairs the M2M run with the relay and
+// NATS runs made right after it, and the table and the per-repetition
+// Markdown show every repetition's ratio, not only their median.
+func TestRepetitionsOf(t *testing.T) {
+	mk := func(rate, p99, wait float64) *Result {
+		return &Result{RoundTripsPerSec: rate, Latency: Latency{P99US: p99}, Process: &ProcessStats{Source: "process", CPUWait: wait}}
+	}
+	m2m := []*Result{mk(100, 4000, 0.5), mk(300, 1000, 0.1), mk(200, 2000, 0.3)}
+	relay := []*Result{mk(200, 1000, 0.2), mk(300, 1000, 0.2), mk(100, 1000, 0.2)}
+	nats := []*Result{mk(400, 2000, 0.6), mk(150, 2000, 0.6), mk(200, 1000, 0.6)}
+	reps := repetitionsOf(m2m, relay, nats)
+	if len(reps) != 3 {
+		t.Fatalf("%d repetitions", len(reps))
+	}
+	for i, want := range []struct{ relay, nats, natsP99 float64 }{{0.5, 0.25, 2}, {1, 2, 0.5}, {2, 1, 2}} {
+		rp := reps[i]
+		if rp.RoundTripsRatio != want.relay || rp.NATSRoundTripsRatio != want.nats || rp.NATSP99Ratio != want.natsP99 || rp.NATS.CPUWait != 0.6 {
+			t.Errorf("repetition %d: %+v, want ratios %+v", i+1, rp, want)
+		}
+	}
+	if got := repetitionsOf(m2m[:1], nil, nil); got[0].Baseline != nil || got[0].NATS != nil || got[0].NATSRoundTripsRatio != 0 {
+		t.Errorf("a lone M2M run has nothing beside it: %+v", got[0])
+	}
+
+	rep := &LoadReport{Result: *medianResult(m2m), Baseline: medianResult(relay), NATS: medianResult(nats), Repetitions: reps}
+	rep.computeRatios(m2m, relay)
+	rep.NATSRatios = ratiosOf(m2m, nats)
+	var table strings.Builder
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if want := "M2M/relay 0.50x 1.00x 2.00x; M2M/NATS 0.25x 2.00x 1.00x"; !strings.Contains(table.String(), want) {
+		t.Errorf("table lacks %q:\n%s", want, table.String())
+	}
+	rep.Repetitions = reps[:1]
+	table.Reset()
+	if err := rep.WriteTable(&table); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(table.String(), "by repetition") {
+		t.Errorf("one repetition has no spread to show:\n%s", table.String())
+	}
+
+	rep.Repetitions = append(reps[:1:1], repetitionsOf(m2m[1:2], relay[1:2], nil)...)
+	var md strings.Builder
+	if err := WriteRepetitionsMarkdown(&md, []*LoadReport{rep}); err != nil {
+		t.Fatal(err)
+	}
+	rows := strings.Split(strings.TrimSpace(md.String()), "\n")
+	if len(rows) != 4 {
+		t.Fatalf("markdown:\n%s", md.String())
+	}
+	for i, want := range []string{"| 400 | 0.25x | 4.00 ms / 1.00 ms / 2.00 ms | 0.50 / 0.20 / 0.60 |", "| - | - | 1.00 ms / 1.00 ms / - | 0.10 / 0.20 / - |"} {
+		if !strings.HasSuffix(rows[2+i], want) {
+			t.Errorf("row %d = %q, want it to end %q", i+1, rows[2+i], want)
+		}
+	}
+}

@@ -162,12 +162,42 @@ type LoadReport struct {
 	Repetitions []Repetition `json:"repetitions,omitempty"`
 }
 
-// Repetition is one repetition of a repeated load benchmark.
+// Repetition is one repetition of a repeated load benchmark: the M2M run
+// and the runs compared with it, made seconds apart.
 type Repetition struct {
 	M2M             RunSummary  `json:"m2m"`
 	Baseline        *RunSummary `json:"baseline,omitempty"`
 	RoundTripsRatio float64     `json:"round_trips_ratio,omitempty"`
 	P99Ratio        float64     `json:"p99_ratio,omitempty"`
+	// NATS is the --compare nats run of this repetition, and the M2M run
+	// over it.
+	NATS                *RunSummary `json:"nats,omitempty"`
+	NATSRoundTripsRatio float64     `json:"nats_round_trips_ratio,omitempty"`
+	NATSP99Ratio        float64     `json:"nats_p99_ratio,omitempty"`
+}
+
+// repetitionsOf pairs each M2M run with the relay and NATS runs of its
+// repetition. The medians above them hide how far apart repetitions were,
+// which on a machine whose scheduler is erratic is most of the story.
+func repetitionsOf(m2m, relay, nats []*Result) []Repetition {
+	reps := make([]Repetition, 0, len(m2m))
+	for i, m := range m2m {
+		r := Repetition{M2M: summaryOf(m)}
+		if i < len(relay) {
+			b := summaryOf(relay[i])
+			r.Baseline = &b
+			r.RoundTripsRatio = ratio(m.RoundTripsPerSec, b.RoundTripsPerSec)
+			r.P99Ratio = ratio(m.P99US, b.P99US)
+		}
+		if i < len(nats) {
+			n := summaryOf(nats[i])
+			r.NATS = &n
+			r.NATSRoundTripsRatio = ratio(m.RoundTripsPerSec, n.RoundTripsPerSec)
+			r.NATSP99Ratio = ratio(m.P99US, n.P99US)
+		}
+		reps = append(reps, r)
+	}
+	return reps
 }
 
 // RunSummary is a run's headline figures.
@@ -524,6 +554,9 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if line := repetitionLine(r.Repetitions); line != "" {
+		fmt.Fprintf(w, "\nRound-trip ratios by repetition (the table gives their medians): %s\n", line)
+	}
 	for i, res := range runs {
 		if len(res.ErrorsByReason) == 0 && len(res.ProviderErrors) == 0 {
 			continue
@@ -548,6 +581,33 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "CPU wait: threads of this process ready to run but held off the CPU by other work on the machine.")
 	}
 	return nil
+}
+
+// repetitionLine lists each repetition's round-trip ratios, so that a
+// reader sees whether the median is a consensus or a coin toss.
+func repetitionLine(reps []Repetition) string {
+	if len(reps) < 2 {
+		return ""
+	}
+	var parts []string
+	for _, c := range []struct {
+		name string
+		f    func(Repetition) float64
+	}{
+		{"M2M/relay", func(rp Repetition) float64 { return rp.RoundTripsRatio }},
+		{"M2M/NATS", func(rp Repetition) float64 { return rp.NATSRoundTripsRatio }},
+	} {
+		var vs []string
+		for _, rp := range reps {
+			if v := c.f(rp); v != 0 {
+				vs = append(vs, fmt.Sprintf("%.2fx", v))
+			}
+		}
+		if len(vs) > 0 {
+			parts = append(parts, c.name+" "+strings.Join(vs, " "))
+		}
+	}
+	return strings.Join(parts, "; ")
 }
 
 func sortedKeys(m map[string]int64) []string {
@@ -649,13 +709,28 @@ func ReadLoadReport(rd io.Reader) (*LoadReport, error) {
 }
 
 // WriteRepetitionsMarkdown writes one Markdown row per repetition of each
-// report: the M2M run beside the baseline run made right after it, with
-// the CPU wait of each, so that repetitions the machine's other work
+// report: the M2M run beside the relay and NATS runs made right after it,
+// with the CPU wait of each, so that repetitions the machine's scheduler
 // disturbed can be told from the others.
 func WriteRepetitionsMarkdown(w io.Writer, reps []*LoadReport) error {
 	var t table
-	t.add("transport", "security", "payload", "load", "#", "M2M rt/s", "relay rt/s", "ratio",
-		"M2M p50 / p99", "relay p50 / p99", "p99 ratio", "CPU wait M2M / relay")
+	t.add("transport", "security", "payload", "load", "#", "M2M rt/s", "relay rt/s", "M2M/relay", "NATS rt/s", "M2M/NATS",
+		"p99 M2M / relay / NATS", "CPU wait M2M / relay / NATS")
+	dash := func(b *RunSummary, f func(*RunSummary) string) string {
+		if b == nil {
+			return "-"
+		}
+		return f(b)
+	}
+	ratioOf := func(b *RunSummary, v float64) string {
+		if b == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", v)
+	}
+	rate := func(b *RunSummary) string { return thousands(b.RoundTripsPerSec) }
+	p99 := func(b *RunSummary) string { return micros(b.P99US) }
+	wait := func(b *RunSummary) string { return fmt.Sprintf("%.2f", b.CPUWait) }
 	for _, r := range reps {
 		c := r.Config
 		load := fmt.Sprintf("%d in flight", c.Concurrency)
@@ -663,16 +738,11 @@ func WriteRepetitionsMarkdown(w io.Writer, reps []*LoadReport) error {
 			load = thousands(c.Rate) + " req/s"
 		}
 		for i, rp := range r.Repetitions {
-			row := []string{c.Transport, c.Security, c.PayloadName, load, fmt.Sprint(i + 1), thousands(rp.M2M.RoundTripsPerSec)}
-			m := fmt.Sprintf("%s / %s", micros(rp.M2M.P50US), micros(rp.M2M.P99US))
-			if b := rp.Baseline; b != nil {
-				row = append(row, thousands(b.RoundTripsPerSec), fmt.Sprintf("%.2fx", rp.RoundTripsRatio), m,
-					fmt.Sprintf("%s / %s", micros(b.P50US), micros(b.P99US)), fmt.Sprintf("%.2fx", rp.P99Ratio),
-					fmt.Sprintf("%.2f / %.2f", rp.M2M.CPUWait, b.CPUWait))
-			} else {
-				row = append(row, "-", "-", m, "-", "-", fmt.Sprintf("%.2f", rp.M2M.CPUWait))
-			}
-			t.add(row...)
+			t.add(c.Transport, c.Security, c.PayloadName, load, fmt.Sprint(i+1), rate(&rp.M2M),
+				dash(rp.Baseline, rate), ratioOf(rp.Baseline, rp.RoundTripsRatio),
+				dash(rp.NATS, rate), ratioOf(rp.NATS, rp.NATSRoundTripsRatio),
+				p99(&rp.M2M)+" / "+dash(rp.Baseline, p99)+" / "+dash(rp.NATS, p99),
+				wait(&rp.M2M)+" / "+dash(rp.Baseline, wait)+" / "+dash(rp.NATS, wait))
 		}
 	}
 	return t.markdown(w)
