@@ -36,9 +36,11 @@ type ProcessStats struct {
 	AllocBytesPerFrame float64 `json:"alloc_bytes_per_frame"`
 	GCCycles           uint32  `json:"gc_cycles,omitempty"`
 	// CPUWait is how many of the process's threads were, on average,
-	// waiting for a CPU held by other work (Linux run-queue delay; this
-	// process only). Well above zero, the machine was busy: throughput
-	// followed the CPU share the run got.
+	// ready to run but waiting for a CPU (Linux run-queue delay; this
+	// process only). The CPU may be held by other work, or by this
+	// process's own threads where the kernel queues them on one CPU while
+	// another idles (docs/benchmarks.md, "Session 7"): either way the run
+	// got less CPU than it could use, and its figures follow that share.
 	CPUWait float64 `json:"cpu_wait"`
 }
 

@@ -25,9 +25,10 @@ type Sample struct {
 	P99US            float64 `json:"p99_us"`
 	Errors           int64   `json:"errors"`
 	// CPUWait is how many of this process's threads were, on average,
-	// ready to run but waiting for a CPU (Linux run-queue delay): the
-	// machine's other work holding the cores. Stalls that coincide with it
-	// are the machine's, not the target's.
+	// ready to run but waiting for a CPU (Linux run-queue delay), whether
+	// other work or the process's own threads held it (ProcessStats).
+	// Stalls that coincide with it come from the scheduler, not from what
+	// the threads were doing.
 	CPUWait float64 `json:"cpu_wait"`
 }
 

@@ -578,7 +578,7 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 	}
 	if r.Process != nil && r.Process.Source == "process" {
 		fmt.Fprintln(w, "\nCPU and allocations are this process's: daemon (or relay, or nats-server) and load generator together.")
-		fmt.Fprintln(w, "CPU wait: threads of this process ready to run but held off the CPU by other work on the machine.")
+		fmt.Fprintln(w, "CPU wait: threads of this process ready to run but waiting for a CPU, held by other work or by this process's own threads.")
 	}
 	return nil
 }
