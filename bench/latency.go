@@ -36,6 +36,14 @@ type Latency struct {
 	P99US  float64 `json:"p99_us"`
 	P999US float64 `json:"p999_us"`
 	MaxUS  float64 `json:"max_us"`
+	// Over1msPct and Over4msPct are the shares of round trips (percent)
+	// slower than 1 and 4 ms. Two runs with the same p99 can have tails of
+	// different shapes: a few round trips held one scheduler tick (4 ms at
+	// CONFIG_HZ=250), or many spread over a millisecond or two. Percentiles
+	// alone do not tell them apart, and the mean, which sets a closed
+	// loop's rate, depends on which.
+	Over1msPct float64 `json:"over_1ms_pct"`
+	Over4msPct float64 `json:"over_4ms_pct"`
 }
 
 func summarize(h *hdrhistogram.Histogram) Latency {
@@ -51,5 +59,20 @@ func summarize(h *hdrhistogram.Histogram) Latency {
 		P99US:  us(h.ValueAtQuantile(99)),
 		P999US: us(h.ValueAtQuantile(99.9)),
 		MaxUS:  us(h.Max()),
+
+		Over1msPct: shareOver(h, time.Millisecond),
+		Over4msPct: shareOver(h, 4*time.Millisecond),
 	}
+}
+
+// shareOver is the percentage of h's values above d (to the histogram's
+// precision).
+func shareOver(h *hdrhistogram.Histogram, d time.Duration) float64 {
+	var n int64
+	for _, b := range h.Distribution() {
+		if b.From > int64(d) {
+			n += b.Count
+		}
+	}
+	return 100 * float64(n) / float64(h.TotalCount())
 }

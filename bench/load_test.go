@@ -98,7 +98,7 @@ func TestLoadEndToEnd(t *testing.T) {
 			if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
 				t.Fatal(err)
 			}
-			for _, f := range []string{"round_trips_per_sec", "p50_us", "p99_us", "p999_us", "errors"} {
+			for _, f := range []string{"round_trips_per_sec", "mean_us", "p50_us", "p99_us", "p999_us", "over_1ms_pct", "over_4ms_pct", "errors"} {
 				if _, ok := m[f].(float64); !ok {
 					t.Errorf("report has no number %q", f)
 				}

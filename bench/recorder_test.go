@@ -54,6 +54,36 @@ func TestRecorderWindowAndPercentiles(t *testing.T) {
 			t.Errorf("%s = %g µs, want %g", c.name, c.got, c.want)
 		}
 	}
+	if res.Over1msPct != 0 || res.Over4msPct != 0 {
+		t.Errorf("no latency passed 1 ms, yet %g%% over 1 ms and %g%% over 4 ms", res.Over1msPct, res.Over4msPct)
+	}
+}
+
+// TestLatencyShares: the shares over 1 and 4 ms tell a tail held by
+// scheduler ticks from one spread over milliseconds, where p99 cannot.
+func TestLatencyShares(t *testing.T) {
+	h := newHistogram()
+	for range 960 {
+		recordLatency(h, 300*time.Microsecond)
+	}
+	for range 30 {
+		recordLatency(h, 2*time.Millisecond)
+	}
+	for range 10 {
+		recordLatency(h, 4300*time.Microsecond)
+	}
+	recordLatency(h, 1000*time.Microsecond) // exactly 1 ms is not over it
+	l := summarize(h)
+	if want := 100 * 40.0 / 1001; math.Abs(l.Over1msPct-want) > 1e-9 {
+		t.Errorf("over 1 ms: %g%%, want %g%%", l.Over1msPct, want)
+	}
+	if want := 100 * 10.0 / 1001; math.Abs(l.Over4msPct-want) > 1e-9 {
+		t.Errorf("over 4 ms: %g%%, want %g%%", l.Over4msPct, want)
+	}
+	med := medianResult([]*Result{{Latency: Latency{Over4msPct: 1}}, {Latency: Latency{Over4msPct: 3}}, {Latency: Latency{Over4msPct: 2}}})
+	if med.Over4msPct != 2 {
+		t.Errorf("median over 4 ms: %g", med.Over4msPct)
+	}
 }
 
 // near reports whether an HDR histogram value is within its 0.1% precision.

@@ -264,6 +264,9 @@ func medianResult(rs []*Result) *Result {
 			P99US:  med(func(r *Result) float64 { return r.P99US }),
 			P999US: med(func(r *Result) float64 { return r.P999US }),
 			MaxUS:  med(func(r *Result) float64 { return r.MaxUS }),
+
+			Over1msPct: med(func(r *Result) float64 { return r.Over1msPct }),
+			Over4msPct: med(func(r *Result) float64 { return r.Over4msPct }),
 		},
 		ErrorsByReason: map[string]int64{},
 	}
@@ -510,11 +513,14 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 	}
 	row("frames/s", func(x *Result) string { return thousands(x.FramesPerSec) }, nil)
 	row("MB/s", func(x *Result) string { return fmt.Sprintf("%.1f", x.MBPerSec) }, nil)
+	row("mean", func(x *Result) string { return micros(x.MeanUS) }, nil)
 	row("p50", func(x *Result) string { return micros(x.P50US) }, rt(func(q *Ratios) float64 { return q.P50 }))
 	row("p90", func(x *Result) string { return micros(x.P90US) }, nil)
 	row("p99", func(x *Result) string { return micros(x.P99US) }, rt(func(q *Ratios) float64 { return q.P99 }))
 	row("p99.9", func(x *Result) string { return micros(x.P999US) }, rt(func(q *Ratios) float64 { return q.P999 }))
 	row("max", func(x *Result) string { return micros(x.MaxUS) }, nil)
+	row("over 1 ms", func(x *Result) string { return fmt.Sprintf("%.2f%%", x.Over1msPct) }, nil)
+	row("over 4 ms", func(x *Result) string { return fmt.Sprintf("%.2f%%", x.Over4msPct) }, nil)
 	row("errors", func(x *Result) string { return fmt.Sprint(x.Errors) }, nil)
 	if r.Process != nil {
 		label := "process"
