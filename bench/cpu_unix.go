@@ -51,3 +51,14 @@ func runDelay() time.Duration {
 	}
 	return time.Duration(total)
 }
+
+// machineIdle is the time the machine's CPUs have spent idle, summed over
+// them (Linux /proc/stat: idle and iowait); ok is false where that is not
+// available.
+func machineIdle() (d time.Duration, ok bool) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0, false
+	}
+	return parseStatIdle(string(b))
+}

@@ -42,6 +42,38 @@ type ProcessStats struct {
 	// another idles (docs/benchmarks.md, "Session 7"): either way the run
 	// got less CPU than it could use, and its figures follow that share.
 	CPUWait float64 `json:"cpu_wait"`
+	// IdleCPUs is how many of the machine's CPUs were, on average, idle
+	// over the window (Linux /proc/stat). Threads waiting (CPUWait) while
+	// CPUs idle means the kernel queued them on busy CPUs instead of
+	// waking idle ones, as some virtual machines' schedulers do; the
+	// figures of such a run depend on where the kernel put the threads.
+	IdleCPUs float64 `json:"idle_cpus,omitempty"`
+}
+
+// packed reports whether the run's threads waited for a CPU while the
+// machine had CPUs idle: a quarter of a thread and of a CPU on average,
+// well above what the scheduler's own latency accounts for.
+func (s *ProcessStats) packed() bool {
+	return s != nil && s.Source == "process" && s.CPUWait >= 0.25 && s.IdleCPUs >= 0.25
+}
+
+// parseStatIdle reads the idle and iowait times of the "cpu" line of
+// /proc/stat, in USER_HZ ticks (1/100 s on Linux's every architecture).
+func parseStatIdle(stat string) (time.Duration, bool) {
+	line, _, _ := strings.Cut(stat, "\n")
+	f := strings.Fields(line)
+	if len(f) < 6 || f[0] != "cpu" {
+		return 0, false
+	}
+	var ticks int64
+	for _, v := range f[4:6] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return 0, false
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * 10 * time.Millisecond, true
 }
 
 // usage is a point-in-time reading of the counters ProcessStats is the
@@ -54,6 +86,8 @@ type usage struct {
 	heapInuse  uint64
 	numGC      uint32
 	runDelay   time.Duration
+	idle       time.Duration // the machine's, summed over its CPUs
+	idleOK     bool
 }
 
 // processUsage reads this process's counters. ReadMemStats stops the world
@@ -61,7 +95,10 @@ type usage struct {
 func processUsage() usage {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
+	idle, idleOK := machineIdle()
 	return usage{
+		idle:       idle,
+		idleOK:     idleOK,
 		at:         time.Now(),
 		cpu:        processCPU(),
 		mallocs:    ms.Mallocs,
@@ -152,6 +189,9 @@ func stats(a, b usage, roundTrips int64) *ProcessStats {
 	if wall > 0 {
 		s.CPUCores = s.CPUSeconds / wall
 		s.CPUWait = (b.runDelay - a.runDelay).Seconds() / wall
+		if a.idleOK && b.idleOK {
+			s.IdleCPUs = (b.idle - a.idle).Seconds() / wall
+		}
 	}
 	if roundTrips > 0 {
 		frames := float64(2 * roundTrips)

@@ -323,6 +323,7 @@ func medianProcess(rs []*Result, of func(*Result) *ProcessStats) *ProcessStats {
 	p.AllocBytesPerFrame = pm(func(s *ProcessStats) float64 { return s.AllocBytesPerFrame })
 	p.GCCycles = uint32(pm(func(s *ProcessStats) float64 { return float64(s.GCCycles) }))
 	p.CPUWait = pm(func(s *ProcessStats) float64 { return s.CPUWait })
+	p.IdleCPUs = pm(func(s *ProcessStats) float64 { return s.IdleCPUs })
 	return &p
 }
 
@@ -555,6 +556,7 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		row("heap in use", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.1f MB", float64(p.HeapInuseBytes)/1e6) }), nil)
 		if r.Process.Source == "process" {
 			row("CPU wait", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f threads", p.CPUWait) }), nil)
+			row("idle CPUs (machine)", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f", p.IdleCPUs) }), nil)
 		}
 	}
 	if err := tw.Flush(); err != nil {
@@ -581,6 +583,15 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 			"with a machine per node, cross-node carries %.2fx the round trips of single-node (the rate ratio above is for this machine,\n"+
 			"where both daemons and the generator share its CPUs).\n",
 			micros(r.SingleNode.Process.CPUPerRoundTripUS), micros(max(r.Process.CPUPerRoundTripUS, r.ProviderNode.CPUPerRoundTripUS)), r.NodeCPURatio)
+	}
+	for i, res := range runs {
+		if res.Process.packed() {
+			fmt.Fprintf(w, "\n%s: on average %.2f threads waited for a CPU while %.2f of the machine's CPUs were idle. The kernel kept\n"+
+				"threads queued on busy CPUs instead of moving them to idle ones (some virtual machines' schedulers pack threads so), unless\n"+
+				"other work came in bursts. Ratios on such a machine swing from run to run: --repeat shows how far, and docs/benchmarks.md\n"+
+				"(\"Session 7\") what it costs.\n", names[i], res.Process.CPUWait, res.Process.IdleCPUs)
+			break
+		}
 	}
 	if r.Process != nil && r.Process.Source == "process" {
 		fmt.Fprintln(w, "\nCPU and allocations are this process's: daemon (or relay, or nats-server) and load generator together.")
