@@ -51,7 +51,7 @@ func summarize(h *hdrhistogram.Histogram) Latency {
 		return Latency{}
 	}
 	us := func(ns int64) float64 { return float64(ns) / 1e3 }
-	return Latency{
+	l := Latency{
 		Count:  h.TotalCount(),
 		MeanUS: h.Mean() / 1e3,
 		P50US:  us(h.ValueAtQuantile(50)),
@@ -59,20 +59,26 @@ func summarize(h *hdrhistogram.Histogram) Latency {
 		P99US:  us(h.ValueAtQuantile(99)),
 		P999US: us(h.ValueAtQuantile(99.9)),
 		MaxUS:  us(h.Max()),
-
-		Over1msPct: shareOver(h, time.Millisecond),
-		Over4msPct: shareOver(h, 4*time.Millisecond),
 	}
+	over := sharesOver(h, time.Millisecond, 4*time.Millisecond)
+	l.Over1msPct, l.Over4msPct = over[0], over[1]
+	return l
 }
 
-// shareOver is the percentage of h's values above d (to the histogram's
-// precision).
-func shareOver(h *hdrhistogram.Histogram, d time.Duration) float64 {
-	var n int64
+// sharesOver gives, for each of ds, the percentage of h's values above it
+// (to the histogram's precision), in one pass over the buckets.
+func sharesOver(h *hdrhistogram.Histogram, ds ...time.Duration) []float64 {
+	n := make([]int64, len(ds))
 	for _, b := range h.Distribution() {
-		if b.From > int64(d) {
-			n += b.Count
+		for i, d := range ds {
+			if b.From > int64(d) {
+				n[i] += b.Count
+			}
 		}
 	}
-	return 100 * float64(n) / float64(h.TotalCount())
+	out := make([]float64, len(ds))
+	for i := range n {
+		out[i] = 100 * float64(n[i]) / float64(h.TotalCount())
+	}
+	return out
 }
