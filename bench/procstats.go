@@ -57,6 +57,10 @@ func (s *ProcessStats) packed() bool {
 	return s != nil && s.Source == "process" && s.CPUWait >= 0.25 && s.IdleCPUs >= 0.25
 }
 
+// maxStatTicks bounds each counter parseStatIdle adds, so that the sum in
+// nanoseconds fits an int64.
+const maxStatTicks = (1<<63 - 1) / uint64(10*time.Millisecond) / 2
+
 // parseStatIdle reads the idle and iowait times of the "cpu" line of
 // /proc/stat, in USER_HZ ticks (1/100 s on Linux's every architecture).
 func parseStatIdle(stat string) (time.Duration, bool) {
@@ -65,10 +69,12 @@ func parseStatIdle(stat string) (time.Duration, bool) {
 	if len(f) < 6 || f[0] != "cpu" {
 		return 0, false
 	}
-	var ticks int64
+	// The kernel's counters are unsigned; more than 2^62 ticks together
+	// would not fit a Duration, and no machine has run that long.
+	var ticks uint64
 	for _, v := range f[4:6] {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil {
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil || n > maxStatTicks {
 			return 0, false
 		}
 		ticks += n

@@ -17,6 +17,8 @@ func TestParseStatIdle(t *testing.T) {
 		{"per-cpu line first", "cpu0 1 2 3 4 5\n", 0, false},
 		{"short", "cpu 1 2 3 4\n", 0, false},
 		{"not a number", "cpu 1 2 3 x 5 6\n", 0, false},
+		{"negative", "cpu 1 2 3 -4 5 6\n", 0, false},
+		{"overflowing", "cpu 1 2 3 99999999999999999 5 6\n", 0, false},
 		{"empty", "", 0, false},
 	} {
 		got, ok := parseStatIdle(tc.stat)
@@ -54,4 +56,15 @@ func TestPackedThreadsNote(t *testing.T) {
 			t.Errorf("%s: no idle CPUs row:\n%s", tc.name, out.String())
 		}
 	}
+}
+
+// FuzzParseStatIdle: any text gives a reading or "not available", never a
+// panic or a negative time. Seeds: testdata/fuzz/FuzzParseStatIdle.
+func FuzzParseStatIdle(f *testing.F) {
+	f.Fuzz(func(t *testing.T, stat string) {
+		d, ok := parseStatIdle(stat)
+		if !ok && d != 0 || d < 0 {
+			t.Fatalf("%v, %v", d, ok)
+		}
+	})
 }
