@@ -182,19 +182,18 @@ type Repetition struct {
 func repetitionsOf(m2m, relay, nats []*Result) []Repetition {
 	reps := make([]Repetition, 0, len(m2m))
 	for i, m := range m2m {
+		// against is run i of others beside m: its summary and m's round
+		// trips and p99 over it; nothing when that run was not made.
+		against := func(others []*Result) (*RunSummary, float64, float64) {
+			if i >= len(others) {
+				return nil, 0, 0
+			}
+			o := summaryOf(others[i])
+			return &o, ratio(m.RoundTripsPerSec, o.RoundTripsPerSec), ratio(m.P99US, o.P99US)
+		}
 		r := Repetition{M2M: summaryOf(m)}
-		if i < len(relay) {
-			b := summaryOf(relay[i])
-			r.Baseline = &b
-			r.RoundTripsRatio = ratio(m.RoundTripsPerSec, b.RoundTripsPerSec)
-			r.P99Ratio = ratio(m.P99US, b.P99US)
-		}
-		if i < len(nats) {
-			n := summaryOf(nats[i])
-			r.NATS = &n
-			r.NATSRoundTripsRatio = ratio(m.RoundTripsPerSec, n.RoundTripsPerSec)
-			r.NATSP99Ratio = ratio(m.P99US, n.P99US)
-		}
+		r.Baseline, r.RoundTripsRatio, r.P99Ratio = against(relay)
+		r.NATS, r.NATSRoundTripsRatio, r.NATSP99Ratio = against(nats)
 		reps = append(reps, r)
 	}
 	return reps
