@@ -49,6 +49,7 @@ type Server struct {
 	routing atomic.Int64
 	ready   chan struct{}
 	crash   chan struct{} // closed by Crash
+	writers *writerPool
 	crashed sync.Once
 
 	mu       sync.Mutex
@@ -113,6 +114,7 @@ func New(cfg Config) (*Server, error) {
 		pending:  newHandshakes(cfg.MaxHandshakes, cfg.MaxHandshakesPerIP),
 		adm:      newAdmission(cfg.MaxSessionsPerIP, cfg.NewSessionsPerMinute, cfg.openBurst()),
 		limitLog: newLogOnce(time.Minute),
+		writers:  newWriterPool(),
 	}
 	if err := s.setupTLS(); err != nil {
 		return nil, err
@@ -205,6 +207,7 @@ func (s *Server) Run(ctx context.Context) error {
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
 	s.baseCtx = runCtx
+	defer s.writers.close()
 	// Before the listeners: every session is registered cluster-wide.
 	stopCluster, err := s.startCluster()
 	if err != nil {

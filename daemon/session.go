@@ -63,12 +63,12 @@ type session struct {
 	// writers counts it for teardown, wstopped (under wmu) keeps new ones
 	// from starting once teardown began. batch and the rest of the
 	// writer's state belong to the running writer.
-	writing  atomic.Bool
-	drainFn  func() // se.drain, bound once: a go statement on a method value allocates
-	wmu      sync.Mutex
-	wstopped bool
-	writers  sync.WaitGroup
-	batch    []outMsg
+	writing   atomic.Bool
+	runWriter func() // runs drain on the daemon's writer pool, bound once: a go statement on a closure allocates
+	wmu       sync.Mutex
+	wstopped  bool
+	writers   sync.WaitGroup
+	batch     []outMsg
 	// batchWrote: the writer's pass has handed the transport a message
 	// (owned by the running writer).
 	batchWrote bool
@@ -245,7 +245,7 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	if err := se.machine.Established(p, time.Now()); err != nil {
 		return nil, err
 	}
-	se.drainFn = se.drain
+	se.runWriter = func() { s.writers.run(se) }
 	se.stall = time.AfterFunc(time.Hour, se.writeStalled)
 	se.stall.Stop()
 	se.progress, _ = conn.(transport.WriteProgress)

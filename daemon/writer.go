@@ -30,7 +30,7 @@ func (se *session) kick() {
 	}
 	se.writers.Add(1)
 	se.wmu.Unlock()
-	go se.drainFn()
+	se.srv.writers.start(se)
 }
 
 // stopWriter waits for the running writer, if any, and keeps new ones from

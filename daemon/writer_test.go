@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"net"
+	"runtime"
 	"testing"
 	"time"
 
@@ -12,21 +13,113 @@ import (
 )
 
 // TestKickAllocatesNothing: starting a session's writer, which happens for
-// every batch it writes, allocates nothing (a go statement on a method
-// value allocates its closure each time).
+// every batch it writes, allocates nothing, whether a new goroutine runs it
+// (a go statement on a closure made each time would allocate it) or an
+// idle worker of the pool does.
 func TestKickAllocatesNothing(t *testing.T) {
-	se := &session{}
-	se.ctx, se.cancel = context.WithCancel(context.Background())
-	se.cancel() // the writer returns at once
-	se.drainFn = se.drain
-	kick := func() {
+	for _, pooled := range []bool{false, true} {
+		srv := &Server{writers: newWriterPool()}
+		if !pooled {
+			srv.writers.maxIdle = 0
+		}
+		se := testWriterSession(srv)
+		kick := func() {
+			se.kick()
+			se.writers.Wait()
+			if pooled {
+				waitIdle(t, srv.writers, 1)
+			}
+		}
+		kick() // the runtime's first goroutine of this shape
+		if n := testing.AllocsPerRun(200, kick); n != 0 {
+			t.Errorf("pooled=%v: kick allocates %.1f times", pooled, n)
+		}
+		srv.writers.close()
+	}
+}
+
+// TestWriterPoolReuses: a writer started while a worker waits runs on that
+// worker; only writers that find none get a goroutine of their own, and the
+// idle workers leave when the daemon stops.
+func TestWriterPoolReuses(t *testing.T) {
+	base := runtime.NumGoroutine()
+	p := newWriterPool()
+	p.maxIdle = 2
+	srv := &Server{writers: p}
+	a, b, c := testWriterSession(srv), testWriterSession(srv), testWriterSession(srv)
+
+	for range 100 {
+		a.kick()
+		a.writers.Wait()
+		waitIdle(t, p, 1)
+	}
+	if n := p.spawned.Load(); n != 1 {
+		t.Errorf("100 writers one after another started %d goroutines, want 1", n)
+	}
+
+	// Three writers at once: the idle worker takes one, two more start,
+	// and one of the three exits rather than idle beyond maxIdle.
+	block := make(chan struct{})
+	for _, se := range []*session{a, b, c} {
+		buf := []byte{0}
+		se.ctrl <- outMsg{buf: &buf, kind: msgControl} // the writer calls Send
+		se.conn = &blockingConn{release: block}
 		se.kick()
+	}
+	close(block)
+	for _, se := range []*session{a, b, c} {
 		se.writers.Wait()
 	}
-	kick() // the runtime's first goroutine of this shape
-	if n := testing.AllocsPerRun(200, kick); n != 0 {
-		t.Errorf("kick allocates %.1f times", n)
+	waitIdle(t, p, 2)
+	if n := p.spawned.Load(); n != 3 {
+		t.Errorf("after three writers at once, %d goroutines started in all, want 3", n)
 	}
+
+	p.close()
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > base {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after close, want %d: idle workers stayed", runtime.NumGoroutine(), base)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// testWriterSession is a session whose writer finds nothing to write.
+func testWriterSession(srv *Server) *session {
+	se := &session{srv: srv, conn: &discardConn{}, ctrl: make(chan outMsg, 8),
+		queue: newSendQueue(8, 1<<20), m: newMetrics().forTransport("ws")}
+	se.ctx, se.cancel = context.WithCancel(context.Background())
+	se.runWriter = func() { srv.writers.run(se) }
+	se.machine = negotiate.NewMachine(negotiate.RoleServer, time.Now())
+	se.stall = time.AfterFunc(time.Hour, func() {})
+	se.stall.Stop()
+	se.timer = time.AfterFunc(time.Hour, func() {})
+	se.timer.Stop()
+	return se
+}
+
+// waitIdle waits until n workers of p are idle.
+func waitIdle(t testing.TB, p *writerPool, n int32) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for p.idle.Load() != n {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle workers, want %d", p.idle.Load(), n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// blockingConn is a discardConn whose Send waits for release.
+type blockingConn struct {
+	discardConn
+	release chan struct{}
+}
+
+func (c *blockingConn) Send(ctx context.Context, ch transport.ChannelID, b []byte) error {
+	<-c.release
+	return c.discardConn.Send(ctx, ch, b)
 }
 
 // discardConn is a transport.Conn whose Sends go nowhere: the writer's

@@ -1,0 +1,76 @@
+package daemon
+
+import (
+	"runtime"
+	"sync/atomic"
+)
+
+// writerPool runs the sessions' writers (writer.go) on goroutines that
+// outlive one batch. A writer started by a go statement begins on a 2 KiB
+// stack, and every batch grew it again inside the transport's write (the
+// WebSocket library takes its locks in a select): copying stacks was 4.8% of
+// a loaded daemon's CPU (docs/benchmarks.md, "Session 8"). A worker whose
+// writer has finished waits for the next one instead of exiting, so its
+// grown stack is used again.
+//
+// The pool never makes a writer wait: when no worker is idle, the writer
+// gets a goroutine of its own, as before. A writer can block for as long as
+// its peer does not read (up to the stall timeout), so a fixed set of
+// workers would let one slow agent hold up the others. Idle workers are
+// capped at maxIdle, and they belong to the daemon, not to sessions, so an
+// idle session still costs no writer goroutine.
+type writerPool struct {
+	work    chan *session // unbuffered: a send succeeds only if a worker waits
+	idle    atomic.Int32
+	maxIdle int32
+	done    chan struct{} // closed when the daemon stops: idle workers exit
+	closed  atomic.Bool
+	spawned atomic.Int64 // goroutines started: what the pool did not save
+}
+
+func newWriterPool() *writerPool {
+	return &writerPool{
+		work: make(chan *session),
+		// Enough for the writers a loaded daemon runs at once (8 busy
+		// sessions needed more than 4 on two cores); at most 16 or 4 per
+		// P stay, their stacks 8 KiB each, whatever the session count.
+		maxIdle: int32(max(16, 4*runtime.GOMAXPROCS(0))),
+		done:    make(chan struct{}),
+	}
+}
+
+// start runs se's writer: on an idle worker if one waits, else on a new
+// goroutine that joins the pool when the writer is done.
+func (p *writerPool) start(se *session) {
+	select {
+	case p.work <- se:
+	default:
+		p.spawned.Add(1)
+		go se.runWriter() // p.run(se), bound once per session
+	}
+}
+
+func (p *writerPool) run(se *session) {
+	for {
+		se.drain()
+		se = nil // an idle worker must not keep a departed session alive
+		if p.idle.Add(1) > p.maxIdle {
+			p.idle.Add(-1)
+			return
+		}
+		select {
+		case se = <-p.work:
+			p.idle.Add(-1)
+		case <-p.done:
+			p.idle.Add(-1)
+			return
+		}
+	}
+}
+
+// close lets the idle workers go; writers still running exit when done.
+func (p *writerPool) close() {
+	if p.closed.CompareAndSwap(false, true) {
+		close(p.done)
+	}
+}
