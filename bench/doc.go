@@ -20,7 +20,10 @@
 // per second on a fixed schedule). In the open loop latency runs from each
 // request's intended send time, as in wrk2, so a target that falls behind
 // cannot hide the wait by slowing the generator down (coordinated
-// omission). Latencies go to HDR histograms (p50, p90, p99, p99.9, max at
+// omission); the report says how late the generator itself sent
+// (Result.SendLagP99US), and the pacer sleeps on the kernel's
+// high-resolution timer where Go's would be a millisecond late
+// (pace.go). Latencies go to HDR histograms (p50, p90, p99, p99.9, max at
 // 0.1% precision) and to a per-interval timeline for charts.
 //
 // LoadConfig.Baseline runs the same load through a bare relay built on the

@@ -560,6 +560,7 @@ func runOnce(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, i
 
 	clk := newClock()
 	rec := newRecorder(clk)
+	rec.open = cfg.Rate > 0
 	s, err := connect(ctx, cfg, ps, kind, rec, clk, certDir)
 	if err != nil {
 		return nil, err
@@ -627,16 +628,20 @@ func (s *setup) drive(ctx context.Context, cfg *LoadConfig, clk clock, ps []prep
 	payload := func() int { return int((next.Add(1) - 1) % uint64(len(ps))) }
 	if sem != nil {
 		var k atomic.Uint64
-		openLoop(ctx, clk, begin, winEnd, cfg.Rate, func(ctx context.Context) error {
-			select {
-			case sem <- struct{}{}:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		}, func(intended int64) {
-			r := s.requesters[(k.Add(1)-1)%uint64(len(s.requesters))]
-			r.jobs <- job{intended: intended, payload: payload()}
+		runPaced(cfg.Rate, func(precise bool) {
+			p := newPacer(precise)
+			defer p.stop()
+			openLoop(ctx, clk, p, begin, winEnd, cfg.Rate, func(ctx context.Context) error {
+				select {
+				case sem <- struct{}{}:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}, func(intended int64) {
+				r := s.requesters[(k.Add(1)-1)%uint64(len(s.requesters))]
+				r.jobs <- job{intended: intended, payload: payload()}
+			})
 		})
 		return
 	}

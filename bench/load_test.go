@@ -75,6 +75,10 @@ func TestLoadEndToEnd(t *testing.T) {
 				if len(res.Timeline) == 0 {
 					t.Errorf("%s: no timeline", res.Run)
 				}
+				// Only an open loop has a schedule to be late against.
+				if open := cfg.Rate > 0; open != (res.SendLagP99US > 0) {
+					t.Errorf("%s: sent late p99 %g µs in an open loop: %v", res.Run, res.SendLagP99US, open)
+				}
 			}
 			if cfg.Baseline && (rep.Ratios == nil || rep.Ratios.RoundTrips <= 0) {
 				t.Errorf("ratios %+v", rep.Ratios)
@@ -108,6 +112,9 @@ func TestLoadEndToEnd(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Log(table.String())
+			if cfg.Rate > 0 && !strings.Contains(table.String(), "sent late p50/p99") {
+				t.Error("the open loop's table does not say how late the generator sent")
+			}
 			if err := rep.PlotLoad(filepath.Join(t.TempDir(), "load.png")); err != nil {
 				t.Error(err)
 			}

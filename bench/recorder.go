@@ -46,6 +46,10 @@ type recorder struct {
 	minInterval int64 // shortest timeline interval, ns
 	total       *hdrhistogram.Histogram
 	interval    *hdrhistogram.Histogram
+	// open: an open loop, whose requests have a schedule; sendLag then
+	// holds how late each measured request was sent against it.
+	open        bool
+	sendLag     *hdrhistogram.Histogram
 	ok          int64
 	errs        map[string]int64
 	errCount    int64
@@ -66,6 +70,7 @@ func newRecorder(clk clock) *recorder {
 		clk:      clk,
 		total:    newHistogram(),
 		interval: newHistogram(),
+		sendLag:  newHistogram(),
 		errs:     make(map[string]int64),
 		ivDelay:  -1,
 	}
@@ -92,15 +97,18 @@ func (r *recorder) inWindow(t int64) bool {
 	return r.winEnd != 0 && t >= r.winStart && t < r.winEnd
 }
 
-// success records a request intended at t whose final reply arrived at
-// now; out and in are the bytes it put on and took off the wire.
-func (r *recorder) success(t, now int64, out, in int) {
+// success records a request intended at t, sent at sent, whose final reply
+// arrived at now; out and in are the bytes it put on and took off the wire.
+func (r *recorder) success(t, sent, now int64, out, in int) {
 	r.mu.Lock()
 	r.progressOK++
 	if r.inWindow(t) {
 		d := time.Duration(now - t)
 		recordLatency(r.total, d)
 		recordLatency(r.interval, d)
+		if r.open {
+			recordLatency(r.sendLag, time.Duration(sent-t))
+		}
 		r.ok++
 		r.ivOK++
 		r.bytesOut += int64(out)
@@ -195,6 +203,10 @@ func (r *recorder) result() Result {
 	}
 	for k, v := range r.errs {
 		res.ErrorsByReason[k] = v
+	}
+	if r.open && r.sendLag.TotalCount() > 0 {
+		res.SendLagP50US = float64(r.sendLag.ValueAtQuantile(50)) / 1e3
+		res.SendLagP99US = float64(r.sendLag.ValueAtQuantile(99)) / 1e3
 	}
 	if len(r.warmupWhy) > 0 {
 		res.WarmupErrorsByReason = make(map[string]int64, len(r.warmupWhy))

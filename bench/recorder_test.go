@@ -14,13 +14,13 @@ func TestRecorderWindowAndPercentiles(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	rec.setWindow(10*ms, 1010*ms, 100*time.Millisecond)
 
-	rec.success(5*ms, 6*ms, 100, 100)     // warm-up: not measured
-	rec.failure(5*ms, "timeout")          // warm-up failure: counted apart
-	rec.success(1010*ms, 1011*ms, 10, 10) // after the window
+	rec.success(5*ms, 5*ms, 6*ms, 100, 100)        // warm-up: not measured
+	rec.failure(5*ms, "timeout")                   // warm-up failure: counted apart
+	rec.success(1010*ms, 1010*ms, 1011*ms, 10, 10) // after the window
 	// 1000 requests in the window with latencies 1 µs … 1000 µs.
 	for i := int64(1); i <= 1000; i++ {
 		at := 10*ms + i*ms - 1
-		rec.success(at, at+i*1000, 600, 400)
+		rec.success(at, at, at+i*1000, 600, 400)
 	}
 	rec.failure(20*ms, "queue_full")
 	rec.failure(30*ms, "queue_full")
@@ -56,6 +56,39 @@ func TestRecorderWindowAndPercentiles(t *testing.T) {
 	}
 	if res.Over1msPct != 0 || res.Over4msPct != 0 {
 		t.Errorf("no latency passed 1 ms, yet %g%% over 1 ms and %g%% over 4 ms", res.Over1msPct, res.Over4msPct)
+	}
+	if res.SendLagP50US != 0 || res.SendLagP99US != 0 {
+		t.Errorf("a closed loop has no schedule, yet sent late %g / %g µs", res.SendLagP50US, res.SendLagP99US)
+	}
+}
+
+// TestRecorderSendLag: in an open loop the recorder keeps how late each
+// measured request was sent against its schedule, apart from its latency.
+func TestRecorderSendLag(t *testing.T) {
+	rec := newRecorder(newClock())
+	rec.open = true
+	const ms = int64(time.Millisecond)
+	rec.setWindow(10*ms, 1010*ms, 100*time.Millisecond)
+	rec.success(5*ms, 9*ms, 9*ms, 1, 1) // warm-up: not measured
+	for i := int64(1); i <= 1000; i++ {
+		at := 10*ms + i*ms - 1
+		rec.success(at, at+i*100, at+i*100+500_000, 1, 1) // sent i×0.1 µs late, answered 0.5 ms later
+	}
+	res := rec.result()
+	for _, c := range []struct {
+		name      string
+		got, want float64
+	}{
+		{"sent late p50", res.SendLagP50US, 50}, {"sent late p99", res.SendLagP99US, 99},
+		{"latency p50", res.P50US, 550}, {"latency p99", res.P99US, 599},
+	} {
+		if !near(c.got, c.want) {
+			t.Errorf("%s = %g µs, want %g", c.name, c.got, c.want)
+		}
+	}
+	med := medianResult([]*Result{{SendLagP99US: 1}, {SendLagP99US: 3}, {SendLagP99US: 2}})
+	if med.SendLagP99US != 2 {
+		t.Errorf("median sent late p99: %g", med.SendLagP99US)
 	}
 }
 
@@ -94,11 +127,11 @@ func TestRecorderTimeline(t *testing.T) {
 	const ms = int64(time.Millisecond)
 	rec.setWindow(0, 300*ms, 50*time.Millisecond)
 	for i := int64(0); i < 100; i++ { // 100 in the first 100 ms, 1 ms each
-		rec.success(i*ms, i*ms+ms, 1, 1)
+		rec.success(i*ms, i*ms, i*ms+ms, 1, 1)
 	}
 	rec.tick(10*ms, 0) // too short: folded into the next interval
 	rec.tick(100*ms, 0)
-	rec.success(150*ms, 160*ms, 1, 1)
+	rec.success(150*ms, 150*ms, 160*ms, 1, 1)
 	rec.failure(160*ms, "timeout")
 	rec.tick(200*ms, 0)
 	rec.tick(290*ms, 0)

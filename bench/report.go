@@ -44,6 +44,12 @@ type Result struct {
 	// the transport) per second, in 10^6 bytes.
 	MBPerSec float64 `json:"mb_per_sec"`
 	Latency
+	// SendLagP50US and SendLagP99US (open loop only) say how late the load
+	// generator sent its requests against their schedule. Latency counts
+	// from the schedule, so that a target that falls behind cannot hide
+	// its backlog; up to this much of it is the generator's own delay.
+	SendLagP50US float64 `json:"send_lag_p50_us,omitempty"`
+	SendLagP99US float64 `json:"send_lag_p99_us,omitempty"`
 
 	Errors         int64            `json:"errors"`
 	ErrorsByReason map[string]int64 `json:"errors_by_reason"`
@@ -267,6 +273,8 @@ func medianResult(rs []*Result) *Result {
 			Over1msPct: med(func(r *Result) float64 { return r.Over1msPct }),
 			Over4msPct: med(func(r *Result) float64 { return r.Over4msPct }),
 		},
+		SendLagP50US:   med(func(r *Result) float64 { return r.SendLagP50US }),
+		SendLagP99US:   med(func(r *Result) float64 { return r.SendLagP99US }),
 		ErrorsByReason: map[string]int64{},
 	}
 	for _, r := range rs {
@@ -521,6 +529,11 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 	row("max", func(x *Result) string { return micros(x.MaxUS) }, nil)
 	row("over 1 ms", func(x *Result) string { return fmt.Sprintf("%.2f%%", x.Over1msPct) }, nil)
 	row("over 4 ms", func(x *Result) string { return fmt.Sprintf("%.2f%%", x.Over4msPct) }, nil)
+	if c.Mode == "open" {
+		row("sent late p50/p99", func(x *Result) string {
+			return micros(x.SendLagP50US) + " / " + micros(x.SendLagP99US)
+		}, nil)
+	}
 	row("errors", func(x *Result) string { return fmt.Sprint(x.Errors) }, nil)
 	if r.Process != nil {
 		label := "process"
@@ -591,6 +604,10 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 				"(\"Session 7\") what it costs.\n", names[i], res.Process.CPUWait, res.Process.IdleCPUs)
 			break
 		}
+	}
+	if c.Mode == "open" {
+		fmt.Fprintln(w, "\nsent late: how late the load generator sent requests against their schedule; latencies count from the schedule,")
+		fmt.Fprintln(w, "so up to this much of them is the generator's own delay, not the target's.")
 	}
 	if r.Process != nil && r.Process.Source == "process" {
 		fmt.Fprintln(w, "\nCPU and allocations are this process's: daemon (or relay, or nats-server) and load generator together.")

@@ -363,7 +363,7 @@ func (r *requester) complete(info replyInfo, in int) {
 		r.conn.ReleaseChannel(c.ch)
 	}
 	if reason == "" {
-		r.rec.success(c.intended, now, c.out, in)
+		r.rec.success(c.intended, c.sentAt, now, c.out, in)
 		if r.sendNext(c.done, now) {
 			return
 		}

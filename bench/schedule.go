@@ -3,7 +3,6 @@ package bench
 import (
 	"context"
 	"sync"
-	"time"
 )
 
 // intendedTime is when request k of an open-loop run at rate requests per
@@ -21,25 +20,19 @@ func intendedTime(start int64, k int64, rate float64) int64 {
 //
 // It returns when ctx ends or the next request would be due at or after
 // stop, with the number of requests issued. issue must not block for long:
-// it hands the request to a sender.
-func openLoop(ctx context.Context, clk clock, start, stop int64, rate float64, acquire func(context.Context) error, issue func(intended int64)) int64 {
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
+// it hands the request to a sender. p waits for each request's time
+// (pace.go).
+func openLoop(ctx context.Context, clk clock, p *pacer, start, stop int64, rate float64, acquire func(context.Context) error, issue func(intended int64)) int64 {
 	var k int64
 	for ctx.Err() == nil {
 		due := intendedTime(start, k, rate)
 		if due >= stop {
 			return k
 		}
-		if wait := due - clk.now(); wait > 0 {
-			// Sleep once, then send every request that has come due in the
-			// meantime: at high rates the sleep is longer than the interval.
-			timer.Reset(time.Duration(wait))
-			select {
-			case <-timer.C:
-			case <-ctx.Done():
-				return k
-			}
+		// Wait once, then send every request that has come due in the
+		// meantime: at high rates the wait is longer than the interval.
+		if !p.wait(ctx, clk, due) {
+			return k
 		}
 		if err := acquire(ctx); err != nil {
 			return k

@@ -2,6 +2,9 @@ package bench
 
 import (
 	"context"
+	"fmt"
+	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -42,6 +45,7 @@ func TestOpenLoopMeasuresFromIntendedTime(t *testing.T) {
 	)
 	clk := newClock()
 	rec := newRecorder(clk)
+	rec.open = true
 	start := clk.now()
 	stop := intendedTime(start, n, rate)
 	rec.setWindow(start, stop, time.Millisecond)
@@ -51,9 +55,10 @@ func TestOpenLoopMeasuresFromIntendedTime(t *testing.T) {
 		time.Sleep(wait) // no room in flight until the target frees some
 		return nil
 	}
-	issued := openLoop(context.Background(), clk, start, stop, rate, acquire, func(due int64) {
+	issued := openLoop(context.Background(), clk, newPacer(false), start, stop, rate, acquire, func(due int64) {
 		intended = append(intended, due)
-		rec.success(due, clk.now(), 1, 1) // answered the moment it is sent
+		now := clk.now()
+		rec.success(due, now, now, 1, 1) // answered the moment it is sent
 	})
 	if issued != n || len(intended) != n {
 		t.Fatalf("issued %d requests (%d recorded), want %d", issued, len(intended), n)
@@ -77,6 +82,11 @@ func TestOpenLoopMeasuresFromIntendedTime(t *testing.T) {
 	if res.P50US < float64(n/2)*1e3 {
 		t.Errorf("p50 %.0f µs: latency must grow with the backlog", res.P50US)
 	}
+	// Answered the moment they were sent, these requests' latency is all
+	// the generator's lateness, and the table must say so.
+	if res.SendLagP99US < float64(n-2)*1e3 || res.SendLagP50US < float64(n/2)*1e3 {
+		t.Errorf("sent late p50 %.0f µs, p99 %.0f µs: the generator's own delay was not reported", res.SendLagP50US, res.SendLagP99US)
+	}
 }
 
 // TestOpenLoopStopsOnContext: once its context ends, openLoop issues
@@ -85,28 +95,65 @@ func TestOpenLoopMeasuresFromIntendedTime(t *testing.T) {
 // machine: it used to go on issuing those without looking at the context).
 func TestOpenLoopStopsOnContext(t *testing.T) {
 	for name, lag := range map[string]time.Duration{"on schedule": 0, "behind schedule": time.Hour} {
-		t.Run(name, func(t *testing.T) {
+		for _, precise := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/precise=%v", name, precise), func(t *testing.T) {
+				clk := newClock()
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				start := clk.now() - int64(lag)
+				var count int
+				done := make(chan int64)
+				go runPaced(100, func(canPrecise bool) {
+					done <- openLoop(ctx, clk, newPacer(precise && canPrecise), start, start+2*int64(time.Hour), 100, func(context.Context) error { return nil }, func(int64) {
+						count++
+						if count == 3 {
+							cancel()
+						}
+					})
+				})
+				select {
+				case k := <-done:
+					if k != 3 {
+						t.Errorf("issued %d after cancel, want 3", k)
+					}
+				case <-time.After(10 * time.Second):
+					t.Fatal("openLoop did not stop when its context ended")
+				}
+			})
+		}
+	}
+}
+
+// TestOpenLoopNeverEarly: the precise pacer sends no request before it is
+// due, at rates whose waits it sleeps itself (under preciseMin, between
+// preciseMin and preciseMax, and above preciseMax). A request sent early
+// would have its latency, counted from the schedule, understated.
+func TestOpenLoopNeverEarly(t *testing.T) {
+	for _, rate := range []float64{40_000, 4_000, 300} {
+		t.Run(fmt.Sprint(rate), func(t *testing.T) {
 			clk := newClock()
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			start := clk.now() - int64(lag)
-			var count int
-			done := make(chan int64)
-			go func() {
-				done <- openLoop(ctx, clk, start, start+2*int64(time.Hour), 100, func(context.Context) error { return nil }, func(int64) {
-					count++
-					if count == 3 {
-						cancel()
+			n := int64(min(200, rate/10)) // at most 100 ms of schedule
+			start := clk.now() + int64(time.Millisecond)
+			stop := intendedTime(start, n, rate)
+			var early []time.Duration
+			var issued int64
+			runPaced(rate, func(precise bool) {
+				if wantPrecise := runtime.GOOS == "linux" && rate < 1e9/float64(preciseMin); precise != wantPrecise {
+					t.Errorf("precise sleeps: %v, want %v", precise, wantPrecise)
+				}
+				p := newPacer(precise)
+				defer p.stop()
+				issued = openLoop(context.Background(), clk, p, start, stop, rate, func(context.Context) error { return nil }, func(due int64) {
+					if now := clk.now(); now < due {
+						early = append(early, time.Duration(due-now))
 					}
 				})
-			}()
-			select {
-			case k := <-done:
-				if k != 3 {
-					t.Errorf("issued %d after cancel, want 3", k)
-				}
-			case <-time.After(10 * time.Second):
-				t.Fatal("openLoop did not stop when its context ended")
+			})
+			if issued != n {
+				t.Errorf("issued %d requests, want %d", issued, n)
+			}
+			if len(early) > 0 {
+				t.Errorf("%d requests sent before they were due, by up to %v", len(early), slices.Max(early))
 			}
 		})
 	}
