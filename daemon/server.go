@@ -232,6 +232,11 @@ func (s *Server) Run(ctx context.Context) error {
 		defer ls.wg.Done()
 		s.reclaimMemory(runCtx)
 	}()
+	ls.wg.Add(1)
+	go func() {
+		defer ls.wg.Done()
+		s.writers.retire(runCtx)
+	}()
 	// Ready once every goroutine of a running daemon exists: tests count
 	// goroutines from this moment to find leaks.
 	s.logStart()

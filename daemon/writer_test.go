@@ -39,8 +39,9 @@ func TestKickAllocatesNothing(t *testing.T) {
 }
 
 // TestWriterPoolReuses: a writer started while a worker waits runs on that
-// worker; only writers that find none get a goroutine of their own, and the
-// idle workers leave when the daemon stops.
+// worker; only writers that find none get a goroutine of their own; idle
+// workers leave when no writer has started for a while, and when the
+// daemon stops.
 func TestWriterPoolReuses(t *testing.T) {
 	base := runtime.NumGoroutine()
 	p := newWriterPool()
@@ -75,11 +76,30 @@ func TestWriterPoolReuses(t *testing.T) {
 		t.Errorf("after three writers at once, %d goroutines started in all, want 3", n)
 	}
 
+	// A tick after writers started keeps the workers; the next, with no
+	// writer since, sends them away.
+	p.tick()
+	if n := p.idle.Load(); n != 2 {
+		t.Errorf("a tick right after writers ran left %d idle workers, want 2", n)
+	}
+	p.tick()
+	waitIdle(t, p, 0)
+	waitGoroutines(t, base, "retired")
+
+	a.kick() // a worker starts again after retirement, and leaves at close
+	a.writers.Wait()
+	waitIdle(t, p, 1)
 	p.close()
+	waitGoroutines(t, base, "closed")
+}
+
+// waitGoroutines waits until at most n goroutines run.
+func waitGoroutines(t *testing.T, n int, when string) {
+	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > base {
+	for runtime.NumGoroutine() > n {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after close, want %d: idle workers stayed", runtime.NumGoroutine(), base)
+			t.Fatalf("%d goroutines once %s, want %d: idle workers stayed", runtime.NumGoroutine(), when, n)
 		}
 		time.Sleep(time.Millisecond)
 	}
