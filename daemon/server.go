@@ -49,7 +49,7 @@ type Server struct {
 	routing atomic.Int64
 	ready   chan struct{}
 	crash   chan struct{} // closed by Crash
-	writers *writerPool
+	pool    *writerPool   // runs the sessions' writers (writerpool.go)
 	crashed sync.Once
 
 	mu       sync.Mutex
@@ -114,7 +114,7 @@ func New(cfg Config) (*Server, error) {
 		pending:  newHandshakes(cfg.MaxHandshakes, cfg.MaxHandshakesPerIP),
 		adm:      newAdmission(cfg.MaxSessionsPerIP, cfg.NewSessionsPerMinute, cfg.openBurst()),
 		limitLog: newLogOnce(time.Minute),
-		writers:  newWriterPool(),
+		pool:     newWriterPool(),
 	}
 	if err := s.setupTLS(); err != nil {
 		return nil, err
@@ -207,7 +207,7 @@ func (s *Server) Run(ctx context.Context) error {
 	runCtx, cancelRun := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelRun()
 	s.baseCtx = runCtx
-	defer s.writers.close()
+	defer s.pool.close()
 	// Before the listeners: every session is registered cluster-wide.
 	stopCluster, err := s.startCluster()
 	if err != nil {
@@ -235,7 +235,7 @@ func (s *Server) Run(ctx context.Context) error {
 	ls.wg.Add(1)
 	go func() {
 		defer ls.wg.Done()
-		s.writers.retire(runCtx)
+		s.pool.retire(runCtx)
 	}()
 	// Ready once every goroutine of a running daemon exists: tests count
 	// goroutines from this moment to find leaks.

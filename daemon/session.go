@@ -245,7 +245,7 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	if err := se.machine.Established(p, time.Now()); err != nil {
 		return nil, err
 	}
-	se.runWriter = func() { s.writers.run(se) }
+	se.runWriter = func() { s.pool.run(se) }
 	se.stall = time.AfterFunc(time.Hour, se.writeStalled)
 	se.stall.Stop()
 	se.progress, _ = conn.(transport.WriteProgress)

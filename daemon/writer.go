@@ -12,9 +12,10 @@ import (
 // The writer: one goroutine at a time drains the session's control and data
 // queues (control first), stamps and protects frames with the session's send
 // key, and runs the state machine's timers (keepalive, CLOSE ack). It runs
-// only while there is work and exits when there is none, so an idle session
-// costs no goroutine for it (its stack was about a third of an idle
-// WebSocket session's memory); kick starts it again.
+// only while there is work and returns its goroutine to the daemon's pool
+// (writerpool.go) when there is none, so an idle session costs no goroutine
+// for it (its stack was about a third of an idle WebSocket session's
+// memory); kick starts it again.
 
 // kick makes sure a writer runs: called after anything is queued and when
 // the state machine's timer fires.
@@ -30,7 +31,7 @@ func (se *session) kick() {
 	}
 	se.writers.Add(1)
 	se.wmu.Unlock()
-	se.srv.writers.start(se)
+	se.srv.pool.start(se)
 }
 
 // stopWriter waits for the running writer, if any, and keeps new ones from

@@ -18,23 +18,23 @@ import (
 // idle worker of the pool does.
 func TestKickAllocatesNothing(t *testing.T) {
 	for _, pooled := range []bool{false, true} {
-		srv := &Server{writers: newWriterPool()}
+		srv := &Server{pool: newWriterPool()}
 		if !pooled {
-			srv.writers.maxIdle = 0
+			srv.pool.maxIdle = 0
 		}
 		se := testWriterSession(srv)
 		kick := func() {
 			se.kick()
 			se.writers.Wait()
 			if pooled {
-				waitIdle(t, srv.writers, 1)
+				waitIdle(t, srv.pool, 1)
 			}
 		}
 		kick() // the runtime's first goroutine of this shape
 		if n := testing.AllocsPerRun(200, kick); n != 0 {
 			t.Errorf("pooled=%v: kick allocates %.1f times", pooled, n)
 		}
-		srv.writers.close()
+		srv.pool.close()
 	}
 }
 
@@ -46,7 +46,7 @@ func TestWriterPoolReuses(t *testing.T) {
 	base := runtime.NumGoroutine()
 	p := newWriterPool()
 	p.maxIdle = 2
-	srv := &Server{writers: p}
+	srv := &Server{pool: p}
 	a, b, c := testWriterSession(srv), testWriterSession(srv), testWriterSession(srv)
 
 	for range 100 {
@@ -110,7 +110,7 @@ func testWriterSession(srv *Server) *session {
 	se := &session{srv: srv, conn: &discardConn{}, ctrl: make(chan outMsg, 8),
 		queue: newSendQueue(8, 1<<20), m: newMetrics().forTransport("ws")}
 	se.ctx, se.cancel = context.WithCancel(context.Background())
-	se.runWriter = func() { srv.writers.run(se) }
+	se.runWriter = func() { srv.pool.run(se) }
 	se.machine = negotiate.NewMachine(negotiate.RoleServer, time.Now())
 	se.stall = time.AfterFunc(time.Hour, func() {})
 	se.stall.Stop()
