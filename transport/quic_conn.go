@@ -188,16 +188,20 @@ func (c *quicConn) acceptLoop() {
 		str, err := c.qc.AcceptStream(ctx)
 		if err != nil && ctx != c.ctx && c.ctx.Err() == nil {
 			// The peer finished its control stream (stopAccept): take
-			// every stream quic-go has already received (AcceptStream
-			// returns them even with an ended context), then let
+			// every stream that arrives within peerStreamGrace, then let
 			// checkPeerDone decide whether anything is still to come.
+			// Streams quic-go already has come at once; the grace is for
+			// a data stream whose first bytes the peer wrote before the
+			// FIN but that reach us just after it (docs/protocol.md §1).
+			gctx, cancel := context.WithTimeout(c.ctx, c.peerStreamGrace())
 			for {
-				str, err := c.qc.AcceptStream(ctx)
+				str, err := c.qc.AcceptStream(gctx)
 				if err != nil {
 					break
 				}
 				_, _ = c.addStream(str, false)
 			}
+			cancel()
 			c.mu.Lock()
 			c.acceptedAll = true
 			c.mu.Unlock()
@@ -214,6 +218,22 @@ func (c *quicConn) acceptLoop() {
 		// be read from them (and stops waiting for their ends).
 		_, _ = c.addStream(str, false)
 	}
+}
+
+// minPeerStreamGrace is the least peerStreamGrace: QUIC's default
+// max_ack_delay, a bound on how long a peer's packets already sent are
+// held on the way, even on loopback, where the RTT says microseconds but a
+// loaded machine can hold quic-go's packet processing for a scheduler tick.
+const minPeerStreamGrace = 25 * time.Millisecond
+
+// peerStreamGrace is how long, after the peer finished its control
+// stream, a data stream that this side has not seen yet may still arrive:
+// the control stream's FIN can come in the same packet ahead of a data
+// stream's first frame, or in the packet before it. Its RTT estimate plus
+// four deviations, at least minPeerStreamGrace, at most CloseTimeout.
+func (c *quicConn) peerStreamGrace() time.Duration {
+	st := c.qc.ConnectionStats()
+	return min(max(st.SmoothedRTT+4*st.MeanDeviation, minPeerStreamGrace), c.cfg.CloseTimeout)
 }
 
 func (c *quicConn) readLoop(s *quicStream) {
