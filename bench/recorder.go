@@ -204,9 +204,9 @@ func (r *recorder) result() Result {
 	for k, v := range r.errs {
 		res.ErrorsByReason[k] = v
 	}
-	if r.open && r.sendLag.TotalCount() > 0 {
-		res.SendLagP50US = float64(r.sendLag.ValueAtQuantile(50)) / 1e3
-		res.SendLagP99US = float64(r.sendLag.ValueAtQuantile(99)) / 1e3
+	if r.open {
+		lag := summarize(r.sendLag) // zero when nothing was measured
+		res.SendLagP50US, res.SendLagP99US = lag.P50US, lag.P99US
 	}
 	if len(r.warmupWhy) > 0 {
 		res.WarmupErrorsByReason = make(map[string]int64, len(r.warmupWhy))

@@ -2,12 +2,15 @@ package daemon
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/leakcheck"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
 )
@@ -43,7 +46,6 @@ func TestKickAllocatesNothing(t *testing.T) {
 // workers leave when no writer has started for a while, and when the
 // daemon stops.
 func TestWriterPoolReuses(t *testing.T) {
-	base := runtime.NumGoroutine()
 	p := newWriterPool()
 	p.maxIdle = 2
 	srv := &Server{pool: p}
@@ -77,7 +79,7 @@ func TestWriterPoolReuses(t *testing.T) {
 	}
 	// Every writer has ended; the workers beyond maxIdle exit once they
 	// count themselves, the others wait.
-	waitGoroutines(t, base+2, "three writers ended")
+	waitWorkers(t, p, 2, "three writers ended")
 	waitIdle(t, p, 2, true)
 	if p.spawned.Load() == before {
 		t.Error("three writers at once with at most two idle workers started no goroutine")
@@ -91,23 +93,23 @@ func TestWriterPoolReuses(t *testing.T) {
 	}
 	p.tick()
 	waitIdle(t, p, 0, true)
-	waitGoroutines(t, base, "retired")
+	waitWorkers(t, p, 0, "retired")
 
 	a.kick() // a worker starts again after retirement, and leaves at close
 	a.writers.Wait()
 	waitIdle(t, p, 1, true)
 	p.close()
-	waitGoroutines(t, base, "closed")
+	waitWorkers(t, p, 0, "closed")
 }
 
-// waitGoroutines waits until at most n goroutines run.
-func waitGoroutines(t *testing.T, n int, when string) {
+// waitWorkers waits until at most n goroutines run p's workers.
+func waitWorkers(t *testing.T, p *writerPool, n int, when string) {
 	t.Helper()
+	ours := fmt.Sprintf("(*writerPool).run(%p", p) // their stacks name the pool
 	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() > n {
+	for left := leakcheck.Goroutines(ours); len(left) > n; left = leakcheck.Goroutines(ours) {
 		if time.Now().After(deadline) {
-			buf := make([]byte, 1<<16)
-			t.Fatalf("%d goroutines once %s, want %d: idle workers stayed\n%s", runtime.NumGoroutine(), when, n, buf[:runtime.Stack(buf, true)])
+			t.Fatalf("%d workers once %s, want at most %d: idle workers stayed\n%s", len(left), when, n, strings.Join(left, "\n\n"))
 		}
 		time.Sleep(time.Millisecond)
 	}
