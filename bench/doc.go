@@ -38,7 +38,12 @@
 // LoadConfig.Compare "nats" runs the same load through an embedded
 // nats-server (nats.go request/reply to queue-group responders, TLS when the
 // transport is quic or wss): the system users would pick otherwise,
-// measured in the same run on their own machine.
+// measured in the same run on their own machine. With LoadConfig.NATSURL
+// it goes to the user's own nats-server instead; beside a Target, both
+// servers then run as deployed, each in a process of its own, and share
+// nothing but the generator. In one process, a server shares the Go
+// scheduler's Ps with the generator, which on a small machine can move the
+// ratio by more than the two systems differ (docs/benchmarks.md).
 //
 // Agents batch as the daemon does: what they send in answer to messages
 // already received, and senders that find another one sending, share one

@@ -103,12 +103,20 @@ type LoadConfig struct {
 	Baseline bool
 	Echo     bool
 	// Compare names another system to run the same load through, in this
-	// process, and report M2M's ratio to: "nats" (an embedded nats-server,
+	// process (for nats, unless NATSURL), and report M2M's ratio to: "nats" (an embedded nats-server,
 	// nats.go request/reply, queue-group responders; TLS when Transport is
 	// quic or wss); or, with a ProviderTarget, "single-node": the same load
 	// with the providers on Target too, so that the cross-node run is
 	// compared with a single-node run of the same daemons. Empty: none.
 	Compare string
+	// NATSURL, with Compare "nats", is a nats-server of the user's
+	// (nats:// or tls://, verified with TLS) to run the NATS load through
+	// instead of an embedded one. With a Target, both servers then run in
+	// processes of their own, as they would be deployed, and the load
+	// generator here is the only thing they share.
+	NATSURL string
+	// NATSTLS verifies a tls:// NATSURL; nil means the system roots.
+	NATSTLS *tls.Config
 
 	// CPUProfile and MemProfile receive a CPU profile of the M2M run's
 	// measurement window and an allocation profile at its end (in-process
@@ -189,6 +197,8 @@ func (c *LoadConfig) withDefaults() (LoadConfig, error) {
 		return cfg, fmt.Errorf("bench: --compare must be %s or %s, not %q", CompareNATS, CompareSingleNode, cfg.Compare)
 	case cfg.Compare == CompareSingleNode && cfg.ProviderTarget == "":
 		return cfg, errors.New("bench: --compare single-node compares a --provider-target run with one on --url alone; give --provider-target")
+	case cfg.NATSURL != "" && cfg.Compare != CompareNATS:
+		return cfg, errors.New("bench: --nats-url is the server for --compare nats; give --compare nats")
 	case cfg.ProviderDaemonMetrics != "" && cfg.ProviderTarget == "":
 		return cfg, errors.New("bench: --provider-daemon-metrics is the metrics of the --provider-target daemon; give --provider-target")
 	case cfg.ProfileRun != RunM2M && cfg.ProfileRun != RunRelay && cfg.ProfileRun != RunEcho && cfg.ProfileRun != RunNATS:
@@ -216,6 +226,11 @@ func (c *LoadConfig) withDefaults() (LoadConfig, error) {
 			return cfg, err
 		}
 		cfg.Transport = ep.transport
+	}
+	if cfg.NATSURL != "" {
+		if _, err := parseNATSURL(cfg.NATSURL); err != nil {
+			return cfg, err
+		}
 	}
 	if cfg.ProviderTarget != "" {
 		if _, err := parseTarget(cfg.ProviderTarget, cfg.TLS); err != nil {
@@ -762,7 +777,14 @@ func (s *setup) result(cfg *LoadConfig, kind string, rec *recorder, u *usageMoni
 			res.Process.Source, res.Process.IncludesDaemon = "metrics", true
 		} else {
 			res.Process.Source, res.Process.IncludesLoad = "process", true
-			res.Process.IncludesDaemon = cfg.Target == "" || !isM2M(kind)
+			switch {
+			case isM2M(kind):
+				res.Process.IncludesDaemon = cfg.Target == ""
+			case kind == RunNATS:
+				res.Process.IncludesDaemon = cfg.NATSURL == ""
+			default: // the relay and the echo target run here
+				res.Process.IncludesDaemon = true
+			}
 		}
 	}
 	if !u.provAfter.at.IsZero() && !u.provBefore.at.IsZero() {
@@ -848,22 +870,29 @@ func (m *monitor) run(ctx context.Context, stop <-chan struct{}) {
 	}
 }
 
-// connectNATS starts the embedded nats-server and connects the run's
-// providers and requesters to it.
+// connectNATS starts the embedded nats-server, unless the user gave one,
+// and connects the run's providers and requesters to it.
 func connectNATS(cfg *LoadConfig, ps []prepared, rec *recorder, clk clock, certDir string) (*setup, error) {
-	maxMsg := 0
-	for _, p := range ps {
-		maxMsg = max(maxMsg, len(p.frame)+tagLen)
-	}
 	s := &setup{}
 	var err error
-	withRole(context.Background(), roleRelay, func(context.Context) {
-		s.nats, err = startNATS(cfg.Transport, certDir, maxMsg)
-	})
+	if cfg.NATSURL != "" {
+		s.nats, err = remoteNATS(cfg.NATSURL, cfg.NATSTLS)
+		s.target = cfg.NATSURL
+	} else {
+		maxMsg := 0
+		for _, p := range ps {
+			maxMsg = max(maxMsg, len(p.frame)+tagLen)
+		}
+		withRole(context.Background(), roleRelay, func(context.Context) {
+			s.nats, err = startNATS(cfg.Transport, certDir, maxMsg)
+		})
+		if err == nil {
+			s.target = "in-process " + s.nats.url
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
-	s.target = "in-process " + s.nats.url
 	for i := range cfg.Providers {
 		p, err := startNATSProvider(s.nats, cfg.ServiceTime, &s.provErrs)
 		if err != nil {

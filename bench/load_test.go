@@ -122,9 +122,9 @@ func TestLoadEndToEnd(t *testing.T) {
 	}
 }
 
-// TestLoadConfigCluster: the cross-node comparison's settings are refused,
-// in the words of their flags, when what they compare is missing.
-func TestLoadConfigCluster(t *testing.T) {
+// TestLoadConfigCompare: the comparisons' settings are refused, in the
+// words of their flags, when what they compare is missing.
+func TestLoadConfigCompare(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		cfg  LoadConfig
@@ -133,6 +133,10 @@ func TestLoadConfigCluster(t *testing.T) {
 		{"single-node without provider target", LoadConfig{Target: "ws://127.0.0.1:1/m2m", Compare: CompareSingleNode}, "give --provider-target"},
 		{"provider metrics without provider target", LoadConfig{Target: "ws://127.0.0.1:1/m2m", ProviderDaemonMetrics: "http://127.0.0.1:2/metrics"}, "--provider-daemon-metrics"},
 		{"unknown comparison", LoadConfig{Compare: "redis"}, "--compare must be nats or single-node"},
+		{"nats url without the comparison", LoadConfig{NATSURL: "nats://127.0.0.1:4222"}, "give --compare nats"},
+		{"nats url of another scheme", LoadConfig{Compare: CompareNATS, NATSURL: "ws://127.0.0.1:4222"}, "not a nats:// or tls:// URL"},
+		{"nats url without a host", LoadConfig{Compare: CompareNATS, NATSURL: "nats://"}, "not a nats:// or tls:// URL"},
+		{"both servers of their own", LoadConfig{Target: "ws://127.0.0.1:1/m2m", Compare: CompareNATS, NATSURL: "tls://127.0.0.1:4222"}, ""},
 		{"cross-node with single-node", LoadConfig{Target: "ws://127.0.0.1:1/m2m", ProviderTarget: "ws://127.0.0.1:2/m2m", Compare: CompareSingleNode,
 			DaemonMetrics: "http://127.0.0.1:3/metrics", ProviderDaemonMetrics: "http://127.0.0.1:4/metrics"}, ""},
 	} {

@@ -3,9 +3,11 @@ package bench
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
+	"net/url"
 	"sync"
 	"time"
 
@@ -27,16 +29,58 @@ import (
 // connections use TLS (the same development certificate), so each
 // transport is compared with a peer that pays for encryption; over ws they
 // are plain TCP, like ws.
+//
+// With LoadConfig.NATSURL the load goes to a nats-server that runs in its
+// own process instead, as a daemon at LoadConfig.Target does: then neither
+// server shares this process's Go scheduler with the load generator.
 const (
-	natsSubject = "m2md.bench.requests"
-	natsQueue   = "providers"
+	natsSubjectPrefix = "m2md.bench.requests."
+	natsQueue         = "providers"
 )
 
-// natsTarget is the embedded server and how to reach it.
+// natsTarget is the server and how to reach it.
 type natsTarget struct {
-	srv  *server.Server
+	srv  *server.Server // nil for a server of the user's (LoadConfig.NATSURL)
 	url  string
 	opts []nats.Option
+	// subject is the run's own: a server of the user's may carry other
+	// traffic, which must neither see the run's requests nor answer them.
+	subject string
+}
+
+func newNATSTarget(url string) *natsTarget {
+	return &natsTarget{
+		url:     url,
+		opts:    []nats.Option{nats.Name("m2md-bench"), nats.MaxReconnects(0)},
+		subject: natsSubjectPrefix + randomSuffix(),
+	}
+}
+
+// parseNATSURL checks a --nats-url: one nats:// or tls:// server.
+func parseNATSURL(raw string) (*url.URL, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "tls") {
+		return nil, fmt.Errorf("bench: --nats-url %q is not a nats:// or tls:// URL (nats://127.0.0.1:4222)", raw)
+	}
+	return u, nil
+}
+
+// remoteNATS is a nats-server of the user's, at raw; tlsConf verifies it
+// when raw is a tls:// URL.
+func remoteNATS(raw string, tlsConf *tls.Config) (*natsTarget, error) {
+	u, err := parseNATSURL(raw)
+	if err != nil {
+		return nil, err
+	}
+	t := newNATSTarget(raw)
+	if u.Scheme == "tls" {
+		if tlsConf == nil {
+			t.opts = append(t.opts, nats.Secure()) // the system roots
+		} else {
+			t.opts = append(t.opts, nats.Secure(tlsConf))
+		}
+	}
+	return t, nil
 }
 
 func natsUsesTLS(tr string) bool { return tr == TransportQUIC || tr == TransportWSS }
@@ -51,7 +95,7 @@ func startNATS(tr string, certDir string, maxMsg int) (*natsTarget, error) {
 		NoSigs:     true,
 		MaxPayload: int32(max(1<<20, maxMsg+1024)),
 	}
-	t := &natsTarget{opts: []nats.Option{nats.Name("m2md-bench"), nats.MaxReconnects(0)}}
+	t := newNATSTarget("")
 	if natsUsesTLS(tr) {
 		cert, fp, err := certs.EnsureDevCert(certDir)
 		if err != nil {
@@ -83,6 +127,9 @@ func startNATS(tr string, certDir string, maxMsg int) (*natsTarget, error) {
 }
 
 func (t *natsTarget) stop() {
+	if t.srv == nil {
+		return
+	}
 	t.srv.Shutdown()
 	t.srv.WaitForShutdown()
 }
@@ -109,7 +156,7 @@ func startNATSProvider(t *natsTarget, serviceTime time.Duration, errs *counters)
 		return nil, err
 	}
 	p := &natsProvider{nc: nc, serviceTime: serviceTime, errs: errs}
-	if _, err := nc.QueueSubscribe(natsSubject, natsQueue, p.handle); err != nil {
+	if _, err := nc.QueueSubscribe(t.subject, natsQueue, p.handle); err != nil {
 		nc.Close()
 		return nil, err
 	}
@@ -148,6 +195,7 @@ func (p *natsProvider) stop() {
 // Receive returns the replies arriving there. One channel, like WebSocket.
 type natsConn struct {
 	nc        *nats.Conn
+	subject   string
 	inbox     string
 	replies   chan *nats.Msg
 	done      chan struct{}
@@ -159,7 +207,7 @@ func dialNATSRequester(t *natsTarget, inFlight int) (*natsConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &natsConn{nc: nc, inbox: nc.NewRespInbox(), replies: make(chan *nats.Msg, inFlight+64), done: make(chan struct{})}
+	c := &natsConn{nc: nc, subject: t.subject, inbox: nc.NewRespInbox(), replies: make(chan *nats.Msg, inFlight+64), done: make(chan struct{})}
 	if _, err := nc.ChanSubscribe(c.inbox, c.replies); err != nil {
 		nc.Close()
 		return nil, err
@@ -188,7 +236,7 @@ func (c *natsConn) Receive(ctx context.Context) (transport.Message, error) {
 }
 
 func (c *natsConn) Send(_ context.Context, _ transport.ChannelID, msg []byte) error {
-	if err := c.nc.PublishRequest(natsSubject, c.inbox, msg); err != nil {
+	if err := c.nc.PublishRequest(c.subject, c.inbox, msg); err != nil {
 		if errors.Is(err, nats.ErrConnectionClosed) {
 			return transport.ErrClosed
 		}

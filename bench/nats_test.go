@@ -2,10 +2,15 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/m2md/m2md/certs"
 )
 
 // TestNATSRunLeavesNothing: the NATS comparison's server, providers and
@@ -24,7 +29,7 @@ func TestNATSRunLeavesNothing(t *testing.T) {
 		if n == nil || n.RoundTrips == 0 || n.Errors != 0 || len(n.ProviderErrors) != 0 {
 			t.Fatalf("%s: NATS run %+v", tr, n)
 		}
-		if want := natsName(tr); !strings.HasPrefix(n.Target, "in-process ") || (want == "NATS (TLS)") != strings.HasPrefix(n.Target, "in-process tls://") {
+		if !strings.HasPrefix(n.Target, "in-process ") || natsUsesTLS(tr) != (natsName(n.Target) == "NATS (TLS)") {
 			t.Fatalf("%s: NATS target %q", tr, n.Target)
 		}
 	}
@@ -36,5 +41,104 @@ func TestNATSRunLeavesNothing(t *testing.T) {
 	if n := runtime.NumGoroutine(); n > before {
 		buf := make([]byte, 1<<20)
 		t.Fatalf("%d goroutines left after the runs:\n%s", n-before, buf[:runtime.Stack(buf, true)])
+	}
+}
+
+// TestNATSURL: with --nats-url the NATS run goes to that server, whose
+// counters see every request and reply, and not to an embedded one; over
+// tls:// the connection is verified with the TLS settings given.
+func TestNATSURL(t *testing.T) {
+	for _, secure := range []bool{false, true} {
+		name := "nats"
+		if secure {
+			name = "tls"
+		}
+		t.Run(name, func(t *testing.T) {
+			opts := &server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true}
+			var clientTLS *tls.Config
+			if secure {
+				cert, fp, err := certs.EnsureDevCert(t.TempDir())
+				if err != nil {
+					t.Fatal(err)
+				}
+				if clientTLS, err = certs.ClientTLSConfig(certs.ClientOptions{PinSHA256: fp}); err != nil {
+					t.Fatal(err)
+				}
+				opts.TLS, opts.TLSConfig, opts.TLSTimeout = true, certs.ServerTLSConfig(cert), 5
+			}
+			srv, err := server.NewServer(opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			go srv.Start()
+			t.Cleanup(func() { srv.Shutdown(); srv.WaitForShutdown() })
+			if !srv.ReadyForConnections(10 * time.Second) {
+				t.Fatal("nats-server did not start")
+			}
+			url := "nats://" + srv.Addr().String()
+			if secure {
+				url = "tls://" + srv.Addr().String()
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			rep, err := RunLoad(ctx, LoadConfig{Transport: TransportWS, Compare: CompareNATS, NATSURL: url, NATSTLS: clientTLS,
+				Duration: 300 * time.Millisecond, Warmup: 100 * time.Millisecond, Connections: 2, Providers: 2, Concurrency: 8})
+			if err != nil {
+				t.Fatal(err)
+			}
+			n := rep.NATS
+			if n == nil || n.RoundTrips == 0 || n.Errors != 0 || len(n.ProviderErrors) != 0 {
+				t.Fatalf("NATS run %+v", n)
+			}
+			if n.Target != url || (natsName(n.Target) == "NATS (TLS)") != secure {
+				t.Fatalf("NATS target %q (%s), want %s", n.Target, natsName(n.Target), url)
+			}
+			vz, err := srv.Varz(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Each round trip is a request and a reply through the server;
+			// warm-up's come on top.
+			if vz.InMsgs < 2*n.RoundTrips {
+				t.Fatalf("the server saw %d messages for %d round trips", vz.InMsgs, n.RoundTrips)
+			}
+			if n.Process == nil || n.Process.IncludesDaemon || rep.Process == nil || !rep.Process.IncludesDaemon {
+				t.Fatalf("the NATS run's CPU counts the server: %+v; the in-process M2M run's: %+v", n.Process, rep.Process)
+			}
+			if rep.NATSRatios.AllocsPerFrameExtra != nil {
+				t.Fatal("the generator's allocations alone are compared with the daemon's and the generator's")
+			}
+			if note := placementNote(rep); !strings.Contains(note, "nats-server in its own") {
+				t.Fatalf("no note that the servers ran in different places: %q", note)
+			}
+		})
+	}
+	if _, err := RunLoad(context.Background(), LoadConfig{Transport: TransportWS, Compare: CompareNATS, NATSURL: "nats://127.0.0.1:1",
+		Duration: 100 * time.Millisecond, Warmup: 0, Connections: 1, Providers: 1, Concurrency: 1}); err == nil || !strings.Contains(err.Error(), "nats") {
+		t.Fatalf("a nats-server that is not there: %v", err)
+	}
+}
+
+// TestPlacementNote: the table warns exactly when one server of the NATS
+// comparison shared this process with the load generator and the other did
+// not.
+func TestPlacementNote(t *testing.T) {
+	for _, tc := range []struct {
+		m2m, nats string
+		want      string
+	}{
+		{"in-process ws://127.0.0.1:1/m2m", "in-process nats://127.0.0.1:2", ""},
+		{"ws://127.0.0.1:1/m2m", "nats://127.0.0.1:2", ""},
+		{"in-process ws://127.0.0.1:1/m2m", "nats://127.0.0.1:2", "drop --nats-url"},
+		{"ws://127.0.0.1:1/m2m", "in-process nats://127.0.0.1:2", "Give --nats-url too"},
+	} {
+		r := &LoadReport{Result: Result{Target: tc.m2m}, NATS: &Result{Target: tc.nats}}
+		got := placementNote(r)
+		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
+			t.Errorf("M2M at %s, NATS at %s: note %q, want one with %q", tc.m2m, tc.nats, got, tc.want)
+		}
+	}
+	if got := placementNote(&LoadReport{Result: Result{Target: "ws://127.0.0.1:1/m2m"}}); got != "" {
+		t.Errorf("no NATS run, note %q", got)
 	}
 }

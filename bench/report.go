@@ -393,7 +393,8 @@ func ratiosOf(m2m, base []*Result) *Ratios {
 		p50 = append(p50, ratio(a.P50US, b.P50US))
 		p99 = append(p99, ratio(a.P99US, b.P99US))
 		p999 = append(p999, ratio(a.P999US, b.P999US))
-		if a.Process != nil && b.Process != nil && a.Process.Source == "process" && b.Process.Source == "process" {
+		if a.Process != nil && b.Process != nil && a.Process.Source == "process" && b.Process.Source == "process" &&
+			a.Process.IncludesDaemon == b.Process.IncludesDaemon {
 			allocs = append(allocs, a.Process.AllocsPerFrame-b.Process.AllocsPerFrame)
 			perCPU = append(perCPU, ratio(b.Process.CPUPerRoundTripUS, a.Process.CPUPerRoundTripUS))
 		}
@@ -464,7 +465,7 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 	}
 	if r.NATS != nil {
 		runs = append(runs, r.NATS)
-		names = append(names, natsName(c.Transport))
+		names = append(names, natsName(r.NATS.Target))
 	}
 	// Ratio columns: M2M over the bare relay, over NATS, and the bare relay
 	// over NATS.
@@ -596,6 +597,9 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 			"where both daemons and the generator share its CPUs).\n",
 			micros(r.SingleNode.Process.CPUPerRoundTripUS), micros(max(r.Process.CPUPerRoundTripUS, r.ProviderNode.CPUPerRoundTripUS)), r.NodeCPURatio)
 	}
+	if note := placementNote(r); note != "" {
+		fmt.Fprintf(w, "\n%s\n", note)
+	}
 	for i, res := range runs {
 		if res.Process.packed() {
 			fmt.Fprintf(w, "\n%s: on average %.2f threads waited for a CPU while %.2f of the machine's CPUs were idle. The kernel kept\n"+
@@ -610,7 +614,12 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		fmt.Fprintln(w, "so up to this much of them is the generator's own delay, not the target's.")
 	}
 	if r.Process != nil && r.Process.Source == "process" {
-		fmt.Fprintln(w, "\nCPU and allocations are this process's: daemon (or relay, or nats-server) and load generator together.")
+		if r.Process.IncludesDaemon {
+			fmt.Fprintln(w, "\nCPU and allocations are this process's: daemon (or relay, or nats-server) and load generator together.")
+		} else {
+			fmt.Fprintln(w, "\nCPU and allocations are this process's: the load generator's alone; a server in a process of its own is not\n"+
+				"counted (--daemon-metrics reads the daemon's).")
+		}
 		fmt.Fprintln(w, "CPU wait: threads of this process ready to run but waiting for a CPU, held by other work or by this process's own threads.")
 	}
 	return nil
@@ -720,7 +729,7 @@ func WriteLoadMarkdown(w io.Writer, reps []*LoadReport) error {
 		row = append(row, allocs, cpu)
 		if n, q := r.NATS, r.NATSRatios; n != nil && q != nil {
 			errs += n.Errors
-			row = append(row, natsName(c.Transport)+" "+thousands(n.RoundTripsPerSec), fmt.Sprintf("%.2fx", q.RoundTrips),
+			row = append(row, natsName(n.Target)+" "+thousands(n.RoundTripsPerSec), fmt.Sprintf("%.2fx", q.RoundTrips),
 				fmt.Sprintf("%.2fx", q.RoundTripsPerCPU), lat(n))
 		} else {
 			row = append(row, "-", "-", "-", "-")
@@ -782,8 +791,29 @@ func WriteRepetitionsMarkdown(w io.Writer, reps []*LoadReport) error {
 }
 
 // natsName labels the NATS run: over TLS when compared with QUIC or wss.
-func natsName(transport string) string {
-	if natsUsesTLS(transport) {
+// placementNote warns when one server of the NATS comparison ran in this
+// process and the other in its own: the one in here shares the Go
+// scheduler's Ps with the load generator, which on a small machine changes
+// the ratio by more than the systems differ.
+func placementNote(r *LoadReport) string {
+	if r.NATS == nil {
+		return ""
+	}
+	m2mHere, natsHere := strings.HasPrefix(r.Target, "in-process"), strings.HasPrefix(r.NATS.Target, "in-process")
+	switch {
+	case m2mHere && !natsHere:
+		return "The M2M daemon ran in this process, beside the load generator, and nats-server in its own: not like for like.\n" +
+			"Give --url too (a daemon of its own), or drop --nats-url (both in this process)."
+	case !m2mHere && natsHere:
+		return "The M2M daemon ran in its own process, and nats-server in this one, beside the load generator: not like for like.\n" +
+			"Give --nats-url too (a nats-server of its own), or drop --url (both in this process)."
+	}
+	return ""
+}
+
+// natsName names a NATS run by the URL it went to (Result.Target).
+func natsName(target string) string {
+	if strings.Contains(target, "tls://") {
 		return "NATS (TLS)"
 	}
 	return "NATS"

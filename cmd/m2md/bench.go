@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -89,7 +88,8 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&enc, "encoding", "cl100k", "TokenNative `tokenizer`: cl100k or o200k")
 	fs.StringVar(&security, "security", "none", "frame security `mode`: none, hmac or aead")
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the same load through a bare relay on the same transport (no M2M protocol) and report the ratio")
-	fs.StringVar(&cfg.Compare, "compare", "", "`system`: also run the same load through another system and report the ratio: nats (embedded nats-server in this process,\nnats.go request/reply, queue-group responders; TLS when --transport is quic or wss), or single-node (with --provider-target:\nthe providers on the --url daemon too, so the cross-node run is compared with a single-node one)")
+	fs.StringVar(&cfg.Compare, "compare", "", "`system`: also run the same load through another system and report the ratio: nats (embedded nats-server in this process unless --nats-url,\nnats.go request/reply, queue-group responders; TLS when --transport is quic or wss), or single-node (with --provider-target:\nthe providers on the --url daemon too, so the cross-node run is compared with a single-node one)")
+	fs.StringVar(&cfg.NATSURL, "nats-url", "", "with --compare nats: the `URL` of a nats-server of yours (nats://host:port, tls://…) instead of an embedded one;\nwith --url, both servers run in processes of their own, as deployed (--pin, --ca-file, --insecure verify tls://)")
 	fs.BoolVar(&cfg.Echo, "echo", false, "also run the load generator against a target that echoes at once (the generator's own limit)")
 	fs.StringVar(&jsonOut, "json", "", "write every figure to this JSON `file`")
 	fs.StringVar(&plotOut, "plot", "", "draw latency percentiles and throughput over time into this `file` (.svg or .png)")
@@ -131,6 +131,11 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	}
 	if cfg.Target != "" {
 		if cfg.TLS, err = targetTLS("url", cfg.Target, pin, caFile, insecure); err != nil {
+			return err
+		}
+	}
+	if strings.HasPrefix(cfg.NATSURL, "tls://") {
+		if cfg.NATSTLS, err = targetTLS("nats-url", cfg.NATSURL, pin, caFile, insecure); err != nil {
 			return err
 		}
 	}
@@ -210,7 +215,7 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	}
 	// Figures of a run where most requests failed measure the failure.
 	if err := rep.Check(); err != nil {
-		return errors.New(strings.TrimPrefix(err.Error(), "bench: ")) // "m2md bench: most requests failed: …"
+		return err // "m2md bench: most requests failed: …"
 	}
 	return nil
 }
@@ -331,7 +336,7 @@ func runBenchConversation(args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	if err := rep.Check(); err != nil {
-		return errors.New(strings.TrimPrefix(err.Error(), "bench: "))
+		return err
 	}
 	return nil
 }
@@ -343,7 +348,7 @@ func targetTLS(flag, target, pin, caFile string, insecure bool) (*tls.Config, er
 	if pin == "" && caFile == "" && !insecure && !strings.HasPrefix(target, "ws://") {
 		fp, err := certFingerprint(filepath.Join(daemon.DefaultCertDir, certs.DevCertFile))
 		if err != nil {
-			return nil, usagef("--%s %s needs the daemon's certificate: --pin FINGERPRINT (printed by 'm2md serve'), --ca-file or --insecure; there is no development certificate in ./%s to pin", flag, target, daemon.DefaultCertDir)
+			return nil, usagef("--%s %s needs its server's certificate: --pin FINGERPRINT ('m2md serve' prints its own), --ca-file or --insecure; there is no development certificate in ./%s to pin", flag, target, daemon.DefaultCertDir)
 		}
 		pin = fp
 	}

@@ -20,6 +20,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/mattn/go-isatty"
 
@@ -85,6 +86,13 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 // and returns the exit code the README promises.
 func exitCode(err error, prefix string, stdout, stderr io.Writer) int {
 	var help helpError
+	msg := ""
+	if err != nil {
+		// Packages start their errors with their name, which for "m2md
+		// bench" repeats the command's: "m2md bench: bench: …".
+		_, cmd, _ := strings.Cut(prefix, " ")
+		msg = strings.TrimPrefix(err.Error(), cmd+": ")
+	}
 	switch {
 	case err == nil:
 		return exitOK
@@ -94,10 +102,10 @@ func exitCode(err error, prefix string, stdout, stderr io.Writer) int {
 	case errors.Is(err, flag.ErrHelp):
 		return exitOK
 	case errors.As(err, new(usageError)):
-		fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+		fmt.Fprintf(stderr, "%s: %s\n", prefix, msg)
 		return exitUsage
 	default:
-		fmt.Fprintf(stderr, "%s: %v\n", prefix, err)
+		fmt.Fprintf(stderr, "%s: %s\n", prefix, msg)
 		return exitBadInput
 	}
 }
