@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"runtime"
@@ -107,6 +108,15 @@ func TestNATSURL(t *testing.T) {
 			}
 			if rep.NATSRatios.AllocsPerFrameExtra != nil {
 				t.Fatal("the generator's allocations alone are compared with the daemon's and the generator's")
+			}
+			var table bytes.Buffer
+			if err := rep.WriteTable(&table); err != nil {
+				t.Fatal(err)
+			}
+			for _, line := range strings.Split(table.String(), "\n") {
+				if strings.HasPrefix(strings.TrimSpace(line), "CPU/round trip") && !strings.HasSuffix(strings.TrimSpace(line), " -") {
+					t.Fatalf("the table compares the generator's CPU with the daemon's and the generator's: %q", line)
+				}
 			}
 			if note := placementNote(rep); !strings.Contains(note, "nats-server in its own") {
 				t.Fatalf("no note that the servers ran in different places: %q", note)

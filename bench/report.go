@@ -543,7 +543,10 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		}
 		proc := func(f func(*ProcessStats) string) func(*Result) string {
 			return func(x *Result) string {
-				if x.Process == nil {
+				// A column measured otherwise than the row's label says
+				// (the generator alone beside a daemon's own figures) is
+				// left out rather than compared.
+				if p := x.Process; p == nil || p.Source != r.Process.Source || p.IncludesDaemon != r.Process.IncludesDaemon {
 					return "-"
 				}
 				return f(x.Process)
