@@ -102,10 +102,10 @@ type LoadConfig struct {
 	// against a target that echoes at once (the generator's own limit).
 	Baseline bool
 	Echo     bool
-	// Compare names another system to run the same load through, in this
-	// process (for nats, unless NATSURL), and report M2M's ratio to: "nats" (an embedded nats-server,
-	// nats.go request/reply, queue-group responders; TLS when Transport is
-	// quic or wss); or, with a ProviderTarget, "single-node": the same load
+	// Compare names another system to run the same load through, and
+	// report M2M's ratio to: "nats" (an embedded nats-server in this process
+	// unless NATSURL, nats.go request/reply, queue-group responders; TLS
+	// when Transport is quic or wss); or, with a ProviderTarget, "single-node": the same load
 	// with the providers on Target too, so that the cross-node run is
 	// compared with a single-node run of the same daemons. Empty: none.
 	Compare string
