@@ -261,7 +261,7 @@ func TestRepetitionsOf(t *testing.T) {
 	}
 	for i, want := range []struct{ relay, nats, natsP99 float64 }{{0.5, 0.25, 2}, {1, 2, 0.5}, {2, 1, 2}} {
 		rp := reps[i]
-		if rp.RoundTripsRatio != want.relay || rp.NATSRoundTripsRatio != want.nats || rp.NATSP99Ratio != want.natsP99 || rp.NATS.CPUWait != 0.6 {
+		if rp.RoundTripsRatio != want.relay || rp.NATSRoundTripsRatio != want.nats || rp.NATSP99Ratio != want.natsP99 || rp.NATS.CPUWait == nil || *rp.NATS.CPUWait != 0.6 {
 			t.Errorf("repetition %d: %+v, want ratios %+v", i+1, rp, want)
 		}
 	}
@@ -301,5 +301,24 @@ func TestRepetitionsOf(t *testing.T) {
 		if !strings.HasSuffix(rows[2+i], want) {
 			t.Errorf("row %d = %q, want it to end %q", i+1, rows[2+i], want)
 		}
+	}
+	// A daemon at --url read through its metrics has no CPU wait, and its
+	// CPU cannot be set against this process's: "-", not 0.
+	remote := &Result{RoundTripsPerSec: 100, Latency: Latency{P99US: 4000}, Process: &ProcessStats{Source: "metrics", CPUPerRoundTripUS: 10}}
+	rep = &LoadReport{Result: *remote, NATS: nats[0], Repetitions: repetitionsOf([]*Result{remote}, nil, nats[:1]),
+		NATSRatios: ratiosOf([]*Result{remote}, nats[:1])}
+	md.Reset()
+	if err := WriteRepetitionsMarkdown(&md, []*LoadReport{rep}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "| - / - / 0.60 |"; !strings.Contains(md.String(), want) {
+		t.Errorf("per-repetition markdown lacks %q:\n%s", want, md.String())
+	}
+	md.Reset()
+	if err := WriteLoadMarkdown(&md, []*LoadReport{rep}); err != nil {
+		t.Fatal(err)
+	}
+	if want := "| 0.25x | - |"; !strings.Contains(md.String(), want) {
+		t.Errorf("markdown gives a per-CPU ratio between the daemon's CPU and this process's (want %q):\n%s", want, md.String())
 	}
 }

@@ -214,13 +214,19 @@ type RunSummary struct {
 	Errors           int64   `json:"errors"`
 	AllocsPerFrame   float64 `json:"allocs_per_frame,omitempty"`
 	CPUPerRoundTrip  float64 `json:"cpu_us_per_round_trip,omitempty"`
-	CPUWait          float64 `json:"cpu_wait,omitempty"`
+	// CPUWait is this process's (ProcessStats.CPUWait); nil when the run's
+	// figures came from a daemon's metrics, which do not have it.
+	CPUWait *float64 `json:"cpu_wait,omitempty"`
 }
 
 func summaryOf(r *Result) RunSummary {
 	s := RunSummary{RoundTripsPerSec: r.RoundTripsPerSec, P50US: r.P50US, P99US: r.P99US, P999US: r.P999US, Errors: r.Errors}
 	if r.Process != nil {
-		s.AllocsPerFrame, s.CPUPerRoundTrip, s.CPUWait = r.Process.AllocsPerFrame, r.Process.CPUPerRoundTripUS, r.Process.CPUWait
+		s.AllocsPerFrame, s.CPUPerRoundTrip = r.Process.AllocsPerFrame, r.Process.CPUPerRoundTripUS
+		if r.Process.Source == "process" {
+			w := r.Process.CPUWait
+			s.CPUWait = &w
+		}
 	}
 	return s
 }
@@ -720,7 +726,7 @@ func WriteLoadMarkdown(w io.Writer, reps []*LoadReport) error {
 		if b := r.Baseline; b != nil && r.Ratios != nil {
 			errs += b.Errors
 			perCPU := perCPURatio(r)
-			row = append(row, thousands(b.RoundTripsPerSec), fmt.Sprintf("%.2fx", r.Ratios.RoundTrips), fmt.Sprintf("%.2fx", perCPU),
+			row = append(row, thousands(b.RoundTripsPerSec), fmt.Sprintf("%.2fx", r.Ratios.RoundTrips), ratioOrDash(perCPU),
 				lat(&r.Result), lat(b), fmt.Sprintf("%.2fx", r.Ratios.P99))
 			if b.Process != nil && r.Process != nil {
 				allocs += fmt.Sprintf(" / %.1f", b.Process.AllocsPerFrame)
@@ -733,7 +739,7 @@ func WriteLoadMarkdown(w io.Writer, reps []*LoadReport) error {
 		if n, q := r.NATS, r.NATSRatios; n != nil && q != nil {
 			errs += n.Errors
 			row = append(row, natsName(n.Target)+" "+thousands(n.RoundTripsPerSec), fmt.Sprintf("%.2fx", q.RoundTrips),
-				fmt.Sprintf("%.2fx", q.RoundTripsPerCPU), lat(n))
+				ratioOrDash(q.RoundTripsPerCPU), lat(n))
 		} else {
 			row = append(row, "-", "-", "-", "-")
 		}
@@ -775,7 +781,12 @@ func WriteRepetitionsMarkdown(w io.Writer, reps []*LoadReport) error {
 	}
 	rate := func(b *RunSummary) string { return thousands(b.RoundTripsPerSec) }
 	p99 := func(b *RunSummary) string { return micros(b.P99US) }
-	wait := func(b *RunSummary) string { return fmt.Sprintf("%.2f", b.CPUWait) }
+	wait := func(b *RunSummary) string {
+		if b.CPUWait == nil {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f", *b.CPUWait)
+	}
 	for _, r := range reps {
 		c := r.Config
 		load := fmt.Sprintf("%d in flight", c.Concurrency)
@@ -793,7 +804,15 @@ func WriteRepetitionsMarkdown(w io.Writer, reps []*LoadReport) error {
 	return t.markdown(w)
 }
 
-// natsName labels the NATS run: over TLS when compared with QUIC or wss.
+// ratioOrDash prints a ratio, or "-" for one that could not be taken (0):
+// the two runs' CPU figures count different things.
+func ratioOrDash(v float64) string {
+	if v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx", v)
+}
+
 // placementNote warns when one server of the NATS comparison ran in this
 // process and the other in its own: the one in here shares the Go
 // scheduler's Ps with the load generator, which on a small machine changes
