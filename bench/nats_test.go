@@ -80,6 +80,7 @@ func TestNATSURL(t *testing.T) {
 			if secure {
 				url = "tls://" + srv.Addr().String()
 			}
+			before := runtime.NumGoroutine()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			rep, err := RunLoad(ctx, LoadConfig{Transport: TransportWS, Compare: CompareNATS, NATSURL: url, NATSTLS: clientTLS,
@@ -120,6 +121,16 @@ func TestNATSURL(t *testing.T) {
 			}
 			if note := placementNote(rep); !strings.Contains(note, "nats-server in its own") {
 				t.Fatalf("no note that the servers ran in different places: %q", note)
+			}
+			// The run's connections are gone, and so are the server's
+			// goroutines that served them (a moment after they close).
+			deadline := time.Now().Add(10 * time.Second)
+			for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			if n := runtime.NumGoroutine(); n > before {
+				buf := make([]byte, 1<<20)
+				t.Fatalf("%d goroutines left after the run:\n%s", n-before, buf[:runtime.Stack(buf, true)])
 			}
 		})
 	}
