@@ -140,26 +140,31 @@ func TestNATSURL(t *testing.T) {
 	}
 }
 
-// TestPlacementNote: the table warns exactly when one server of the NATS
+// TestPlacementNote: the table warns exactly when one server of a
 // comparison shared this process with the load generator and the other did
 // not.
 func TestPlacementNote(t *testing.T) {
+	relay := &Result{Target: "ws://127.0.0.1:3/"}
 	for _, tc := range []struct {
-		m2m, nats string
+		m2m, nats string // "" for no NATS run
+		relay     *Result
 		want      string
 	}{
-		{"in-process ws://127.0.0.1:1/m2m", "in-process nats://127.0.0.1:2", ""},
-		{"ws://127.0.0.1:1/m2m", "nats://127.0.0.1:2", ""},
-		{"in-process ws://127.0.0.1:1/m2m", "nats://127.0.0.1:2", "drop --nats-url"},
-		{"ws://127.0.0.1:1/m2m", "in-process nats://127.0.0.1:2", "Give --nats-url too"},
+		{"in-process ws://127.0.0.1:1/m2m", "in-process nats://127.0.0.1:2", relay, ""},
+		{"ws://127.0.0.1:1/m2m", "nats://127.0.0.1:2", nil, ""},
+		{"in-process ws://127.0.0.1:1/m2m", "nats://127.0.0.1:2", nil, "drop --nats-url"},
+		{"ws://127.0.0.1:1/m2m", "in-process nats://127.0.0.1:2", nil, "Give --nats-url too"},
+		{"ws://127.0.0.1:1/m2m", "", nil, ""},
+		{"ws://127.0.0.1:1/m2m", "", relay, "M2M/relay is\nnot like for like"},
+		{"in-process ws://127.0.0.1:1/m2m", "", relay, ""},
 	} {
-		r := &LoadReport{Result: Result{Target: tc.m2m}, NATS: &Result{Target: tc.nats}}
+		r := &LoadReport{Result: Result{Target: tc.m2m}, Baseline: tc.relay}
+		if tc.nats != "" {
+			r.NATS = &Result{Target: tc.nats}
+		}
 		got := placementNote(r)
 		if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
-			t.Errorf("M2M at %s, NATS at %s: note %q, want one with %q", tc.m2m, tc.nats, got, tc.want)
+			t.Errorf("M2M at %s, NATS at %q, relay %v: note %q, want one with %q", tc.m2m, tc.nats, tc.relay != nil, got, tc.want)
 		}
-	}
-	if got := placementNote(&LoadReport{Result: Result{Target: "ws://127.0.0.1:1/m2m"}}); got != "" {
-		t.Errorf("no NATS run, note %q", got)
 	}
 }

@@ -813,24 +813,29 @@ func ratioOrDash(v float64) string {
 	return fmt.Sprintf("%.2fx", v)
 }
 
-// placementNote warns when one server of the NATS comparison ran in this
-// process and the other in its own: the one in here shares the Go
-// scheduler's Ps with the load generator, which on a small machine changes
-// the ratio by more than the systems differ.
+// placementNote warns when a comparison's two servers ran in different
+// places, one in this process and the other in its own: the one in here
+// shares the Go scheduler's Ps with the load generator, which on a small
+// machine changes the ratio by more than the systems differ. The bare relay
+// always runs here.
 func placementNote(r *LoadReport) string {
-	if r.NATS == nil {
-		return ""
+	m2mHere := strings.HasPrefix(r.Target, "in-process")
+	var notes []string
+	if r.Baseline != nil && !m2mHere {
+		notes = append(notes, "The bare relay ran in this process, beside the load generator, and the M2M daemon in its own: M2M/relay is\n"+
+			"not like for like. Drop --url to compare them in one process.")
 	}
-	m2mHere, natsHere := strings.HasPrefix(r.Target, "in-process"), strings.HasPrefix(r.NATS.Target, "in-process")
-	switch {
-	case m2mHere && !natsHere:
-		return "The M2M daemon ran in this process, beside the load generator, and nats-server in its own: not like for like.\n" +
-			"Give --url too (a daemon of its own), or drop --nats-url (both in this process)."
-	case !m2mHere && natsHere:
-		return "The M2M daemon ran in its own process, and nats-server in this one, beside the load generator: not like for like.\n" +
-			"Give --nats-url too (a nats-server of its own), or drop --url (both in this process)."
+	if r.NATS != nil {
+		switch natsHere := strings.HasPrefix(r.NATS.Target, "in-process"); {
+		case m2mHere && !natsHere:
+			notes = append(notes, "The M2M daemon ran in this process, beside the load generator, and nats-server in its own: not like for like.\n"+
+				"Give --url too (a daemon of its own), or drop --nats-url (both in this process).")
+		case !m2mHere && natsHere:
+			notes = append(notes, "The M2M daemon ran in its own process, and nats-server in this one, beside the load generator: not like for like.\n"+
+				"Give --nats-url too (a nats-server of its own), or drop --url (both in this process).")
+		}
 	}
-	return ""
+	return strings.Join(notes, "\n")
 }
 
 // natsName names a NATS run by the URL it went to (Result.Target).
