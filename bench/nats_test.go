@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -12,12 +11,12 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 
 	"github.com/m2md/m2md/certs"
+	"github.com/m2md/m2md/internal/leakcheck"
 )
 
 // TestNATSRunLeavesNothing: the NATS comparison's server, providers and
 // requesters are gone when its run ends, and every request came back.
 func TestNATSRunLeavesNothing(t *testing.T) {
-	before := runtime.NumGoroutine()
 	for _, tr := range []string{TransportWS, TransportQUIC} { // plain TCP, then TLS
 		ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 		rep, err := RunLoad(ctx, LoadConfig{Transport: tr, Compare: CompareNATS, Duration: 500 * time.Millisecond,
@@ -35,13 +34,8 @@ func TestNATSRunLeavesNothing(t *testing.T) {
 		}
 	}
 	// quic-go and nats-server wind down a moment after their Close returns.
-	deadline := time.Now().Add(10 * time.Second)
-	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
-	if n := runtime.NumGoroutine(); n > before {
-		buf := make([]byte, 1<<20)
-		t.Fatalf("%d goroutines left after the runs:\n%s", n-before, buf[:runtime.Stack(buf, true)])
+	if left := leakcheck.Wait(leakcheck.Settle); len(left) > 0 {
+		t.Fatalf("%d goroutines left after the runs:\n\n%s", len(left), strings.Join(left, "\n\n"))
 	}
 }
 
@@ -80,7 +74,6 @@ func TestNATSURL(t *testing.T) {
 			if secure {
 				url = "tls://" + srv.Addr().String()
 			}
-			before := runtime.NumGoroutine()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			rep, err := RunLoad(ctx, LoadConfig{Transport: TransportWS, Compare: CompareNATS, NATSURL: url, NATSTLS: clientTLS,
@@ -122,15 +115,10 @@ func TestNATSURL(t *testing.T) {
 			if note := placementNote(rep); !strings.Contains(note, "nats-server in its own") {
 				t.Fatalf("no note that the servers ran in different places: %q", note)
 			}
-			// The run's connections are gone, and so are the server's
-			// goroutines that served them (a moment after they close).
-			deadline := time.Now().Add(10 * time.Second)
-			for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			if n := runtime.NumGoroutine(); n > before {
-				buf := make([]byte, 1<<20)
-				t.Fatalf("%d goroutines left after the run:\n%s", n-before, buf[:runtime.Stack(buf, true)])
+			// The run's agents and connections are gone; the server, which
+			// is the user's, stays.
+			if left := leakcheck.Wait(leakcheck.Settle, "github.com/m2md/m2md/", "github.com/nats-io/nats.go", "github.com/coder/websocket"); len(left) > 0 {
+				t.Fatalf("%d goroutines left after the run:\n\n%s", len(left), strings.Join(left, "\n\n"))
 			}
 		})
 	}
