@@ -137,7 +137,7 @@ func (t *natsTarget) stop() {
 func (t *natsTarget) connect() (*nats.Conn, error) {
 	nc, err := nats.Connect(t.url, t.opts...)
 	if err != nil {
-		return nil, fmt.Errorf("bench: connect to nats-server: %w", err)
+		return nil, fmt.Errorf("connect to nats-server at %s: %w", t.url, err)
 	}
 	return nc, nil
 }
