@@ -74,11 +74,7 @@ func remoteNATS(raw string, tlsConf *tls.Config) (*natsTarget, error) {
 	}
 	t := newNATSTarget(raw)
 	if u.Scheme == "tls" {
-		if tlsConf == nil {
-			t.opts = append(t.opts, nats.Secure()) // the system roots
-		} else {
-			t.opts = append(t.opts, nats.Secure(tlsConf))
-		}
+		t.opts = append(t.opts, nats.Secure(tlsConf)) // nil: the system roots, as nats.go defaults
 	}
 	return t, nil
 }
