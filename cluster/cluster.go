@@ -292,8 +292,8 @@ func startEmbedded(cfg Config, token string) (*server.Server, error) {
 			Password: cfg.Password,
 		},
 	}
-	if cfg.TLS != nil {
-		opts.Cluster.TLSConfig = cfg.TLS
+	if conf := routeTLS(&cfg); conf != nil {
+		opts.Cluster.TLSConfig = conf
 		opts.Cluster.TLSTimeout = 2
 	}
 	for _, r := range cfg.Routes {

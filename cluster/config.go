@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -52,9 +53,15 @@ type Config struct {
 	// Without them the route port accepts any process that can reach it,
 	// so Start refuses a non-loopback Listen without them.
 	User, Password string
-	// TLS, if set, protects the embedded routes (server and client side,
-	// with client certificates verified when TLS.ClientCAs is set).
-	TLS *tls.Config
+	// Cert is this node's certificate and private key (--cluster-tls-cert,
+	// --cluster-tls-key), issued by the cluster CA (m2md cert node); its
+	// Subject CommonName is the node id. In embedded mode it is the routes'
+	// TLS certificate, as server and as client.
+	Cert *tls.Certificate
+	// CA is the cluster CA (--cluster-tls-ca): every other node's
+	// certificate must chain to it. In embedded mode both ends of a route
+	// verify the other's certificate against it (mutual TLS).
+	CA *x509.CertPool
 
 	// URLs are the client URLs of an existing NATS deployment (--nats-url).
 	// External mode.
@@ -105,7 +112,7 @@ func (c Config) Enabled() bool { return c.Listen != "" || len(c.URLs) > 0 }
 // touched reports whether any cluster setting is given, so that a setting
 // without --cluster-listen or --nats-url is reported rather than ignored.
 func (c Config) touched() bool {
-	return c.Enabled() || len(c.Routes) > 0 || c.User != "" || c.Password != "" || c.TLS != nil ||
+	return c.Enabled() || len(c.Routes) > 0 || c.User != "" || c.Password != "" || c.Cert != nil || c.CA != nil ||
 		c.CredsFile != "" || c.CAFile != ""
 }
 
@@ -174,7 +181,7 @@ func (c Config) withDefaults() (Config, error) {
 		if err != nil {
 			return c, fmt.Errorf("cluster: --cluster-listen %q: %w", c.Listen, err)
 		}
-		if c.User == "" && c.TLS == nil && !loopback(host) {
+		if c.User == "" && c.Cert == nil && !loopback(host) {
 			return c, fmt.Errorf("cluster: --cluster-listen %s is reachable from other machines: set --cluster-user and --cluster-password-file (or --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca) so that only cluster members can join", c.Listen)
 		}
 		for _, r := range c.Routes {

@@ -70,11 +70,11 @@ func TestClusterRouteTLS(t *testing.T) {
 	dir := t.TempDir()
 	writeRouteCerts(t, dir)
 	withTLS := func(c *cluster.Config) {
-		conf, err := cluster.RouteTLS(filepath.Join(dir, "node.pem"), filepath.Join(dir, "node.key"), filepath.Join(dir, "ca.pem"))
+		var err error
+		c.Cert, c.CA, err = cluster.LoadIdentity(filepath.Join(dir, "node.pem"), filepath.Join(dir, "node.key"), filepath.Join(dir, "ca.pem"))
 		if err != nil {
 			t.Fatal(err)
 		}
-		c.TLS = conf
 	}
 	nodes := startCluster(t, 2, withTLS, nil)
 	prov := mustDialRaw(t, nodes[1], "ws", negotiate.ClientConfig{AgentID: "tprov", Models: []string{"gpt-4o"}})

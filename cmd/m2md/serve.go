@@ -130,7 +130,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 		cfg.Cluster.Password = strings.TrimSpace(string(b))
 	}
 	if routeCert != "" || routeKey != "" || routeCA != "" {
-		if cfg.Cluster.TLS, err = cluster.RouteTLS(routeCert, routeKey, routeCA); err != nil {
+		if cfg.Cluster.Cert, cfg.Cluster.CA, err = cluster.LoadIdentity(routeCert, routeKey, routeCA); err != nil {
 			return err
 		}
 	}
