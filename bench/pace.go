@@ -20,7 +20,7 @@ const (
 	// come closer than this run without precise sleeps at all. Such rates
 	// keep the process busy, and its timers then fire within
 	// microseconds. On the reference machine the two ways were even at
-	// about 10,000 requests a second (docs/benchmarks.md, "Session 8").
+	// 12,000-20,000 requests a second (docs/benchmarks.md, "Method notes").
 	preciseMin = 100 * time.Microsecond
 	// preciseMax: the longest single sleep. Longer waits sleep on Go's
 	// timer (which watches the context) until this much is left.

@@ -39,7 +39,7 @@ type ProcessStats struct {
 	// ready to run but waiting for a CPU (Linux run-queue delay; this
 	// process only). The CPU may be held by other work, or by this
 	// process's own threads where the kernel queues them on one CPU while
-	// another idles (docs/benchmarks.md, "Session 7"): either way the run
+	// another idles (docs/benchmarks.md, "Method notes"): either way the run
 	// got less CPU than it could use, and its figures follow that share.
 	CPUWait float64 `json:"cpu_wait"`
 	// IdleCPUs is how many of the machine's CPUs were, on average, idle

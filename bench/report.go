@@ -614,7 +614,7 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 			fmt.Fprintf(w, "\n%s: on average %.2f threads waited for a CPU while %.2f of the machine's CPUs were idle. The kernel kept\n"+
 				"threads queued on busy CPUs instead of moving them to idle ones (some virtual machines' schedulers pack threads so), unless\n"+
 				"other work came in bursts. Ratios on such a machine swing from run to run: --repeat shows how far, and docs/benchmarks.md\n"+
-				"(\"Session 7\") what it costs.\n", names[i], res.Process.CPUWait, res.Process.IdleCPUs)
+				"(\"Method notes\") what it costs.\n", names[i], res.Process.CPUWait, res.Process.IdleCPUs)
 			break
 		}
 	}

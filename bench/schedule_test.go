@@ -92,7 +92,7 @@ func TestOpenLoopMeasuresFromIntendedTime(t *testing.T) {
 // TestOpenLoopStopsOnContext: once its context ends, openLoop issues
 // nothing more, whether it is on schedule (it would wait for the next
 // request) or behind it (every request is already due, as on a loaded
-// machine: it used to go on issuing those without looking at the context).
+// machine: it must not go on issuing those without looking at the context).
 func TestOpenLoopStopsOnContext(t *testing.T) {
 	for name, lag := range map[string]time.Duration{"on schedule": 0, "behind schedule": time.Hour} {
 		for _, precise := range []bool{false, true} {

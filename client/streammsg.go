@@ -37,7 +37,7 @@ type streamedCall struct {
 // than encoding/json, whose reflection cost a 50-chunk stream through the
 // OpenAI edges a fifth of the mesh's CPU. Member names match exactly and
 // the last of duplicates counts, as everywhere in jsonscan; the message is
-// then written by encoding/json, as before.
+// then written by encoding/json, so its bytes are encoding/json's.
 func streamMessage(resp []byte) (_ []byte, ok bool) {
 	var msg streamedMessage
 	// The pieces, appended as they come; strings only at the end.

@@ -17,9 +17,9 @@ import (
 // WebSocket: an agent whose control message exceeds 65,536 bytes gets
 // CLOSE ERROR before its connection ends (docs/protocol.md §1), even when
 // the writer is slow to hand the CLOSE to the transport, as on a loaded
-// machine. The reader used to tear the session down as soon as the writer
-// had picked the CLOSE up, before it was written, and the agent saw status
-// 1009 without being told why.
+// machine. A reader that tore the session down as soon as the writer had
+// picked the CLOSE up, before it was written, would leave the agent with
+// status 1009 and no reason.
 func TestCloseErrorBeforeConnectionEnds(t *testing.T) {
 	srv := runServer(t, Config{
 		QUICAddr: "-", AdminAddr: "-", WSAddr: "127.0.0.1:0",

@@ -491,8 +491,8 @@ func (s *Server) acceptQUIC(ctx context.Context, ln *transport.QUICListener) {
 // shutdown carries out the graceful stop described at Run.
 func (s *Server) shutdown(closers []func()) {
 	// The listeners first: once /healthz says "draining", a new connection
-	// is refused (a load balancer or a test that saw it and dialled at once
-	// used to find the listener still open and get a connection). A session
+	// is refused (else a load balancer or a test that saw it and dialled at
+	// once could find the listener still open and get a connection). A session
 	// whose connection was accepted before is drained like the others.
 	for _, c := range closers {
 		c() // listeners and HTTP servers; accepted sessions live on

@@ -74,7 +74,7 @@ func (se *session) hasWork() bool {
 //
 // What one pass writes is one batch for the transport: it holds the
 // messages (Cork) and writes them with one system call at the end of the
-// pass (Uncork), where a write per message used to cost most of the
+// pass (Uncork), where a write per message would cost most of the
 // daemon's CPU under load. Nothing waits for more work to arrive: a pass
 // writes what is queued when it looks, so a lone message leaves at once,
 // and what arrives during the batch's write is the next pass's batch.

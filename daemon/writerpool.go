@@ -11,12 +11,12 @@ import (
 // outlive one batch. A writer started by a go statement begins on a 2 KiB
 // stack, and every batch grew it again inside the transport's write (the
 // WebSocket library takes its locks in a select): copying stacks took 4–6% of
-// a loaded daemon's CPU (docs/benchmarks.md, "Session 8"). A worker whose
+// a loaded daemon's CPU (docs/benchmarks.md, "Where the time goes"). A worker whose
 // writer has finished waits for the next one instead of exiting, so its
 // grown stack is used again.
 //
 // The pool never makes a writer wait: when no worker is idle, the writer
-// gets a goroutine of its own, as before. A writer can block for as long as
+// gets a goroutine of its own. A writer can block for as long as
 // its peer does not read (up to the stall timeout), so a fixed set of
 // workers would let one slow agent hold up the others. Idle workers are
 // capped at maxIdle, and they belong to the daemon, not to sessions, so an

@@ -11,10 +11,9 @@ import (
 // TestManyChannelsPerSession: a QUIC agent that has used 999 streams of its
 // own (besides the control stream) and then serves requests on streams the
 // daemon opens to it still gets every delivery. The daemon's
-// channel table of one direction used to be capped at 1,024 and dropped
-// frames past it with only a metric (security review finding 5); it is now
-// sized from the stream limit and the outstanding-delivery limit, so it
-// cannot fill.
+// channel table of one direction is sized from the stream limit and the
+// outstanding-delivery limit, so it cannot fill: a fixed cap (1,024) would
+// drop frames past it with only a metric.
 func TestManyChannelsPerSession(t *testing.T) {
 	d := startDaemon(t, nil)
 	const own, served = 999, 40

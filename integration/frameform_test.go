@@ -15,7 +15,7 @@ import (
 // in a protected session with tn_sealed, a sealed envelope (54, §4.2).
 // Whatever else it begins with, the daemon refuses it with bad_frame, as a
 // request and as a reply, in every mode, without taking a sequence number
-// and without delivering it; it used to route it as TokenNative. An
+// and without delivering it (nor routing it as TokenNative). An
 // envelope in mode none, and an authentic envelope whose content begins with
 // no tokenizer byte (which has taken its number), are refused alike.
 func TestUnknownFrameFormRefused(t *testing.T) {

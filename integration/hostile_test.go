@@ -28,7 +28,7 @@ import (
 	"github.com/m2md/m2md/transport"
 )
 
-// The attacks of issue 9, at reduced scale. Each runs beside a legitimate
+// The hostile-peer attacks, at reduced scale. Each runs beside a legitimate
 // provider and requester doing round trips (bystander), asserts that the
 // heap in use (daemon, bystander and attacker share this test binary) stays
 // within the limit the daemon states for the attack, and that every

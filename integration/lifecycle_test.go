@@ -420,8 +420,8 @@ func TestShutdownAbortsHandshakes(t *testing.T) {
 // and nothing is sent after it (a client discards what follows a CLOSE).
 // On QUIC the requester starts reading only after CloseTimeout + 1 s, as a
 // busy agent on a loaded machine may: writing the replies takes that long,
-// and the daemon must not cut them off (it used to, with a backstop
-// counted from when the CLOSE was queued rather than written).
+// and the daemon must not cut them off (as a backstop counted from when
+// the CLOSE was queued rather than written would).
 func TestShutdownFlushesReplies(t *testing.T) {
 	t.Parallel()
 	// The requester's side of the connection holds at most reqBudget read
@@ -429,8 +429,8 @@ func TestShutdownFlushesReplies(t *testing.T) {
 	// size are half as much again, so when the last END ends the drain
 	// replies still wait in the daemon's queue for the requester and the
 	// CLOSE goes behind them. A small budget, not a large upload, keeps
-	// them there: the 12.8 MB this test used to send under -race on a
-	// loaded machine outlasted the shutdown grace.
+	// them there: 12.8 MB sent under -race on a loaded machine outlasts
+	// the shutdown grace.
 	const (
 		n         = 48
 		size      = 128 << 10

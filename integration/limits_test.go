@@ -120,8 +120,8 @@ func TestDefaultsDoNotRateLimit(t *testing.T) {
 	}
 }
 
-// TestZeroConfigStreamingLoad: what the old per-session defaults refused
-// in the first second (a streaming provider sends hundreds of messages a
+// TestZeroConfigStreamingLoad: what per-session limits of 1,000 messages a
+// minute and 10 MB/s would refuse in the first second (a streaming provider sends hundreds of messages a
 // second): one provider streams 200-chunk replies to 32 concurrent
 // requesters (6,400 messages from one session at once) through a
 // zero-config daemon, with no error.

@@ -148,7 +148,7 @@ func BenchmarkOpenAIEdgeRequest(b *testing.B) {
 // takes the median and range of.
 const edgeGoalRounds = 5
 
-// BenchmarkOpenAIEdgeGoal answers issue 10's goals in one command: for each
+// BenchmarkOpenAIEdgeGoal answers the OpenAI edges' goals in one command: for each
 // request kind, edgeGoalRounds rounds, each measuring the maximum rate of
 // the direct path and of the mesh (closed loop, 32 clients, 1 s each),
 // then the latency of both at half the mesh's maximum rate (open loop, 2 s

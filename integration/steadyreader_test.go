@@ -24,7 +24,7 @@ import (
 // The provider's receive budget is small (and so, on QUIC, its connection
 // window): 1 MiB holds 8 deliveries, so the daemon's last writes each wait
 // for the provider's next read; 64 KiB is below one delivery, where a QUIC
-// provider used to stop taking bytes altogether: the freed budget could go
+// provider would stop taking bytes altogether if the freed budget could go
 // to the stream whose body was still on its way while the connection's
 // window was full of the bodies of streams waiting for budget.
 func TestSlowSteadyReaderNotClosed(t *testing.T) {
@@ -88,7 +88,7 @@ func TestSlowSteadyReaderNotClosed(t *testing.T) {
 // blocks longer than the grace (1 s) although bytes go out all the time.
 // The stall timer closes only a session whose connection took no bytes
 // for a whole grace, so this one keeps its session and gets the delivery;
-// it used to be closed as a slow consumer mid-write. Over QUIC, through a
+// a timer counted from the write's start would close it mid-write. Over QUIC, through a
 // throttled UDP relay: TestSlowQUICLinkNotClosed.
 func TestSlowLinkNotClosed(t *testing.T) {
 	const (

@@ -161,7 +161,7 @@ func BenchmarkMessageRead(b *testing.B) {
 }
 
 // BenchmarkSendBatch measures what a batch of 32 messages costs the sender,
-// written one message at a time (Send alone, as before Cork existed: a
+// written one message at a time (Send alone, without Cork: a
 // system call each on WebSocket, a stream Write each on QUIC) or as one
 // batch (Cork … Uncork, as the daemon's writer does: one system call on
 // WebSocket, one Write per stream on QUIC). The daemon side sends to the

@@ -592,10 +592,10 @@ func TestQUICIdleDefaults(t *testing.T) {
 // TestQUICConcurrentSendsSmallBudget: many channels send at once to a
 // peer whose receive budget holds three of their messages (and whose
 // connection window is 1 MiB, eight of them). Every message arrives whole.
-// The connection used to stall until MessageTimeout: the senders' bodies,
-// interleaved by quic-go, filled the receiver's flow-control window with
-// the bodies of messages still waiting for budget, while the three that
-// held it could not get the rest of theirs (takeDataTurn).
+// Without takeDataTurn the connection stalls until MessageTimeout: the
+// senders' bodies, interleaved by quic-go, fill the receiver's flow-control
+// window with the bodies of messages still waiting for budget, while the
+// three that hold it cannot get the rest of theirs.
 func TestQUICConcurrentSendsSmallBudget(t *testing.T) {
 	const (
 		size    = 128 << 10

@@ -100,7 +100,7 @@ type Conn interface {
 	// matching Uncork, so that a batch leaves in as few system calls as
 	// the transport allows. Corks nest; every Cork needs its Uncork.
 	// Nothing waits for more messages to arrive: a Send with no Cork
-	// under way is written at once, as before. Close writes what a batch
+	// under way is written at once. Close writes what a batch
 	// holds before it closes, even when called inside the batch.
 	Cork()
 	// Uncork ends a Cork. The last one to end writes what is held and

@@ -20,7 +20,7 @@ import (
 // also reports it at once (refuse).
 //
 // The tap only observes: it never changes, holds back or buffers bytes, so
-// the library sees the stream as it came and validates it as before.
+// the library sees the stream as it came and validates it as without the tap.
 type wsTap struct {
 	net.Conn
 	pre    []byte       // bytes net/http had read past the upgrade request

@@ -120,8 +120,7 @@ func (e *openAIEdge) stop(grace time.Duration) {
 // loopback: plain WebSocket if it runs, else QUIC. The session never leaves
 // the machine and is sealed (AEAD) either way, and WebSocket costs no
 // more CPU than QUIC, up to 11% less per request through the edges
-// (quic-go's per-packet work; docs/benchmarks.md, "Session 4: what the
-// mesh path spends, and the cuts").
+// (quic-go's per-packet work; docs/benchmarks.md, "The OpenAI edges").
 func meshURL(srv *daemon.Server, wsPath string) (string, error) {
 	loop := func(a net.Addr) string {
 		host, port, _ := net.SplitHostPort(a.String())

@@ -326,7 +326,7 @@ func TestT1Limits(t *testing.T) {
 		}
 	}
 
-	// MaxArray bounds arrays, not objects' members (as before T1 read with jsonscan).
+	// MaxArray bounds arrays, not objects' members.
 	if _, err := EncodeT1(nil, []byte(`{"a":1,"b":2,"c":3}`), T1Options{Limits: frame.Limits{MaxArray: 2}}); err != nil {
 		t.Errorf("object of 3 members with MaxArray 2: %v", err)
 	}
