@@ -14,15 +14,12 @@ import (
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/internal/daemontest"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 var transports = []string{"quic", "ws"}
 
-func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testCtx(t testing.TB) context.Context { return testkit.Context(t, testTimeout) }
 
 // dial connects a client to d over transport tr; it is closed at cleanup.
 // testDaemon is a daemon the tests dial: the real one (startDaemon) or, where

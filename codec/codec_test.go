@@ -3,41 +3,15 @@ package codec
 import (
 	"bytes"
 	"errors"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"unicode/utf8"
 
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/internal/llama3vocab"
+	"github.com/m2md/m2md/internal/testkit"
 	"github.com/m2md/m2md/tokennative"
 )
-
-type corpusFile struct {
-	name string
-	data []byte
-}
-
-func readCorpus(t testing.TB) []corpusFile {
-	t.Helper()
-	var files []corpusFile
-	root := filepath.Join("..", "testdata", "corpus")
-	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".json") {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		rel, _ := filepath.Rel(root, p)
-		files = append(files, corpusFile{rel, b})
-		return err
-	})
-	if err != nil || len(files) < 100 {
-		t.Fatalf("corpus: %d files, %v", len(files), err)
-	}
-	return files
-}
 
 func isASCII(b []byte) bool {
 	for _, c := range b {
@@ -94,7 +68,7 @@ func TestCorpusRoundTripEveryForm(t *testing.T) {
 			})
 		}
 	}
-	files := readCorpus(t)
+	files := testkit.Corpus(t)
 	for _, f := range forms {
 		t.Run(f.name, func(t *testing.T) {
 			c := c
@@ -103,25 +77,25 @@ func TestCorpusRoundTripEveryForm(t *testing.T) {
 			}
 			t.Parallel()
 			for _, cf := range files {
-				if f.skip != nil && f.skip(cf.data) {
+				if f.skip != nil && f.skip(cf.Data) {
 					continue
 				}
-				wire, enc, err := c.Encode(nil, cf.data, f.opt)
+				wire, enc, err := c.Encode(nil, cf.Data, f.opt)
 				if err != nil {
-					t.Fatalf("%s: encode: %v", cf.name, err)
+					t.Fatalf("%s: encode: %v", cf.Name, err)
 				}
 				got, dec, err := c.Decode(nil, wire, f.dec)
 				if err != nil {
-					t.Fatalf("%s: decode: %v", cf.name, err)
+					t.Fatalf("%s: decode: %v", cf.Name, err)
 				}
-				if !bytes.Equal(got, cf.data) {
-					t.Fatalf("%s: round trip differs (%d bytes, want %d)", cf.name, len(got), len(cf.data))
+				if !bytes.Equal(got, cf.Data) {
+					t.Fatalf("%s: round trip differs (%d bytes, want %d)", cf.Name, len(got), len(cf.Data))
 				}
 				if dec.Algorithm != enc.Algorithm {
-					t.Fatalf("%s: detected %s, encoded %s", cf.name, dec.Algorithm, enc.Algorithm)
+					t.Fatalf("%s: detected %s, encoded %s", cf.Name, dec.Algorithm, enc.Algorithm)
 				}
 				if f.opt.Algorithm == M2M && (dec.Binary != f.opt.Binary || dec.Security != f.opt.Security) {
-					t.Fatalf("%s: detected binary=%v security=%s", cf.name, dec.Binary, dec.Security)
+					t.Fatalf("%s: detected binary=%v security=%s", cf.Name, dec.Binary, dec.Security)
 				}
 			}
 		})
@@ -140,9 +114,9 @@ func TestSelectEngineVectors(t *testing.T) {
 		{"small", []byte("small"), None},
 		{"chat json 100..1024", chat, M2M},
 		{"hello world x100", []byte(strings.Repeat("hello world ", 100)), Brotli},
-		{"99 bytes", readFile(t, "req-chat-tiny-09.json"), None},
-		{"100 bytes", readFile(t, "req-chat-tiny-10.json"), M2M},
-		{"over 1024", readFile(t, "req-chat-1k-01.json"), Brotli},
+		{"99 bytes", testkit.CorpusFile(t, "req-chat-tiny-09.json"), None},
+		{"100 bytes", testkit.CorpusFile(t, "req-chat-tiny-10.json"), M2M},
+		{"over 1024", testkit.CorpusFile(t, "req-chat-1k-01.json"), Brotli},
 		{"repetitive text", []byte(strings.Repeat("abcd", 40)), Brotli},
 		{"plain json", []byte(`{"a":[1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37]}`), M2M},
 		{"prose", []byte("The quick brown fox jumps over the lazy dog while seven zebras quietly graze beside an old mill, far from town."), None},
@@ -153,15 +127,6 @@ func TestSelectEngineVectors(t *testing.T) {
 			t.Errorf("%s: Select = %s (%q), want %s", tc.name, got, reason, tc.want)
 		}
 	}
-}
-
-func readFile(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "corpus", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // TestDecodeSpecVectors decodes the wire reference's text vectors through
@@ -221,7 +186,7 @@ func TestKnownPrefixMalformedIsError(t *testing.T) {
 func TestProtectedFrameNeedsKey(t *testing.T) {
 	c := New(Config{})
 	for _, mode := range []frame.Security{frame.SecurityHMAC, frame.SecurityAEAD} {
-		wire, _, err := c.Encode(nil, readFile(t, "req-chat-1k-02.json"), EncodeOptions{Algorithm: M2M, Security: mode, Key: aeadKey})
+		wire, _, err := c.Encode(nil, testkit.CorpusFile(t, "req-chat-1k-02.json"), EncodeOptions{Algorithm: M2M, Security: mode, Key: aeadKey})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -236,7 +201,7 @@ func TestProtectedFrameNeedsKey(t *testing.T) {
 
 func TestEncodeRefusesImpossibleOptions(t *testing.T) {
 	c := New(Config{})
-	body := readFile(t, "req-chat-1k-02.json")
+	body := testkit.CorpusFile(t, "req-chat-1k-02.json")
 	for _, opt := range []EncodeOptions{
 		{Algorithm: Brotli, Binary: true},
 		{Algorithm: TokenNative, Security: frame.SecurityHMAC, Key: hmacKey},

@@ -2,11 +2,10 @@ package daemon
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 	"github.com/m2md/m2md/negotiate"
 )
 
@@ -28,7 +27,7 @@ var fuzzModes = [3]frame.Security{frame.SecurityNone, frame.SecurityHMAC, frame.
 // (docs/protocol.md §4), and a sequence number is taken only by a frame that
 // verified.
 func FuzzReadData(f *testing.F) {
-	req := corpusFile(f, "req-chat-tiny-07.json")
+	req := testkit.CorpusFile(f, "req-chat-tiny-07.json")
 	m2m, err := frame.AppendEncode(nil, req, frame.Limits{})
 	if err != nil {
 		f.Fatal(err)
@@ -203,14 +202,4 @@ func FuzzReadData(f *testing.F) {
 			t.Fatalf("accepted with format %d", in.format)
 		}
 	})
-}
-
-// corpusFile reads a payload of the repository's corpus (testdata/corpus).
-func corpusFile(tb testing.TB, name string) []byte {
-	tb.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "corpus", name))
-	if err != nil {
-		tb.Fatal(err)
-	}
-	return b
 }

@@ -11,6 +11,7 @@ import (
 
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/internal/leakcheck"
+	"github.com/m2md/m2md/internal/testkit"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
 )
@@ -180,7 +181,7 @@ func (c *discardConn) Close() error                       { return nil }
 // the transport's Send.
 func BenchmarkWriterBatch(b *testing.B) {
 	const batch = 32
-	fr, err := frame.AppendEncode(nil, corpusFile(b, "req-chat-1k-01.json"), frame.Limits{})
+	fr, err := frame.AppendEncode(nil, testkit.CorpusFile(b, "req-chat-1k-01.json"), frame.Limits{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -4,79 +4,48 @@ import (
 	"bytes"
 	"encoding/json"
 	"math"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
-
-type corpusFile struct {
-	name string
-	data []byte
-}
-
-func loadCorpus(t testing.TB) []corpusFile {
-	t.Helper()
-	var files []corpusFile
-	err := filepath.WalkDir("../testdata/corpus", func(path string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(path, ".json") {
-			return err
-		}
-		data, err := os.ReadFile(path)
-		files = append(files, corpusFile{strings.TrimPrefix(path, "../testdata/corpus/"), data})
-		return err
-	})
-	if err != nil || len(files) < 113 {
-		t.Fatalf("corpus: %d files, %v", len(files), err)
-	}
-	return files
-}
-
-func readCorpusFile(t testing.TB, name string) []byte {
-	t.Helper()
-	data, err := os.ReadFile(filepath.Join("../testdata/corpus", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return data
-}
 
 // Every corpus document survives both shapes byte for byte, and both header
 // readers see the same header, which matches an independent computation
 // from the JSON.
 func TestCorpusRoundTrip(t *testing.T) {
 	var hb, ht Header
-	for _, f := range loadCorpus(t) {
-		if raceEnabled && len(f.data) > 4096 {
+	for _, f := range testkit.Corpus(t) {
+		if raceEnabled && len(f.Data) > 4096 {
 			continue // Brotli through the race detector is slow; the logic is the same
 		}
-		bin, err := AppendEncode(nil, f.data, Limits{})
+		bin, err := AppendEncode(nil, f.Data, Limits{})
 		if err != nil {
-			t.Fatalf("%s: encode: %v", f.name, err)
+			t.Fatalf("%s: encode: %v", f.Name, err)
 		}
-		text, err := AppendEncodeText(nil, f.data, Limits{})
+		text, err := AppendEncodeText(nil, f.Data, Limits{})
 		if err != nil {
-			t.Fatalf("%s: encode text: %v", f.name, err)
+			t.Fatalf("%s: encode text: %v", f.Name, err)
 		}
 		if !bytes.Equal(text[PrefixLen:], []byte(b64.EncodeToString(bin[PrefixLen:]))) {
-			t.Fatalf("%s: text shape is not the Base64 of the binary shape", f.name)
+			t.Fatalf("%s: text shape is not the Base64 of the binary shape", f.Name)
 		}
-		checkRoundTrip(t, string(f.data), bin, text)
+		checkRoundTrip(t, string(f.Data), bin, text)
 		if err := ReadHeader(bin, &hb); err != nil {
-			t.Fatalf("%s: ReadHeader: %v", f.name, err)
+			t.Fatalf("%s: ReadHeader: %v", f.Name, err)
 		}
 		if err := ReadTextHeader(text, &ht); err != nil {
-			t.Fatalf("%s: ReadTextHeader: %v", f.name, err)
+			t.Fatalf("%s: ReadTextHeader: %v", f.Name, err)
 		}
 		if d := diffHeaders(hb, ht); d != "" {
-			t.Fatalf("%s: binary and text headers differ: %s", f.name, d)
+			t.Fatalf("%s: binary and text headers differ: %s", f.Name, d)
 		}
-		if d := diffHeaders(hb, refHeader(t, f.data, bin)); d != "" {
-			t.Errorf("%s: header differs from the reference: %s", f.name, d)
+		if d := diffHeaders(hb, refHeader(t, f.Data, bin)); d != "" {
+			t.Errorf("%s: header differs from the reference: %s", f.Name, d)
 		}
-		if hb.Flags.Compressed() != (len(f.data) >= CompressThreshold) {
-			t.Errorf("%s: %d bytes, compressed = %v", f.name, len(f.data), hb.Flags.Compressed())
+		if hb.Flags.Compressed() != (len(f.Data) >= CompressThreshold) {
+			t.Errorf("%s: %d bytes, compressed = %v", f.Name, len(f.Data), hb.Flags.Compressed())
 		}
 	}
 }
@@ -92,7 +61,7 @@ func TestCompressionThreshold(t *testing.T) {
 		{"req-chat-tiny-09.json", 99, false},
 		{"req-chat-tiny-10.json", 100, true},
 	} {
-		data := readCorpusFile(t, tt.name)
+		data := testkit.CorpusFile(t, tt.name)
 		if len(data) != tt.size {
 			t.Fatalf("%s is %d bytes, want %d", tt.name, len(data), tt.size)
 		}

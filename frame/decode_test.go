@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/andybalholm/brotli"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 const frameAJSON = `{"model":"gpt-4o","messages":[{"role":"user","content":"Hi"}]}`
@@ -479,17 +481,17 @@ func TestBrotliText(t *testing.T) {
 	if len(got) > len(want)+4 {
 		t.Errorf("got %d bytes, the 22-bit window gives %d: %s", len(got), len(want), got)
 	}
-	for _, f := range loadCorpus(t) {
-		if len(f.data) > 1500 || raceEnabled && len(f.data) > 300 {
+	for _, f := range testkit.Corpus(t) {
+		if len(f.Data) > 1500 || raceEnabled && len(f.Data) > 300 {
 			continue // quality 11 is slow; small documents suffice
 		}
-		enc, err := AppendEncodeBrotliText(nil, f.data, Limits{})
+		enc, err := AppendEncodeBrotliText(nil, f.Data, Limits{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		dec, err := AppendDecodeBrotliText(nil, enc, Limits{})
-		if err != nil || !bytes.Equal(dec, f.data) {
-			t.Fatalf("%s: round trip: %v", f.name, err)
+		if err != nil || !bytes.Equal(dec, f.Data) {
+			t.Fatalf("%s: round trip: %v", f.Name, err)
 		}
 	}
 	for _, tt := range []struct {
@@ -518,7 +520,7 @@ func TestBrotliText(t *testing.T) {
 }
 
 func TestAllocations(t *testing.T) {
-	data := readCorpusFile(t, "req-long-100k-01.json")
+	data := testkit.CorpusFile(t, "req-long-100k-01.json")
 	bin := mustEncode(t, string(data))
 	text := mustEncodeText(t, string(data))
 	var h Header

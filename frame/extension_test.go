@@ -6,6 +6,8 @@ import (
 	"errors"
 	"hash/crc32"
 	"testing"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // frameARouting is frame A's routing header (wire reference §3.6): model
@@ -59,7 +61,7 @@ func TestEncodeExtensionBytes(t *testing.T) {
 	}
 
 	// A long document is Brotli-compressed as usual; its delta never is.
-	long := readCorpusFile(t, "req-long-100k-01.json")
+	long := testkit.CorpusFile(t, "req-long-100k-01.json")
 	full, err := AppendEncodeExt(nil, long, Extension{DocID: 1}, Limits{})
 	if err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/m2md/m2md/internal/jsonscan"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // Seeds shared by the fuzz targets: the wire reference's vectors and the
@@ -28,9 +29,9 @@ func seedJSON(f *testing.F) [][]byte {
 	for _, s := range seedDocs {
 		docs = append(docs, []byte(s))
 	}
-	for _, c := range loadCorpus(f) {
-		if len(c.data) <= 2048 {
-			docs = append(docs, c.data)
+	for _, c := range testkit.Corpus(f) {
+		if len(c.Data) <= 2048 {
+			docs = append(docs, c.Data)
 		}
 	}
 	return docs

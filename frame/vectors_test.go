@@ -7,17 +7,12 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
-// unhex decodes a hex dump with arbitrary spacing.
-func unhex(t testing.TB, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(strings.Join(strings.Fields(s), ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+// unhex decodes a hex dump written with any spacing.
+var unhex = testkit.Unhex
 
 func mustEncode(t testing.TB, json string) []byte {
 	t.Helper()

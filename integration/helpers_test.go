@@ -2,9 +2,8 @@ package integration
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
-	"testing"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // errorCode extracts error.code from an error frame's JSON body.
@@ -21,11 +20,4 @@ func errorCode(body []byte) string {
 }
 
 // corpus reads a file of the test corpus.
-func corpus(t testing.TB, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "corpus", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+var corpus = testkit.CorpusFile

@@ -3,10 +3,11 @@ package negotiate
 import (
 	"crypto/sha256"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // scriptReader yields its scripted parts in order, then an endless
@@ -53,14 +54,8 @@ func seq(start byte, n int) []byte {
 	return b
 }
 
-func unhex(t testing.TB, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(s)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+// unhex decodes a hex dump written with any spacing.
+var unhex = testkit.Unhex
 
 // t0 is the HELLO time used throughout (the wire reference's example time).
 var t0 = time.UnixMilli(1705520400000)

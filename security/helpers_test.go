@@ -3,25 +3,17 @@ package security
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 	"hash/crc32"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
-// unhex decodes hex written with optional whitespace between bytes.
-func unhex(t testing.TB, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(strings.Join(strings.Fields(s), ""))
-	if err != nil {
-		t.Fatalf("bad hex in test: %v", err)
-	}
-	return b
-}
+// unhex decodes a hex dump written with any spacing.
+var unhex = testkit.Unhex
 
 func repeat(b byte, n int) []byte { return bytes.Repeat([]byte{b}, n) }
 

@@ -3,6 +3,8 @@ package tokennative
 import (
 	"fmt"
 	"testing"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // Benchmark inputs: corpus files of the four size classes.
@@ -27,7 +29,7 @@ func BenchmarkEncode(b *testing.B) {
 		for _, size := range benchSizes {
 			b.Run(fmt.Sprintf("%v/%s/m2md", e, size.name), func(b *testing.B) {
 				tok := mustTokenizer(b, benchCodec(b, e), e)
-				data := corpusFileNamed(b, size.file)
+				data := testkit.CorpusFile(b, size.file)
 				ids, _ := tok.Encode(nil, data)
 				b.SetBytes(int64(len(data)))
 				b.ReportAllocs()
@@ -40,7 +42,7 @@ func BenchmarkEncode(b *testing.B) {
 			}
 			b.Run(fmt.Sprintf("%v/%s/tiktoken-go", e, size.name), func(b *testing.B) {
 				ref := refCodecs()[e]
-				text := string(corpusFileNamed(b, size.file))
+				text := string(testkit.CorpusFile(b, size.file))
 				b.SetBytes(int64(len(text)))
 				b.ReportAllocs()
 				for b.Loop() {
@@ -59,7 +61,7 @@ func BenchmarkAppendText(b *testing.B) {
 		for _, size := range benchSizes {
 			b.Run(fmt.Sprintf("%v/%s", e, size.name), func(b *testing.B) {
 				c := New(Config{})
-				data := corpusFileNamed(b, size.file)
+				data := testkit.CorpusFile(b, size.file)
 				msg, _ := c.AppendText(nil, e, data)
 				b.SetBytes(int64(len(data)))
 				b.ReportAllocs()
@@ -78,7 +80,7 @@ func BenchmarkDecode(b *testing.B) {
 			for _, form := range []string{"binary", "text"} {
 				b.Run(fmt.Sprintf("%v/%s/%s", e, size.name, form), func(b *testing.B) {
 					c := benchCodec(b, e)
-					data := corpusFileNamed(b, size.file)
+					data := testkit.CorpusFile(b, size.file)
 					encode, decode := c.AppendBinary, c.DecodeBinary
 					if form == "text" {
 						encode, decode = c.AppendText, c.DecodeText

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // fuzzCodec has every encoding this machine can load (Llama 3 when its
@@ -36,14 +38,14 @@ func fuzzSeeds(f *testing.F, add func(msg []byte)) {
 		b, _ := c.AppendBinary(nil, v.enc, []byte(v.text))
 		add(b)
 	}
-	for _, f := range corpus(f) {
-		if len(f.data) > 2048 {
+	for _, f := range testkit.Corpus(f) {
+		if len(f.Data) > 2048 {
 			continue
 		}
 		for _, e := range []Encoding{Cl100k, O200k} {
-			m, _ := c.AppendText(nil, e, f.data)
+			m, _ := c.AppendText(nil, e, f.Data)
 			add(m)
-			m, _ = c.AppendBinary(nil, e, f.data)
+			m, _ = c.AppendBinary(nil, e, f.Data)
 			add(m)
 		}
 	}
@@ -129,9 +131,9 @@ func FuzzEncodeRoundTrip(f *testing.F) {
 	for _, v := range llama3Vectors {
 		f.Add(v.text)
 	}
-	for _, fl := range corpus(f) {
-		if len(fl.data) <= 1024 {
-			f.Add(string(fl.data))
+	for _, fl := range testkit.Corpus(f) {
+		if len(fl.Data) <= 1024 {
+			f.Add(string(fl.Data))
 		}
 	}
 	c := fuzzCodec()

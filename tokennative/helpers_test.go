@@ -1,11 +1,7 @@
 package tokennative
 
 import (
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 
@@ -14,53 +10,6 @@ import (
 
 	"github.com/m2md/m2md/internal/llama3vocab"
 )
-
-const corpusDir = "../testdata/corpus"
-
-type corpusFile struct {
-	name string
-	data []byte
-}
-
-var loadCorpus = sync.OnceValues(func() ([]corpusFile, error) {
-	var files []corpusFile
-	err := filepath.WalkDir(corpusDir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".json") {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(corpusDir, p)
-		files = append(files, corpusFile{rel, b})
-		return nil
-	})
-	return files, err
-})
-
-func corpus(t testing.TB) []corpusFile {
-	t.Helper()
-	files, err := loadCorpus()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(files) < 100 {
-		t.Fatalf("corpus has %d files, want the full corpus (>= 100)", len(files))
-	}
-	return files
-}
-
-func corpusFileNamed(t testing.TB, name string) []byte {
-	t.Helper()
-	for _, f := range corpus(t) {
-		if f.name == name {
-			return f.data
-		}
-	}
-	t.Fatalf("corpus file %s missing", name)
-	return nil
-}
 
 // Reference implementations: tiktoken-go (regexp2 pre-tokenization, its own
 // byte-pair merge); they ignore special tokens.

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // Expected Llama 3 ids. The first group is from ollama's own tests
@@ -176,7 +178,7 @@ func TestLlama3Layouts(t *testing.T) {
 		}
 	}
 	// Through the public API, the rank file encodes as encoder.json does.
-	sample := corpusFileNamed(t, "conversations/conv-02/turn-04.json")
+	sample := testkit.CorpusFile(t, "conversations/conv-02/turn-04.json")
 	want, err := mustTokenizer(t, New(Config{Llama3Path: dir}), Llama3).Encode(nil, sample)
 	if err != nil {
 		t.Fatal(err)

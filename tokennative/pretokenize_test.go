@@ -4,6 +4,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // Inputs that exercise each alternative of both patterns and the
@@ -52,9 +54,9 @@ func TestPretokenizeMatchesRegexp(t *testing.T) {
 			}
 			// regexp2's interpreter is slow on long texts; the 100 KB files
 			// are covered by TestCorpusMatchesTiktokenGo instead.
-			for _, f := range corpus(t) {
-				if len(f.data) <= 16<<10 {
-					check(f.name, string(f.data))
+			for _, f := range testkit.Corpus(t) {
+				if len(f.Data) <= 16<<10 {
+					check(f.Name, string(f.Data))
 				}
 			}
 		})

@@ -3,19 +3,13 @@ package tokennative
 import (
 	"bytes"
 	"encoding/base64"
-	"encoding/hex"
-	"strings"
 	"testing"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
-func unhex(t *testing.T, s string) []byte {
-	t.Helper()
-	b, err := hex.DecodeString(strings.ReplaceAll(s, " ", ""))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
+// unhex decodes a hex dump written with any spacing.
+var unhex = testkit.Unhex
 
 const specJSON = `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello!"}]}`
 

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/certs"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // testTimeout bounds every wait in these tests.
@@ -52,11 +53,7 @@ func testTLSConfigs(t testing.TB) (server, client *tls.Config) {
 	return serverTLS, clientTLS
 }
 
-func testCtx(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), testTimeout)
-	t.Cleanup(cancel)
-	return ctx
-}
+func testCtx(t testing.TB) context.Context { return testkit.Context(t, testTimeout) }
 
 // pair is a connected client and server of one transport.
 type pair struct {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // cliCase is one invocation and what a user must see: the exit code, and
@@ -310,7 +311,7 @@ func startTestDaemon(t *testing.T, mutate func(*daemon.Config)) *daemon.Server {
 	return srv
 }
 
-func mustRead(t *testing.T, name string) []byte { return corpusFile(t, name) }
+func mustRead(t *testing.T, name string) []byte { return testkit.CorpusFile(t, name) }
 
 func mustCompress(t *testing.T, in string, args ...string) []byte {
 	t.Helper()

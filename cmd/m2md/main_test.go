@@ -3,13 +3,12 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/m2md/m2md/internal/llama3vocab"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 func runCLI(t *testing.T, stdin []byte, args ...string) (code int, stdout, stderr []byte) {
@@ -17,15 +16,6 @@ func runCLI(t *testing.T, stdin []byte, args ...string) (code int, stdout, stder
 	var out, errb bytes.Buffer
 	code = run(args, bytes.NewReader(stdin), &out, &errb)
 	return code, out.Bytes(), errb.Bytes()
-}
-
-func corpusFile(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "testdata", "corpus", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 const key32 = "4242424242424242424242424242424242424242424242424242424242424242"
@@ -52,7 +42,7 @@ func TestCompressDecompressRoundTrip(t *testing.T) {
 				t.Setenv(llama3vocab.EnvVar, llama3vocab.ForTest(t))
 			}
 			for _, name := range inputs {
-				in := corpusFile(t, name)
+				in := testkit.CorpusFile(t, name)
 				code, wire, stderr := runCLI(t, in, append([]string{"compress"}, flags...)...)
 				if code != 0 {
 					t.Fatalf("%s compress %v: exit %d: %s", name, flags, code, stderr)
@@ -73,7 +63,7 @@ func TestCompressDecompressRoundTrip(t *testing.T) {
 }
 
 func TestDecompressBinaryTokenNative(t *testing.T) {
-	in := corpusFile(t, "req-chat-1k-05.json")
+	in := testkit.CorpusFile(t, "req-chat-1k-05.json")
 	_, wire, _ := runCLI(t, in, "compress", "--algo", "tokennative", "--binary", "--encoding", "o200k")
 	if code, got, stderr := runCLI(t, wire, "decompress", "--algo", "tokennative", "--encoding", "o200k"); code != 0 || !bytes.Equal(got, in) {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -111,7 +101,7 @@ func TestExitCodes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			stdin := []byte(tc.stdin)
 			if tc.name == "protected without key" {
-				_, stdin, _ = runCLI(t, corpusFile(t, "req-chat-1k-01.json"), "compress", "--algo", "m2m", "--security", "hmac", "--key", key32)
+				_, stdin, _ = runCLI(t, testkit.CorpusFile(t, "req-chat-1k-01.json"), "compress", "--algo", "m2m", "--security", "hmac", "--key", key32)
 			}
 			code, _, stderr := runCLI(t, stdin, tc.args...)
 			if code != tc.code {

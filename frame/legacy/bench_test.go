@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // A 1 KB chat request (system + user message), ASCII so that every form
@@ -11,7 +12,7 @@ import (
 const benchFile = "req-chat-1k-01.json"
 
 func benchCodec(b *testing.B, encode, decode func(dst, src []byte) ([]byte, error)) {
-	text := corpusFileNamed(b, benchFile)
+	text := testkit.CorpusFile(b, benchFile)
 	wire, err := encode(nil, text)
 	if err != nil {
 		b.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // Vectors from wire reference §6.3.
@@ -75,24 +76,24 @@ func TestDictionaryEveryCode(t *testing.T) {
 
 func TestDictionaryCorpusRoundTrip(t *testing.T) {
 	ascii, packedTotal, plainTotal := 0, 0, 0
-	for _, f := range loadCorpus(t) {
-		enc, err := EncodeDictionary(nil, f.data, frame.Limits{})
-		if !isASCII(f.data) {
+	for _, f := range testkit.Corpus(t) {
+		enc, err := EncodeDictionary(nil, f.Data, frame.Limits{})
+		if !isASCII(f.Data) {
 			if !errors.Is(err, ErrNonASCII) {
-				t.Errorf("%s: non-ASCII file encoded: %v", f.name, err)
+				t.Errorf("%s: non-ASCII file encoded: %v", f.Name, err)
 			}
 			continue
 		}
 		ascii++
 		if err != nil {
-			t.Fatalf("%s: EncodeDictionary: %v", f.name, err)
+			t.Fatalf("%s: EncodeDictionary: %v", f.Name, err)
 		}
 		dec, err := DecodeDictionary([]byte("x"), enc, frame.Limits{})
-		if err != nil || !bytes.Equal(dec[1:], f.data) {
-			t.Fatalf("%s: round trip failed: %v", f.name, err)
+		if err != nil || !bytes.Equal(dec[1:], f.Data) {
+			t.Fatalf("%s: round trip failed: %v", f.Name, err)
 		}
 		packedTotal += len(enc) - len(PrefixDictionary)
-		plainTotal += base64.StdEncoding.EncodedLen(len(f.data))
+		plainTotal += base64.StdEncoding.EncodedLen(len(f.Data))
 	}
 	if packedTotal >= plainTotal {
 		t.Errorf("patterns saved nothing over the corpus: %d vs %d bytes", packedTotal, plainTotal)

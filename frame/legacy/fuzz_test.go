@@ -10,6 +10,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // Every decoder must either append a well-formed result or fail with one of
@@ -37,11 +38,11 @@ func checkDecodeResult(t *testing.T, name string, out []byte, err error) []byte 
 }
 
 func addCorpusSeeds(f *testing.F, encode func([]byte) ([]byte, error)) {
-	for i, c := range loadCorpus(f) {
-		if i%4 != 0 || len(c.data) > 8<<10 { // a spread of shapes, kept small for speed
+	for i, c := range testkit.Corpus(f) {
+		if i%4 != 0 || len(c.Data) > 8<<10 { // a spread of shapes, kept small for speed
 			continue
 		}
-		if enc, err := encode(c.data); err == nil {
+		if enc, err := encode(c.Data); err == nil {
 			f.Add(enc)
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // Vectors from wire reference §6.2.
@@ -55,43 +56,43 @@ func TestDecodeT1Vector(t *testing.T) {
 }
 
 func TestT1CorpusMatchesModel(t *testing.T) {
-	for _, f := range loadCorpus(t) {
-		enc, err := EncodeT1(nil, f.data, T1Options{})
+	for _, f := range testkit.Corpus(t) {
+		enc, err := EncodeT1(nil, f.Data, T1Options{})
 		if err != nil {
-			t.Errorf("%s: EncodeT1: %v", f.name, err)
+			t.Errorf("%s: EncodeT1: %v", f.Name, err)
 			continue
 		}
-		v, err := modelParse(f.data)
+		v, err := modelParse(f.Data)
 		if err != nil {
-			t.Fatalf("%s: model parse: %v", f.name, err)
+			t.Fatalf("%s: model parse: %v", f.Name, err)
 		}
 		var sb strings.Builder
 		modelWrite(&sb, modelCompress(v, ""))
 		if want := PrefixT1 + sb.String(); string(enc) != want {
-			t.Errorf("%s: EncodeT1 differs from the model\n got %.300s\nwant %.300s", f.name, enc, want)
+			t.Errorf("%s: EncodeT1 differs from the model\n got %.300s\nwant %.300s", f.Name, enc, want)
 		}
 
 		dec, err := DecodeT1(nil, enc, frame.Limits{})
 		if err != nil {
-			t.Errorf("%s: DecodeT1: %v", f.name, err)
+			t.Errorf("%s: DecodeT1: %v", f.Name, err)
 			continue
 		}
-		want, err := modelT1RoundTrip(f.data)
+		want, err := modelT1RoundTrip(f.Data)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if string(dec) != want {
-			t.Errorf("%s: DecodeT1(EncodeT1) differs from the model\n got %.300s\nwant %.300s", f.name, dec, want)
+			t.Errorf("%s: DecodeT1(EncodeT1) differs from the model\n got %.300s\nwant %.300s", f.Name, dec, want)
 		}
 
 		// With patterns the wire differs but the decoded document does not.
-		pat, err := EncodeT1(nil, f.data, T1Options{Patterns: true})
+		pat, err := EncodeT1(nil, f.Data, T1Options{Patterns: true})
 		if err != nil {
-			t.Fatalf("%s: EncodeT1 with patterns: %v", f.name, err)
+			t.Fatalf("%s: EncodeT1 with patterns: %v", f.Name, err)
 		}
 		dec2, err := DecodeT1(nil, pat, frame.Limits{})
 		if err != nil || !bytes.Equal(dec2, dec) {
-			t.Errorf("%s: pattern round trip differs (err %v)", f.name, err)
+			t.Errorf("%s: pattern round trip differs (err %v)", f.Name, err)
 		}
 	}
 }

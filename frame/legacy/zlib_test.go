@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 const zlibHello = `{"model":"gpt-4o","messages":[{"role":"user","content":"Hello, world!"}]}`
@@ -34,32 +35,32 @@ func TestDecodeZlibForeignStreams(t *testing.T) {
 }
 
 func TestZlibCorpusRoundTrip(t *testing.T) {
-	for _, f := range loadCorpus(t) {
-		enc, err := EncodeZlib(nil, f.data, frame.Limits{})
+	for _, f := range testkit.Corpus(t) {
+		enc, err := EncodeZlib(nil, f.Data, frame.Limits{})
 		if err != nil {
-			t.Fatalf("%s: EncodeZlib: %v", f.name, err)
+			t.Fatalf("%s: EncodeZlib: %v", f.Name, err)
 		}
 		// The wire form, read back with the standard library alone.
 		body, ok := bytes.CutPrefix(enc, []byte(PrefixZlib))
 		if !ok {
-			t.Fatalf("%s: missing prefix", f.name)
+			t.Fatalf("%s: missing prefix", f.Name)
 		}
 		raw, err := base64.StdEncoding.Strict().DecodeString(string(body))
 		if err != nil {
-			t.Fatalf("%s: body is not strict Base64: %v", f.name, err)
+			t.Fatalf("%s: body is not strict Base64: %v", f.Name, err)
 		}
 		zr, err := zlib.NewReader(bytes.NewReader(raw))
 		if err != nil {
-			t.Fatalf("%s: body is not zlib: %v", f.name, err)
+			t.Fatalf("%s: body is not zlib: %v", f.Name, err)
 		}
 		var plain bytes.Buffer
-		if _, err := plain.ReadFrom(zr); err != nil || !bytes.Equal(plain.Bytes(), f.data) {
-			t.Fatalf("%s: standard zlib reads something else (err %v)", f.name, err)
+		if _, err := plain.ReadFrom(zr); err != nil || !bytes.Equal(plain.Bytes(), f.Data) {
+			t.Fatalf("%s: standard zlib reads something else (err %v)", f.Name, err)
 		}
 
 		dec, err := DecodeZlib([]byte("x"), enc, frame.Limits{})
-		if err != nil || !bytes.Equal(dec[1:], f.data) || dec[0] != 'x' {
-			t.Fatalf("%s: round trip failed: %v", f.name, err)
+		if err != nil || !bytes.Equal(dec[1:], f.Data) || dec[0] != 'x' {
+			t.Fatalf("%s: round trip failed: %v", f.Name, err)
 		}
 	}
 }

@@ -3,10 +3,11 @@ package jsonscan
 import (
 	"encoding/json"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // FuzzJSONScan checks the scanner against encoding/json: whatever Validate
@@ -15,13 +16,9 @@ import (
 // the Rust lookups (refSummary), and Parse builds the tree encoding/json
 // decodes.
 func FuzzJSONScan(f *testing.F) {
-	for _, path := range corpusFiles(f) {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			f.Fatal(err)
-		}
-		if len(data) < 4096 {
-			f.Add(data)
+	for _, doc := range testkit.Corpus(f) {
+		if len(doc.Data) < 4096 {
+			f.Add(doc.Data)
 		}
 	}
 	for _, s := range []string{

@@ -3,11 +3,11 @@ package jsonscan
 import (
 	"bytes"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // refSummary computes a Summary from data the slow, obvious way: decode
@@ -175,32 +175,13 @@ func compareSummary(t testing.TB, data []byte, got, want Summary) {
 	}
 }
 
-func corpusFiles(t testing.TB) []string {
-	t.Helper()
-	var files []string
-	err := filepath.WalkDir("../../testdata/corpus", func(path string, d os.DirEntry, err error) error {
-		if err == nil && !d.IsDir() && strings.HasSuffix(path, ".json") {
-			files = append(files, path)
-		}
-		return err
-	})
-	if err != nil || len(files) < 100 {
-		t.Fatalf("corpus: %d files, %v", len(files), err)
-	}
-	return files
-}
-
 func TestSummaryMatchesReferenceOnCorpus(t *testing.T) {
 	var sum Summary
-	for _, path := range corpusFiles(t) {
-		data, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
+	for _, doc := range testkit.Corpus(t) {
+		if err := sum.Scan(doc.Data, Limits{}); err != nil {
+			t.Fatalf("%s: %v", doc.Name, err)
 		}
-		if err := sum.Scan(data, Limits{}); err != nil {
-			t.Fatalf("%s: %v", path, err)
-		}
-		compareSummary(t, data, sum, refSummary(t, data))
+		compareSummary(t, doc.Data, sum, refSummary(t, doc.Data))
 	}
 }
 
