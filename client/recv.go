@@ -156,7 +156,7 @@ func (s *session) handleControl(msg transport.Message) {
 		s.peerClosed = cause
 		s.sendControlLocked(negotiate.AppendClose(nil, s.info.ID, now, reason, ""))
 		s.ctrlMu.Unlock()
-		s.log.Info().Str("reason", string(reason)).Str("message", text).Msg("daemon closed the session")
+		s.log.Info().Str("reason", string(reason)).Str("detail", text).Msg("daemon closed the session")
 		time.AfterFunc(negotiate.CloseTimeout, func() { s.end(cause) })
 	case negotiate.ActionDisconnect:
 		// The acknowledgement of this side's CLOSE.
