@@ -4,7 +4,8 @@
 // pinning, and client-side tls.Configs that verify the daemon against a CA
 // file or a pinned leaf fingerprint.
 //
-// A typical zero-configuration setup: the daemon calls EnsureDevCert and
+// A typical zero-configuration setup: the daemon calls EnsureDevCert (in
+// DefaultDevDir, the same folder for every command of one user) and
 // prints FormatFingerprint(fp); an agent connects with
 // ClientTLSConfig(ClientOptions{PinSHA256: fp}). Production setups use Load
 // on the server and ClientOptions.CAFile (or the system roots) on clients.

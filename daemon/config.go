@@ -10,6 +10,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
@@ -31,7 +32,6 @@ const (
 	DefaultWSAddr        = "127.0.0.1:8080"
 	DefaultAdminAddr     = "127.0.0.1:9090"
 	DefaultWSPath        = "/m2m"
-	DefaultCertDir       = "certs"
 	DefaultMaxSessions   = 10_000
 	DefaultShutdownGrace = 10 * time.Second
 	// DefaultSendQueueLen counts messages; the queue's bytes (2 × max
@@ -67,7 +67,8 @@ const (
 
 // Config configures a Server. The zero value is a working development
 // daemon on loopback: QUIC on 4433/udp, WebSocket on 8080/tcp, admin HTTP on
-// 9090, a self-signed certificate made (once) in ./certs, no authentication,
+// 9090, a self-signed certificate made (once) in certs.DefaultDevDir (the
+// user's config folder, the same for every working directory), no authentication,
 // security mode chosen by each client.
 //
 // One rule for every number: zero means the documented default, and a
@@ -96,7 +97,8 @@ type Config struct {
 	// CertFile and KeyFile name a production certificate. When empty, a
 	// development certificate is created in (and reused from) CertDir.
 	CertFile, KeyFile string
-	// CertDir holds the development certificate. Default "certs".
+	// CertDir holds the development certificate. Default
+	// certs.DefaultDevDir(), where the CLI's agents look for it to pin.
 	CertDir string
 
 	// MinSecurity is the weakest frame security mode a client may ask for.
@@ -257,11 +259,18 @@ func (c Config) withDefaults() (Config, error) {
 		def string
 	}{
 		{&c.QUICAddr, DefaultQUICAddr}, {&c.WSAddr, DefaultWSAddr}, {&c.WSPath, DefaultWSPath},
-		{&c.AdminAddr, DefaultAdminAddr}, {&c.CertDir, DefaultCertDir},
+		{&c.AdminAddr, DefaultAdminAddr},
 	} {
 		if *f.p == "" {
 			*f.p = f.def
 		}
+	}
+	if c.CertDir == "" && c.CertFile == "" && c.KeyFile == "" {
+		dir, err := certs.DefaultDevDir()
+		if err != nil {
+			return c, fmt.Errorf("%w: CertDir: %v (set CertDir, or CertFile and KeyFile)", ErrConfig, err)
+		}
+		c.CertDir = dir
 	}
 	for _, f := range []struct {
 		name string

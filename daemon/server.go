@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -435,6 +436,10 @@ func (s *Server) logStart() {
 	if s.adminAddr != nil {
 		ev = ev.Str("admin", "http://"+s.adminAddr.String())
 	}
+	if s.cfg.CertFile == "" {
+		// Agents of the same user pin this file by default.
+		ev = ev.Str("cert", filepath.Join(s.cfg.CertDir, certs.DevCertFile))
+	}
 	ev.Str("cert_sha256", certs.FormatFingerprint(s.fingerprint)).
 		Str("min_security", s.cfg.MinSecurity.String()).
 		Msg("m2md listening")
@@ -442,7 +447,7 @@ func (s *Server) logStart() {
 		s.log.Warn().Msg("running OPEN: no org secrets configured, so agents are not authenticated and any client may claim any agent id (set --org-secrets-file for production)")
 	}
 	if s.cfg.CertFile == "" {
-		s.log.Warn().Str("dir", s.cfg.CertDir).Msg("using a self-signed development certificate: clients must pin its fingerprint (--tls-cert/--tls-key for production)")
+		s.log.Warn().Str("dir", s.cfg.CertDir).Msg("using a self-signed development certificate: clients must pin its fingerprint; the m2md agents of this user pin it from this folder by default (--tls-cert/--tls-key for production)")
 	}
 }
 

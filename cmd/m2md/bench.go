@@ -19,7 +19,6 @@ import (
 
 	"github.com/m2md/m2md/bench"
 	"github.com/m2md/m2md/certs"
-	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/tokennative"
 )
 
@@ -343,12 +342,16 @@ func runBenchConversation(args []string, stdout, stderr io.Writer) error {
 
 // targetTLS verifies the daemon at target (given with --flag): against pin,
 // the CAs in caFile, nothing (insecure), or by default the local development
-// daemon's certificate in ./certs, as the demo finds it.
+// daemon's certificate in certs.DefaultDevDir, as the demo finds it.
 func targetTLS(flag, target, pin, caFile string, insecure bool) (*tls.Config, error) {
 	if pin == "" && caFile == "" && !insecure && !strings.HasPrefix(target, "ws://") {
-		fp, err := certFingerprint(filepath.Join(daemon.DefaultCertDir, certs.DevCertFile))
+		dir, err := certs.DefaultDevDir()
 		if err != nil {
-			return nil, usagef("--%s %s needs its server's certificate: --pin FINGERPRINT ('m2md serve' prints its own), --ca-file or --insecure; there is no development certificate in ./%s to pin", flag, target, daemon.DefaultCertDir)
+			return nil, usagef("--%s %s needs its server's certificate: --pin FINGERPRINT ('m2md serve' prints its own), --ca-file or --insecure (%v)", flag, target, err)
+		}
+		fp, err := certFingerprint(filepath.Join(dir, certs.DevCertFile))
+		if err != nil {
+			return nil, usagef("--%s %s needs its server's certificate: --pin FINGERPRINT ('m2md serve' prints its own), --ca-file or --insecure; there is no development certificate in %s to pin", flag, target, dir)
 		}
 		pin = fp
 	}

@@ -94,7 +94,7 @@ func TestCLIHelpAndVersion(t *testing.T) {
 func TestCLIHelpReadable(t *testing.T) {
 	for _, args := range [][]string{
 		{"compress"}, {"decompress"}, {"inspect"}, {"serve"}, {"bench", "load"}, {"bench", "codec"}, {"bench", "table"},
-		{"demo", "provider"}, {"demo", "requester"}, {"version"}, {"upstream"},
+		{"demo", "provider"}, {"demo", "requester"}, {"version"}, {"upstream"}, {"key", "org"}, {"key", "agent"},
 	} {
 		code, out, _ := runCLI(t, nil, append(args, "--help")...)
 		if code != exitOK {
@@ -266,18 +266,18 @@ func TestCLIBenchChecksOutputsFirst(t *testing.T) {
 }
 
 // TestCLIBenchQUICTargetPinsDevCert: against the development daemon of
-// this folder, a quic:// --url needs no --pin, as for the demo.
+// this user, a quic:// --url needs no --pin, as for the demo.
 func TestCLIBenchQUICTargetPinsDevCert(t *testing.T) {
-	t.Chdir(t.TempDir())
-	d := startTestDaemon(t, func(c *daemon.Config) { c.QUICAddr, c.CertDir = "127.0.0.1:0", daemon.DefaultCertDir })
+	userDirs(t)
+	d := startTestDaemon(t, func(c *daemon.Config) { c.QUICAddr, c.CertDir = "127.0.0.1:0", "" })
 	cliCase{name: "pinned", args: []string{"bench", "load", "--url", "quic://" + d.QUICAddr().String(), "--duration", "300ms", "--warmup", "0s", "--connections", "1", "--providers", "1", "--concurrency", "2"},
 		stdout: []string{"round trips/s"}}.check(t)
 }
 
 func TestCLIBenchQUICTargetNeedsCertificate(t *testing.T) {
-	t.Chdir(t.TempDir()) // no ./certs here
+	dir := userDirs(t) // no development certificate there
 	cliCase{name: "no pin", args: []string{"bench", "load", "--url", "quic://127.0.0.1:4433", "--duration", "1s"},
-		code: exitUsage, stderr: []string{"--pin", "./certs"}}.check(t)
+		code: exitUsage, stderr: []string{"--pin", filepath.Join(dir, "m2md", "certs")}}.check(t)
 }
 
 func startTestDaemon(t *testing.T, mutate func(*daemon.Config)) *daemon.Server {
@@ -341,4 +341,15 @@ func TestCLIOpenAIUsage(t *testing.T) {
 	} {
 		t.Run(tc.name, tc.check)
 	}
+}
+
+// userDirs points the user's home and configuration folders of this test
+// (and of the processes it starts) at a new empty folder, which it returns
+// as the configuration folder.
+func userDirs(t *testing.T) string {
+	t.Helper()
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, "config"))
+	return filepath.Join(home, "config")
 }

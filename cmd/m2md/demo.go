@@ -16,11 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/client"
-	"github.com/m2md/m2md/daemon"
 )
 
 // The demo: one terminal runs `m2md serve`, a second `m2md demo provider`
@@ -55,39 +52,6 @@ func runDemo(args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	return usagef("demo role must be provider or requester, not %q (run 'm2md demo --help')", args[0])
 }
 
-type demoFlags struct {
-	url, pin, certFile, security string
-}
-
-func (d *demoFlags) register(fs interface {
-	StringVar(*string, string, string, string)
-}) {
-	fs.StringVar(&d.url, "url", "quic://127.0.0.1:4433", "daemon `URL`: quic://host:port, ws://host:port/m2m or wss://…")
-	fs.StringVar(&d.pin, "pin", "", "SHA-256 `fingerprint` of the daemon's certificate (default: read from --cert)")
-	fs.StringVar(&d.certFile, "cert", filepath.Join(daemon.DefaultCertDir, certs.DevCertFile), "the daemon's development certificate `file`, to pin")
-	fs.StringVar(&d.security, "security", "aead", "frame security `mode`: none, hmac or aead")
-}
-
-func (d *demoFlags) options() (client.Options, error) {
-	var opt client.Options
-	var err error
-	if opt.Security, err = parseSecurity("security", d.security); err != nil {
-		return opt, err
-	}
-	if strings.HasPrefix(d.url, "ws://") {
-		return opt, nil
-	}
-	opt.PinSHA256 = d.pin
-	if opt.PinSHA256 == "" {
-		fp, err := certFingerprint(d.certFile)
-		if err != nil {
-			return opt, fmt.Errorf("no --pin and no certificate to pin (%v): start `m2md serve` in this folder first, or pass --pin", err)
-		}
-		opt.PinSHA256 = fp
-	}
-	return opt, nil
-}
-
 func certFingerprint(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -112,21 +76,22 @@ var demoModels = []string{
 
 func runDemoProvider(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo provider", "demo provider [flags]\n\nServes the corpus's models with canned chat completions (streamed when asked).", stderr)
-	var df demoFlags
-	df.register(fs)
-	agent := fs.String("agent", "demo-provider", "agent `id`")
+	af := registerAgentFlags(fs, "demo-provider")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	opt, err := df.options()
+	opt, err := af.options()
 	if err != nil {
 		return err
 	}
-	opt.AgentID, opt.Models, opt.Reconnect = *agent, demoModels, true
 	// Losing the daemon and finding it again are logged on stderr.
-	opt.Logger = zerolog.New(zerolog.ConsoleWriter{Out: stderr, TimeFormat: "15:04:05", NoColor: !isTerminal(stderr)}).Level(zerolog.InfoLevel).With().Timestamp().Logger()
+	if opt.Logger, err = af.log.logger(stderr); err != nil {
+		return err
+	}
+	opt.Models, opt.Reconnect = demoModels, true
+	agent := opt.AgentID
 	opt.Handler = client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
-		answer := fmt.Sprintf("This is %s answering a %d-byte request for %s from %s.", *agent, len(req.Body), req.Model, req.From)
+		answer := fmt.Sprintf("This is %s answering a %d-byte request for %s from %s.", agent, len(req.Body), req.Model, req.From)
 		if req.Stream {
 			for i, word := range strings.Fields(answer) {
 				if err := w.Chunk(demoChunk(req.Model, i, word+" ")); err != nil {
@@ -138,9 +103,9 @@ func runDemoProvider(args []string, stdout, stderr io.Writer) error {
 	})
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	c, err := client.Dial(ctx, df.url, opt)
+	c, err := client.Dial(ctx, af.url, opt)
 	if err != nil {
-		return err
+		return af.dialError(err)
 	}
 	defer c.Close()
 	s := c.Session()
@@ -149,7 +114,7 @@ func runDemoProvider(args []string, stdout, stderr io.Writer) error {
 	select {
 	case <-ctx.Done():
 	case <-c.Done():
-		return c.Err()
+		return agentEnded(c.Err(), agent)
 	}
 	st := c.Stats()
 	fmt.Fprintf(stdout, "served %d requests; received %d wire bytes for %d JSON bytes (%.2fx)\n",
@@ -182,18 +147,18 @@ Sends every request of a corpus folder to whoever serves its model and prints,
 per request, the JSON size, the bytes on the wire (DATA header + frame), their
 ratio, the round-trip time, and (after the arrow) the agent that answered with
 the size of its answer. Exits 1 when every request failed.`, stderr)
-	var df demoFlags
-	df.register(fs)
+	af := registerAgentFlags(fs, "demo-requester")
 	dir := fs.String("corpus", filepath.Join("testdata", "corpus"), "`folder` of JSON requests (req-*.json)")
-	agent := fs.String("agent", "demo-requester", "agent `id`")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	opt, err := df.options()
+	opt, err := af.options()
 	if err != nil {
 		return err
 	}
-	opt.AgentID = *agent
+	if opt.Logger, err = af.log.logger(stderr); err != nil {
+		return err
+	}
 	files, _ := filepath.Glob(filepath.Join(*dir, "req-*.json"))
 	sort.Strings(files)
 	if len(files) == 0 {
@@ -202,10 +167,10 @@ the size of its answer. Exits 1 when every request failed.`, stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, err := client.Dial(dctx, df.url, opt)
+	c, err := client.Dial(dctx, af.url, opt)
 	cancel()
 	if err != nil {
-		return err
+		return af.dialError(err)
 	}
 	defer c.Close()
 	s := c.Session()

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +11,16 @@ import (
 	"github.com/m2md/m2md/internal/llama3vocab"
 	"github.com/m2md/m2md/internal/testkit"
 )
+
+// TestMain runs this test binary as the m2md command when asCLIEnv is set,
+// so that tests start real m2md processes (each with its own working
+// directory, environment and signals) without building the binary.
+func TestMain(m *testing.M) {
+	if os.Getenv(asCLIEnv) == "1" {
+		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
 
 func runCLI(t *testing.T, stdin []byte, args ...string) (code int, stdout, stderr []byte) {
 	t.Helper()

@@ -17,6 +17,7 @@ import (
 	"github.com/peterbourgon/ff/v3"
 	"github.com/rs/zerolog"
 
+	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/daemon"
@@ -51,7 +52,8 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.StringVar(&cfg.AdminAddr, "admin-addr", daemon.DefaultAdminAddr, "TCP `address` for /healthz and /metrics (\"-\" disables)")
 	fs.StringVar(&cfg.CertFile, "tls-cert", "", "certificate `file` (PEM); default: a development certificate in --cert-dir")
 	fs.StringVar(&cfg.KeyFile, "tls-key", "", "private key `file` (PEM) for --tls-cert")
-	fs.StringVar(&cfg.CertDir, "cert-dir", daemon.DefaultCertDir, "`folder` where the development certificate is made and reused")
+	defaultCertDir, _ := certs.DefaultDevDir() // empty: daemon.New says why
+	fs.StringVar(&cfg.CertDir, "cert-dir", defaultCertDir, "`folder` where the development certificate is made and reused; the agent commands pin it from this default")
 	fs.StringVar(&minSecurity, "min-security", "none", "weakest frame security `mode` a client may choose: none, hmac or aead")
 	fs.StringVar(&secretsFile, "org-secrets-file", "", "`file` of 'org hex-secret' lines; when set, agents must authenticate")
 	fs.StringVar(&openAIAddr, "openai-addr", ingress.DefaultAddr, "TCP `address` of the OpenAI-compatible HTTP endpoint (\"-\" disables)")

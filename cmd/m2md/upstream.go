@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -16,17 +15,12 @@ import (
 
 func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("upstream", "upstream --base-url URL [flags]\n\nA provider agent in front of an OpenAI-compatible server (vLLM, llama.cpp, Ollama,\nLM Studio, OpenRouter, OpenAI): requests routed to its models are POSTed to the\nserver's /chat/completions or /embeddings and its answers relayed byte for byte.", stderr)
-	var df demoFlags
-	df.register(fs)
+	af := registerAgentFlags(fs, "upstream")
 	var (
-		cfg      upstream.Config
-		bases    int
-		agent    = fs.String("agent", "upstream", "agent `id` on the mesh")
-		models   = fs.String("models", "", "comma-separated `models` to serve (default: the server's GET /models)")
-		keyEnv   = fs.String("api-key-env", "", "environment `variable` holding the server's API key (sent as Bearer; never logged)")
-		org      = fs.String("org", "", "`org` to authenticate as, when the daemon requires it (with --agent-key-env)")
-		agentKey = fs.String("agent-key-env", "", "environment `variable` holding the agent key (64 hex digits) for --org")
-		logFlags = registerLogFlags(fs)
+		cfg    upstream.Config
+		bases  int
+		models = fs.String("models", "", "comma-separated `models` to serve (default: the server's GET /models)")
+		keyEnv = fs.String("api-key-env", "", "environment `variable` holding the server's API key (sent as Bearer; never logged)")
 	)
 	fs.StringVar(&cfg.BaseURL, "base-url", "http://127.0.0.1:11434/v1", "the server's OpenAI API root `URL`")
 	fs.IntVar(&cfg.Concurrency, "concurrency", upstream.DefaultConcurrency, "requests in flight at the server at most")
@@ -45,7 +39,7 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			return usagef("--api-key-env %s: the variable is empty or not set", *keyEnv)
 		}
 	}
-	logger, err := logFlags.logger(stderr)
+	logger, err := af.log.logger(stderr)
 	if err != nil {
 		return err
 	}
@@ -55,25 +49,15 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return usagef("%v", err)
 	}
 	defer up.Close()
-	opt, err := df.options()
+	opt, err := af.options()
 	if err != nil {
 		return err
 	}
-	opt.AgentID, opt.Reconnect, opt.Handler, opt.Logger = *agent, true, up, logger
+	opt.Reconnect, opt.Handler, opt.Logger = true, up, logger
 	opt.MaxConcurrentHandlers = max(client.DefaultMaxConcurrentHandlers, cfg.Concurrency)
 	// A provider only: it keeps bases for the deltas it is sent, and no
 	// history of requests, which it never sends.
 	opt.ConversationBases, opt.ConversationHistory = conversationBudget(bases), -1
-	if *org != "" {
-		if *agentKey == "" {
-			return usagef("--org needs --agent-key-env")
-		}
-		k, err := hex.DecodeString(os.Getenv(*agentKey))
-		if err != nil || len(k) != 32 {
-			return usagef("--agent-key-env %s must hold 64 hex digits", *agentKey)
-		}
-		opt.Org, opt.AgentKey = *org, k
-	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -86,9 +70,9 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	} else if opt.Models, err = up.Models(ctx); err != nil {
 		return err
 	}
-	c, err := client.Dial(ctx, df.url, opt)
+	c, err := client.Dial(ctx, af.url, opt)
 	if err != nil {
-		return err
+		return af.dialError(err)
 	}
 	defer c.Close()
 	s := c.Session()
@@ -98,7 +82,7 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	select {
 	case <-ctx.Done():
 	case <-c.Done():
-		return c.Err()
+		return agentEnded(c.Err(), s.AgentID)
 	}
 	return nil
 }
