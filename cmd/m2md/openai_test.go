@@ -43,10 +43,13 @@ func TestServeOpenAISession(t *testing.T) {
 			for _, r := range []struct {
 				method, path, body string
 				status             int
-				has                string
+				has, allow         string
 			}{
-				{http.MethodGet, "/models", "", 200, `"object":"list"`},
-				{http.MethodPost, "/chat/completions", `{"model":"nobody-serves-this","messages":[{"role":"user","content":"hi"}]}`, 404, "model_not_found"},
+				{http.MethodGet, "/models", "", 200, `"object":"list"`, ""},
+				{http.MethodPost, "/chat/completions", `{"model":"nobody-serves-this","messages":[{"role":"user","content":"hi"}]}`, 404, "model_not_found", ""},
+				{http.MethodGet, "/chat/completions", "", 405, "method_not_allowed", "POST"},
+				{http.MethodPost, "/models", "", 405, "method_not_allowed", "GET"},
+				{http.MethodGet, "/no-such-endpoint", "", 404, "unknown_url", ""},
 			} {
 				req, _ := http.NewRequestWithContext(ctx, r.method, base+r.path, strings.NewReader(r.body))
 				resp, err := http.DefaultClient.Do(req)
@@ -55,8 +58,8 @@ func TestServeOpenAISession(t *testing.T) {
 				}
 				out, _ := io.ReadAll(resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode != r.status || !strings.Contains(string(out), r.has) {
-					t.Errorf("%s %s: HTTP %d %s", r.method, r.path, resp.StatusCode, out)
+				if resp.StatusCode != r.status || !strings.Contains(string(out), r.has) || resp.Header.Get("Allow") != r.allow {
+					t.Errorf("%s %s: HTTP %d, Allow %q: %s", r.method, r.path, resp.StatusCode, resp.Header.Get("Allow"), out)
 				}
 			}
 		})

@@ -106,14 +106,27 @@ func New(ctx context.Context, cfg Config) (*Ingress, error) {
 		in.agents[id] = c
 	}
 	in.mux = http.NewServeMux()
-	in.mux.HandleFunc("POST /v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
+	// The catch-all below would answer a known path asked with the wrong
+	// method 404 (the mux's own 405 only comes when no pattern matches):
+	// allow keeps each path's method to answer 405 with Allow instead.
+	allow := map[string]string{}
+	handle := func(method, path string, h http.HandlerFunc) {
+		in.mux.HandleFunc(method+" "+path, h)
+		allow[path] = method
+	}
+	handle(http.MethodPost, "/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
 		in.serveRequest(w, r, frame.SchemaRequest)
 	})
-	in.mux.HandleFunc("POST /v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
+	handle(http.MethodPost, "/v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
 		in.serveRequest(w, r, frame.SchemaEmbeddingRequest)
 	})
-	in.mux.HandleFunc("GET /v1/models", in.serveModels)
+	handle(http.MethodGet, "/v1/models", in.serveModels)
 	in.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if method, ok := allow[r.URL.Path]; ok {
+			w.Header().Set("Allow", method)
+			openai.WriteError(w, http.StatusMethodNotAllowed, r.URL.Path+" takes "+method+", not "+r.Method, "invalid_request_error", "method_not_allowed", false)
+			return
+		}
 		openai.WriteError(w, http.StatusNotFound, "unknown endpoint "+r.Method+" "+r.URL.Path, "invalid_request_error", "unknown_url", false)
 	})
 	return in, nil
