@@ -265,6 +265,13 @@ func (c Config) withDefaults() (Config, error) {
 			*f.p = f.def
 		}
 	}
+	for _, a := range []struct{ name, addr string }{
+		{"quic-addr", c.QUICAddr}, {"ws-addr", c.WSAddr}, {"wss-addr", c.WSSAddr}, {"admin-addr", c.AdminAddr},
+	} {
+		if err := CheckListenAddr(a.name, a.addr); err != nil {
+			return c, err
+		}
+	}
 	if c.CertDir == "" && c.CertFile == "" && c.KeyFile == "" {
 		dir, err := certs.DefaultDevDir()
 		if err != nil {
@@ -325,6 +332,31 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return c, nil
+}
+
+// CheckListenAddr checks a listen address given as the flag name: host:port
+// (an empty host listens on every interface), or "-" or empty for off. An
+// address that cannot be listened on is a wrong setting (ErrConfig), found
+// before anything starts.
+func CheckListenAddr(name, addr string) error {
+	if addr == "" || addr == "-" {
+		return nil
+	}
+	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
+		return fmt.Errorf("%w: --%s %q: want host:port, such as 127.0.0.1:%s, or - to turn it off", ErrConfig, name, addr, examplePort(addr))
+	}
+	return nil
+}
+
+// examplePort is the port of a host:port example for addr: addr itself when
+// it is a bare number, as in "--quic-addr 4433".
+func examplePort(addr string) string {
+	for _, r := range addr {
+		if r < '0' || r > '9' {
+			return "4433"
+		}
+	}
+	return addr
 }
 
 // isLoopback reports whether a listen address (host:port) binds loopback

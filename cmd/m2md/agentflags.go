@@ -32,8 +32,8 @@ type agentFlags struct {
 }
 
 // registerAgentFlags defines the agent flags on fs; role names the agent in
-// its default id.
-func registerAgentFlags(fs *flag.FlagSet, role string) *agentFlags {
+// its default id, logLevel is its default --log-level.
+func registerAgentFlags(fs *flag.FlagSet, role, logLevel string) *agentFlags {
 	a := &agentFlags{role: role}
 	certFile := ""
 	if dir, err := certs.DefaultDevDir(); err == nil {
@@ -47,7 +47,7 @@ func registerAgentFlags(fs *flag.FlagSet, role string) *agentFlags {
 	fs.StringVar(&a.org, "org", "", "`org` to authenticate as, when the daemon has --org-secrets-file (with --agent and the agent's key)")
 	fs.StringVar(&a.keyFile, "agent-key-file", "", "`file` holding the agent's key for --org, 64 hex digits, mode 0600 ('m2md key agent' writes it);\ndefault: the variable --agent-key-env names")
 	fs.StringVar(&a.keyEnv, "agent-key-env", agentKeyEnvVar, "environment `variable` holding the agent's key for --org when --agent-key-file is not given")
-	a.log = registerLogFlags(fs)
+	a.log = registerLogFlags(fs, logLevel)
 	return a
 }
 

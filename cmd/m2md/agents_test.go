@@ -50,16 +50,19 @@ func TestCLIDevCertFromAnyFolder(t *testing.T) {
 }
 
 // TestCLIAgentsDefaultIDsDistinct: two demo providers started alike get
-// two ids, and neither replaces the other.
+// two ids, and neither replaces the other. They log in the format asked.
 func TestCLIAgentsDefaultIDsDistinct(t *testing.T) {
 	d := startTestDaemon(t, nil)
 	url := "ws://" + d.WSAddr().String() + "/m2m"
 	var ids []string
 	var procs []*proc
 	for range 2 {
-		p := startM2MD(t, t.TempDir(), "demo", "provider", "--url", url, "--security", "none")
+		p := startM2MD(t, t.TempDir(), "demo", "provider", "--url", url, "--security", "none", "--log-format", "json")
 		ids = append(ids, p.waitOutput(`provider (\S+) connected`, 30*time.Second))
 		procs = append(procs, p)
+		// The demo agents log as every command does: here JSON.
+		p.waitOutput(`\{"level":"info".*"message":"session established"\}`, 10*time.Second)
+		checkJSONLines(t, "demo provider", p.stderr.String())
 	}
 	if ids[0] == ids[1] {
 		t.Fatalf("both providers took the id %s", ids[0])
@@ -83,7 +86,8 @@ func TestCLIUpstreamReplaced(t *testing.T) {
 	args := []string{"upstream", "--url", url, "--security", "none", "--agent", "model-server", "--models", "m1",
 		"--base-url", "http://127.0.0.1:9/v1", "--log-format", "json"}
 	first := startM2MD(t, t.TempDir(), args...)
-	first.waitOutput(`upstream agent model-server serving`, 30*time.Second)
+	// One model: "1 model", not "1 models".
+	first.waitOutput(`upstream agent model-server serving 1 model from`, 30*time.Second)
 	second := startM2MD(t, t.TempDir(), args...)
 	second.waitOutput(`upstream agent model-server serving`, 30*time.Second)
 	if code := first.wait(30 * time.Second); code != exitBadInput {

@@ -128,13 +128,14 @@ func TestCLICompressChoices(t *testing.T) {
 		{name: "key from the environment", stdin: llmJSON, args: []string{"compress", "--security", "aead"}, stdout: []string{"#M2M|1|"}, noStderr: true},
 		{name: "key file and flag", stdin: llmJSON, args: []string{"compress", "--security", "aead", "--key", key32, "--key-file", keyFile}, code: exitUsage, stderr: []string{"--key-file or --key, not both"}},
 		{name: "key file missing", stdin: llmJSON, args: []string{"compress", "--security", "aead", "--key-file", keyFile + ".absent"}, code: exitUsage, stderr: []string{"--key-file"}},
-		{name: "no key at all", stdin: llmJSON, args: []string{"compress", "--security", "aead"}, code: exitUsage, stderr: []string{"needs a key: --key-file, $M2MD_KEY or --key"}},
+		{name: "no key at all", stdin: llmJSON, args: []string{"compress", "--security", "aead"}, code: exitUsage, stderr: []string{"needs a key: --key-file FILE or $M2MD_KEY"}, notStderr: []string{"or --key"}},
 		{name: "auto binary tiny", stdin: `{"model":"gpt-4o","messages":[]}`, args: []string{"compress", "--binary", "-v"}, stderr: []string{"algorithm m2m (binary shape of JSON"}},
 		{name: "auto binary text", stdin: strings.Repeat("plain words ", 20), args: []string{"compress", "--binary", "-v"}, stderr: []string{"algorithm tokennative"}},
 		{name: "explicit brotli with security", stdin: llmJSON, args: []string{"compress", "--algo", "brotli", "--security", "aead", "--key", key32}, code: exitUsage, stderr: []string{"M2M v1 frames only", "--algo m2m"}},
 		{name: "explicit zlib binary", stdin: llmJSON, args: []string{"compress", "--algo", "zlib", "--binary"}, code: exitUsage, stderr: []string{"--binary exists for --algo m2m and tokennative"}},
 		// --key alone protects nothing
 		{name: "key without security", stdin: llmJSON, args: []string{"compress", "--key", key32}, code: exitUsage, noStdout: true, stderr: []string{"--key protects nothing without --security"}},
+		{name: "key file without security", stdin: llmJSON, args: []string{"compress", "--key-file", keyFile}, code: exitUsage, noStdout: true, stderr: []string{"--key-file protects nothing without --security"}, notStderr: []string{" --key "}},
 		// key problems are all usage errors, whatever is wrong with the key
 		{name: "short hmac key", stdin: llmJSON, args: []string{"compress", "--security", "hmac", "--key", "4242"}, code: exitUsage, stderr: []string{"at least 16 bytes"}},
 		{name: "short aead key", stdin: llmJSON, args: []string{"compress", "--security", "aead", "--key", "4242"}, code: exitUsage, stderr: []string{"at least 32 bytes"}},
@@ -180,7 +181,7 @@ func TestCLIDecompressStrict(t *testing.T) {
 		{name: "passthrough", stdin: "garbage", args: []string{"decompress"}, stdout: []string{"garbage"}, noStderr: true},
 		{name: "strict refuses", stdin: "garbage", args: []string{"decompress", "--strict"}, code: exitBadInput, noStdout: true, stderr: []string{"no known wire form"}},
 		{name: "strict takes a frame", stdin: "#M2M|1|IgABAAAAAAAAAAAAAAAAAAAAAAAGZ3B0LTRvAQECCtejOz4AAABuYFWkeyJtb2RlbCI6ImdwdC00byIsIm1lc3NhZ2VzIjpbeyJyb2xlIjoidXNlciIsImNvbnRlbnQiOiJIaSJ9XX0=", args: []string{"decompress", "--strict"}, stdout: []string{`"gpt-4o"`}, noStderr: true},
-		{name: "protected without key", stdin: string(mustCompress(t, llmJSON, "--security", "hmac", "--key", key32)), args: []string{"decompress"}, code: exitBadInput, stderr: []string{"pass its --key"}},
+		{name: "protected without key", stdin: string(mustCompress(t, llmJSON, "--security", "hmac", "--key", key32)), args: []string{"decompress"}, code: exitBadInput, stderr: []string{"pass its key with --key-file FILE or $M2MD_KEY"}, notStderr: []string{"--key "}},
 	} {
 		t.Run(tc.name, tc.check)
 	}
@@ -193,6 +194,9 @@ func TestCLIServeUsage(t *testing.T) {
 		{name: "bytes per second with a unit", args: []string{"serve", "--bytes-per-second", "10MB", "--session-timeout", "1s", "--quic-addr", "-", "--ws-addr", "-", "--admin-addr", "-", "--cert-dir", t.TempDir()}, code: exitUsage, stderr: []string{"session timeout"}, notStderr: []string{"bytes-per-second"}},
 		{name: "max payload garbage", args: []string{"serve", "--max-payload", "lots"}, code: exitUsage, stderr: []string{"like 65536, 64KiB or 16MiB"}},
 		{name: "bad min security", args: []string{"serve", "--min-security", "max"}, code: exitUsage, stderr: []string{"--min-security must be none, hmac or aead"}},
+		{name: "port without host", args: []string{"serve", "--quic-addr", "4433", "--cert-dir", t.TempDir()}, code: exitUsage, stderr: []string{`--quic-addr "4433": want host:port, such as 127.0.0.1:4433`}},
+		{name: "admin address without port", args: []string{"serve", "--admin-addr", "localhost", "--cert-dir", t.TempDir()}, code: exitUsage, stderr: []string{`--admin-addr "localhost": want host:port`}},
+		{name: "openai port without host", args: []string{"serve", "--openai-addr", "8000", "--cert-dir", t.TempDir()}, code: exitUsage, stderr: []string{`--openai-addr "8000": want host:port, such as 127.0.0.1:8000`}},
 		{name: "unknown flag", args: []string{"serve", "--nope"}, code: exitUsage, stderr: []string{"--nope", "run 'm2md serve --help'"}, notStderr: []string{"error parsing commandline"}},
 	} {
 		t.Run(tc.name, tc.check)

@@ -95,6 +95,14 @@ func readKey(hexFlag, file string, useEnv bool, mode frame.Security) (security.S
 	return security.Secret(k), nil
 }
 
+// keyFlagGiven names the key flag the user gave, for messages about it.
+func keyFlagGiven(hexFlag, file string) string {
+	if file != "" {
+		return "--key-file"
+	}
+	return "--key"
+}
+
 // warnKeyFlag tells a user of --key, once the command is about to run, that
 // the key is seen by anyone who can list processes or read the history.
 func warnKeyFlag(hexFlag string, stderr io.Writer) {
@@ -124,7 +132,7 @@ func inputError(err error) error {
 	case errors.Is(err, tokennative.ErrUnavailable):
 		return fmt.Errorf("--encoding llama needs the Llama 3 vocabulary: pass --llama3-vocab DIR or set %s=DIR", llama3vocab.EnvVar)
 	case errors.Is(err, codec.ErrKeyRequired):
-		return errors.New("the frame is protected (hmac or aead): pass its --key")
+		return fmt.Errorf("the frame is protected (hmac or aead): pass its key with --key-file FILE or $%s", keyEnvVar)
 	}
 	return err
 }
@@ -139,7 +147,7 @@ a document it would change unless --lossy is given.`, stderr)
 	algo := fs.String("algo", "auto", "wire `form`: auto, m2m, tokennative, brotli, t1, zlib, dictionary or none;\nauto picks an M2M v1 frame for --security and --binary")
 	encoding := fs.String("encoding", "cl100k", "TokenNative `tokenizer`: cl100k, o200k or llama")
 	binary := fs.Bool("binary", false, "write the raw binary shape (m2m and tokennative) instead of Base64 text")
-	securityMode := fs.String("security", "none", "protect an M2M v1 frame with this security `mode`: none, hmac or aead (needs --key)")
+	securityMode := fs.String("security", "none", "protect an M2M v1 frame with this security `mode`: none, hmac or aead (needs a key: --key-file or $"+keyEnvVar+")")
 	keyHex := fs.String("key", "", "`hex` key for --security (hmac: 16 bytes or more, aead: 32); visible in ps: prefer --key-file or $"+keyEnvVar)
 	keyFile := fs.String("key-file", "", "`file` holding the hex key for --security; default $"+keyEnvVar)
 	llama := fs.String("llama3-vocab", "", "Llama 3 vocabulary `path` (folder with encoder.json, or a tiktoken rank file); default $M2MD_LLAMA3_VOCAB")
@@ -171,9 +179,9 @@ a document it would change unless --lossy is given.`, stderr)
 	}
 	switch {
 	case opt.Security != frame.SecurityNone && opt.Key == nil:
-		return usagef("--security %s needs a key: --key-file, $%s or --key", *securityMode, keyEnvVar)
+		return usagef("--security %s needs a key: --key-file FILE or $%s", *securityMode, keyEnvVar)
 	case opt.Security == frame.SecurityNone && opt.Key != nil:
-		return usagef("--key protects nothing without --security hmac or aead")
+		return usagef("%s protects nothing without --security hmac or aead", keyFlagGiven(*keyHex, *keyFile))
 	case !opt.Auto && opt.Security != frame.SecurityNone && opt.Algorithm != codec.M2M:
 		return usagef("--security is carried by M2M v1 frames only: use --algo m2m or auto, not %s", *algo)
 	case !opt.Auto && opt.Binary && opt.Algorithm != codec.M2M && opt.Algorithm != codec.TokenNative:

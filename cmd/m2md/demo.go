@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/dustin/go-humanize/english"
+
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/client"
 )
@@ -76,7 +78,7 @@ var demoModels = []string{
 
 func runDemoProvider(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("demo provider", "demo provider [flags]\n\nServes the corpus's models with canned chat completions (streamed when asked).", stderr)
-	af := registerAgentFlags(fs, "demo-provider")
+	af := registerAgentFlags(fs, "demo-provider", "info")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -109,16 +111,16 @@ func runDemoProvider(args []string, stdout, stderr io.Writer) error {
 	}
 	defer c.Close()
 	s := c.Session()
-	fmt.Fprintf(stdout, "provider %s connected over %s (session %s, security %s), serving %d models; Ctrl-C to stop\n",
-		s.AgentID, s.Transport, s.ID, s.Params.SecurityMode, len(demoModels))
+	fmt.Fprintf(stdout, "provider %s connected over %s (session %s, security %s), serving %s; Ctrl-C to stop\n",
+		s.AgentID, s.Transport, s.ID, s.Params.SecurityMode, english.Plural(len(demoModels), "model", "models"))
 	select {
 	case <-ctx.Done():
 	case <-c.Done():
 		return agentEnded(c.Err(), agent)
 	}
 	st := c.Stats()
-	fmt.Fprintf(stdout, "served %d requests; received %d wire bytes for %d JSON bytes (%.2fx)\n",
-		st.Deliveries, st.WireBytesReceived, st.JSONBytesReceived, st.ReceiveRatio())
+	fmt.Fprintf(stdout, "served %s; received %d wire bytes for %d JSON bytes (%.2fx)\n",
+		english.Plural(int(st.Deliveries), "request", "requests"), st.WireBytesReceived, st.JSONBytesReceived, st.ReceiveRatio())
 	return nil
 }
 
@@ -147,7 +149,7 @@ Sends every request of a corpus folder to whoever serves its model and prints,
 per request, the JSON size, the bytes on the wire (DATA header + frame), their
 ratio, the round-trip time, and (after the arrow) the agent that answered with
 the size of its answer. Exits 1 when every request failed.`, stderr)
-	af := registerAgentFlags(fs, "demo-requester")
+	af := registerAgentFlags(fs, "demo-requester", "warn")
 	dir := fs.String("corpus", filepath.Join("testdata", "corpus"), "`folder` of JSON requests (req-*.json)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -203,11 +205,11 @@ the size of its answer. Exits 1 when every request failed.`, stderr)
 			float64(len(body))/float64(max(wire, 1)), time.Since(start).Round(10*time.Microsecond), resp.From, len(resp.Body))
 	}
 	st := c.Stats()
-	fmt.Fprintf(stdout, "\n%d of %d requests answered, %d failed\n", len(files)-failed, len(files), failed)
+	fmt.Fprintf(stdout, "\n%d of %s answered, %d failed\n", len(files)-failed, english.Plural(len(files), "request", "requests"), failed)
 	fmt.Fprintf(stdout, "sent %d JSON bytes as %d wire bytes (%.2fx); received %d JSON bytes as %d wire bytes (%.2fx)\n",
 		st.JSONBytesSent, st.WireBytesSent, st.SendRatio(), st.JSONBytesReceived, st.WireBytesReceived, st.ReceiveRatio())
 	if failed == len(files) {
-		return fmt.Errorf("all %d requests failed: is 'm2md demo provider' running against the same daemon?", failed)
+		return fmt.Errorf("all %s failed: is 'm2md demo provider' running against the same daemon?", english.Plural(failed, "request", "requests"))
 	}
 	return nil
 }

@@ -94,7 +94,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.StringVar(&natsURLs, "nats-url", "", "comma-separated nats:// `URLs` of an existing NATS deployment to cluster over (instead of --cluster-listen)")
 	fs.StringVar(&cfg.Cluster.CredsFile, "nats-creds", "", "NATS credentials `file` for --nats-url")
 	fs.StringVar(&cfg.Cluster.CAFile, "nats-ca", "", "CA `file` (PEM) trusted for --nats-url's TLS certificates")
-	logFlags := registerLogFlags(fs)
+	logFlags := registerLogFlags(fs, "info")
 
 	err := ff.Parse(fs, args,
 		ff.WithEnvVarPrefix("M2MD"),
@@ -135,6 +135,9 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 		if cfg.Cluster.Cert, cfg.Cluster.CA, err = cluster.LoadIdentity(routeCert, routeKey, routeCA); err != nil {
 			return err
 		}
+	}
+	if err := daemon.CheckListenAddr("openai-addr", openAIAddr); err != nil {
+		return usagef("%v", err)
 	}
 	var openAIKeyset *ingress.Keys
 	if enabledAddr(openAIAddr) {
@@ -225,12 +228,14 @@ func readOrgSecrets(path string) (map[string]security.Secret, error) {
 }
 
 // logFlags are --log-level and --log-format, which every long-running
-// command takes.
+// command takes: one format rule for all of them (newLogger). level is the
+// command's default: info for the daemon and the agents that keep running,
+// warn for a command whose output is its report.
 type logFlags struct{ level, format string }
 
-func registerLogFlags(fs *flag.FlagSet) *logFlags {
+func registerLogFlags(fs *flag.FlagSet, level string) *logFlags {
 	l := &logFlags{}
-	fs.StringVar(&l.level, "log-level", "info", "log `level`: debug, info, warn or error")
+	fs.StringVar(&l.level, "log-level", level, "log `level`: debug, info, warn or error")
 	fs.StringVar(&l.format, "log-format", "auto", "log `format`: json, console, or auto (console on a terminal)")
 	return l
 }

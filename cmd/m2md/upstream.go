@@ -9,13 +9,15 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/dustin/go-humanize/english"
+
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/openai/upstream"
 )
 
 func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("upstream", "upstream --base-url URL [flags]\n\nA provider agent in front of an OpenAI-compatible server (vLLM, llama.cpp, Ollama,\nLM Studio, OpenRouter, OpenAI): requests routed to its models are POSTed to the\nserver's /chat/completions or /embeddings and its answers relayed byte for byte.", stderr)
-	af := registerAgentFlags(fs, "upstream")
+	af := registerAgentFlags(fs, "upstream", "info")
 	var (
 		cfg    upstream.Config
 		bases  int
@@ -78,7 +80,7 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	s := c.Session()
 	logger.Info().Str("agent", s.AgentID).Str("transport", s.Transport).Str("security", s.Params.SecurityMode.String()).
 		Str("upstream", cfg.BaseURL).Strs("models", opt.Models).Msg("upstream agent connected")
-	fmt.Fprintf(stdout, "upstream agent %s serving %d models from %s; Ctrl-C to stop\n", s.AgentID, len(opt.Models), cfg.BaseURL)
+	fmt.Fprintf(stdout, "upstream agent %s serving %s from %s; Ctrl-C to stop\n", s.AgentID, english.Plural(len(opt.Models), "model", "models"), cfg.BaseURL)
 	select {
 	case <-ctx.Done():
 	case <-c.Done():
