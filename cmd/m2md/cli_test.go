@@ -128,9 +128,11 @@ func TestCLICompressChoices(t *testing.T) {
 		{name: "key from the environment", stdin: llmJSON, args: []string{"compress", "--security", "aead"}, stdout: []string{"#M2M|1|"}, noStderr: true},
 		{name: "key file and flag", stdin: llmJSON, args: []string{"compress", "--security", "aead", "--key", key32, "--key-file", keyFile}, code: exitUsage, stderr: []string{"--key-file or --key, not both"}},
 		{name: "key file missing", stdin: llmJSON, args: []string{"compress", "--security", "aead", "--key-file", keyFile + ".absent"}, code: exitUsage, stderr: []string{"--key-file"}},
+		// The binary shape of text that is not JSON could not be told
+		// from plain input by decompress: refused, with the way out.
+		{name: "binary of text", stdin: "plain text, not JSON", args: []string{"compress", "--binary"}, code: exitBadInput, noStdout: true, stderr: []string{"drop --binary", "--algo tokennative --binary"}},
 		{name: "no key at all", stdin: llmJSON, args: []string{"compress", "--security", "aead"}, code: exitUsage, stderr: []string{"needs a key: --key-file FILE or $M2MD_KEY"}, notStderr: []string{"or --key"}},
 		{name: "auto binary tiny", stdin: `{"model":"gpt-4o","messages":[]}`, args: []string{"compress", "--binary", "-v"}, stderr: []string{"algorithm m2m (binary shape of JSON"}},
-		{name: "auto binary text", stdin: strings.Repeat("plain words ", 20), args: []string{"compress", "--binary", "-v"}, stderr: []string{"algorithm tokennative"}},
 		{name: "explicit brotli with security", stdin: llmJSON, args: []string{"compress", "--algo", "brotli", "--security", "aead", "--key", key32}, code: exitUsage, stderr: []string{"M2M v1 frames only", "--algo m2m"}},
 		{name: "explicit zlib binary", stdin: llmJSON, args: []string{"compress", "--algo", "zlib", "--binary"}, code: exitUsage, stderr: []string{"--binary exists for --algo m2m and tokennative"}},
 		// --key alone protects nothing

@@ -144,9 +144,9 @@ Reads JSON (or any text) on stdin and writes its wire form on stdout, without
 a trailing newline. Every form but t1 decompresses to the input byte for byte;
 t1 (legacy) may rename keys, drop nulls and round numbers, and is refused for
 a document it would change unless --lossy is given.`, stderr)
-	algo := fs.String("algo", "auto", "wire `form`: auto, m2m, tokennative, brotli, t1, zlib, dictionary or none;\nauto picks an M2M v1 frame for --security and --binary")
+	algo := fs.String("algo", "auto", "wire `form`: auto, m2m, tokennative, brotli, t1, zlib, dictionary or none;\nauto picks an M2M v1 frame for --security and --binary (--binary then needs JSON)")
 	encoding := fs.String("encoding", "cl100k", "TokenNative `tokenizer`: cl100k, o200k or llama")
-	binary := fs.Bool("binary", false, "write the raw binary shape (m2m and tokennative) instead of Base64 text")
+	binary := fs.Bool("binary", false, "write the raw binary shape (m2m and tokennative) instead of Base64 text;\nbinary tokennative has no prefix: decompress it with --algo tokennative")
 	securityMode := fs.String("security", "none", "protect an M2M v1 frame with this security `mode`: none, hmac or aead (needs a key: --key-file or $"+keyEnvVar+")")
 	keyHex := fs.String("key", "", "`hex` key for --security (hmac: 16 bytes or more, aead: 32); visible in ps: prefer --key-file or $"+keyEnvVar)
 	keyFile := fs.String("key-file", "", "`file` holding the hex key for --security; default $"+keyEnvVar)
@@ -196,6 +196,11 @@ a document it would change unless --lossy is given.`, stderr)
 	out, info, err := c.Encode(nil, in, opt)
 	if err != nil {
 		return inputError(err)
+	}
+	if opt.Auto && opt.Binary && info.Algorithm == codec.TokenNative {
+		// The one binary shape of text that is not JSON has no prefix:
+		// a plain decompress would pass it through as it is.
+		return errors.New("stdin is not JSON, and the only binary shape of other text is TokenNative's, which has no prefix that decompress could recognise: drop --binary (the text form round-trips), or pass --algo tokennative --binary and decompress with --algo tokennative")
 	}
 	if info.Algorithm == codec.T1 && !*lossy {
 		back, _, err := c.Decode(nil, out, codec.DecodeOptions{})
