@@ -104,3 +104,21 @@ func TestCLIUpstreamReplaced(t *testing.T) {
 		t.Errorf("the second upstream exited: %s", second.stderr.String())
 	}
 }
+
+// TestServeConfigExample: deploy/serve.conf is a config file the daemon
+// starts with (an unknown or malformed line would stop it), and its lines
+// take effect; the command line still wins (the test's listeners).
+func TestServeConfigExample(t *testing.T) {
+	userDirs(t)
+	conf, err := filepath.Abs(filepath.Join("..", "..", "deploy", "serve.conf"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, url := startServe(t, t.TempDir(), "--config", conf)
+	srv.waitOutput(`"min_security":"aead"`, 10*time.Second)
+	// A session below the file's min-security is refused.
+	weak := startM2MD(t, t.TempDir(), "demo", "requester", "--url", url, "--security", "hmac", "--corpus", smallCorpus(t))
+	if code := weak.wait(time.Minute); code != exitBadInput || !strings.Contains(weak.stderr.String(), "SECURITY_POLICY") {
+		t.Fatalf("an hmac session under min-security aead: exit %d: %s", code, weak.stderr.String())
+	}
+}
