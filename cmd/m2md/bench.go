@@ -47,7 +47,7 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 
 func printBenchUsage(w io.Writer) {
 	fmt.Fprintln(w, "Usage: m2md bench <load|codec|conversation|table> [flags]")
-	fmt.Fprintln(w, "\n  load   routed request/response round trips through a daemon (in-process unless --target),")
+	fmt.Fprintln(w, "\n  load   routed request/response round trips through a daemon (in-process unless --url),")
 	fmt.Fprintln(w, "         optionally against a bare relay baseline (--baseline)")
 	fmt.Fprintln(w, "  codec  bytes, cl100k tokens and encode/decode time of every wire form, per corpus file")
 	fmt.Fprintln(w, "  conversation  multi-turn conversations replayed turn by turn, with and without deltas")

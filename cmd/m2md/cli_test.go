@@ -77,7 +77,7 @@ func TestCLIHelpAndVersion(t *testing.T) {
 		{name: "decompress -h", args: []string{"decompress", "-h"}, stdout: []string{"--strict"}, noStderr: true},
 		{name: "inspect --help", args: []string{"inspect", "--help"}, stdout: []string{"Usage: m2md inspect"}, noStderr: true},
 		{name: "serve --help", args: []string{"serve", "--help"}, stdout: []string{"--max-payload size", "(default 16MiB)", "--config file", "--quic-addr address"}, noStderr: true},
-		{name: "bench --help", args: []string{"bench", "--help"}, stdout: []string{"Usage: m2md bench"}, noStderr: true},
+		{name: "bench --help", args: []string{"bench", "--help"}, stdout: []string{"Usage: m2md bench", "in-process unless --url"}, noStderr: true},
 		{name: "bench load --help", args: []string{"bench", "load", "--help"}, stdout: []string{"--rate n", "--url URL", "--algo form"}, noStderr: true},
 		{name: "demo --help", args: []string{"demo", "--help"}, stdout: []string{"Usage: m2md demo", "provider", "requester"}, noStderr: true},
 		{name: "demo requester --help", args: []string{"demo", "requester", "--help"}, stdout: []string{"--agent id", "after the arrow"}, noStderr: true},
@@ -147,7 +147,7 @@ func TestCLICompressChoices(t *testing.T) {
 		{name: "t1 lossy accepted", stdin: lossyJSON, args: []string{"compress", "--algo", "t1", "--lossy"}, stdout: []string{"#T1|"}, noStderr: true},
 		// bad input in the user's terms
 		{name: "invalid JSON", stdin: `{"model":`, args: []string{"compress", "--algo", "m2m"}, code: exitBadInput, stderr: []string{"stdin is not valid JSON", "at byte"}, notStderr: []string{"jsonscan", "frame:"}},
-		{name: "llama without vocabulary", stdin: llmJSON, args: []string{"compress", "--algo", "tokennative", "--encoding", "llama", "--llama3-vocab", ""}, code: exitBadInput, stderr: []string{"--llama3-vocab DIR", "M2MD_LLAMA3_VOCAB"}, notStderr: []string{"Config."}},
+		{name: "llama without vocabulary", stdin: llmJSON, args: []string{"compress", "--algo", "tokennative", "--encoding", "llama", "--llama3-vocab", ""}, code: exitBadInput, stderr: []string{"--llama3-vocab DIR", "M2MD_LLAMA3_VOCAB", "go mod download -json github.com/ollama/ollama@", "tokenizer.model"}, notStderr: []string{"Config."}},
 		{name: "unknown flag", args: []string{"compress", "--nope"}, code: exitUsage, stderr: []string{"--nope", "run 'm2md compress --help'"}, noStdout: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -111,6 +111,10 @@ func warnKeyFlag(hexFlag string, stderr io.Writer) {
 	}
 }
 
+// llamaVocabSource says where a Llama 3 vocabulary comes from: m2md does
+// not ship one.
+const llamaVocabSource = "get one with 'go mod download -json " + llama3vocab.Module + "' (outside a Go module; DIR is its Dir/" + llama3vocab.ModuleDir + "), or use Meta's original/tokenizer.model of a Llama 3 model (README, \"The CLI\")"
+
 // llamaPath is where the Llama 3 vocabulary comes from: the flag, else the
 // environment variable M2MD_LLAMA3_VOCAB.
 func llamaPath(flagValue string) string {
@@ -130,7 +134,7 @@ func inputError(err error) error {
 	case errors.As(err, &se):
 		return fmt.Errorf("stdin is beyond a JSON limit of the wire forms: %s at byte %d", se.Reason, se.Offset)
 	case errors.Is(err, tokennative.ErrUnavailable):
-		return fmt.Errorf("--encoding llama needs the Llama 3 vocabulary: pass --llama3-vocab DIR or set %s=DIR", llama3vocab.EnvVar)
+		return fmt.Errorf("--encoding llama needs the Llama 3 vocabulary: pass --llama3-vocab DIR or set %s=DIR; %s", llama3vocab.EnvVar, llamaVocabSource)
 	case errors.Is(err, codec.ErrKeyRequired):
 		return fmt.Errorf("the frame is protected (hmac or aead): pass its key with --key-file FILE or $%s", keyEnvVar)
 	}
@@ -150,7 +154,7 @@ a document it would change unless --lossy is given.`, stderr)
 	securityMode := fs.String("security", "none", "protect an M2M v1 frame with this security `mode`: none, hmac or aead (needs a key: --key-file or $"+keyEnvVar+")")
 	keyHex := fs.String("key", "", "`hex` key for --security (hmac: 16 bytes or more, aead: 32); visible in ps: prefer --key-file or $"+keyEnvVar)
 	keyFile := fs.String("key-file", "", "`file` holding the hex key for --security; default $"+keyEnvVar)
-	llama := fs.String("llama3-vocab", "", "Llama 3 vocabulary `path` (folder with encoder.json, or a tiktoken rank file); default $M2MD_LLAMA3_VOCAB")
+	llama := fs.String("llama3-vocab", "", "Llama 3 vocabulary `path` for --encoding llama: a folder with encoder.json, or Meta's tokenizer.model;\ndefault $M2MD_LLAMA3_VOCAB. m2md does not ship it: "+llamaVocabSource)
 	lossy := fs.Bool("lossy", false, "accept a t1 encoding that does not decompress to the input byte for byte")
 	verbose := fs.Bool("v", false, "print the algorithm, the reason for it and the sizes on stderr")
 	if err := parseFlags(fs, args); err != nil {
@@ -230,7 +234,7 @@ with --algo tokennative.`, stderr)
 	keyFile := fs.String("key-file", "", "`file` holding the hex key for HMAC or AEAD frames; default $"+keyEnvVar)
 	algo := fs.String("algo", "auto", "`form`: auto (detect), or tokennative for the prefix-less binary TokenNative shape")
 	encoding := fs.String("encoding", "", "with --algo tokennative: the `tokenizer` the data must name (cl100k, o200k, llama)")
-	llama := fs.String("llama3-vocab", "", "Llama 3 vocabulary `path`; default $M2MD_LLAMA3_VOCAB")
+	llama := fs.String("llama3-vocab", "", "Llama 3 vocabulary `path` for --encoding llama: a folder with encoder.json, or Meta's tokenizer.model;\ndefault $M2MD_LLAMA3_VOCAB. m2md does not ship it: "+llamaVocabSource)
 	strict := fs.Bool("strict", false, "fail on input that is no known wire form instead of passing it through")
 	if err := parseFlags(fs, args); err != nil {
 		return err

@@ -1,8 +1,12 @@
 package main
 
 import (
+	"fmt"
+	"math"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -107,4 +111,134 @@ func TestDocsAuthenticatedAgents(t *testing.T) {
 			t.Errorf("a wrong key: stderr lacks %q: %s", want, wrong.stderr.String())
 		}
 	}
+}
+
+// TestREADMEDemoFigures runs README's demo (serve, demo provider, demo
+// requester over testdata/corpus, AEAD) and checks what README says of it:
+// the totals and extreme ratios in its prose and every line of its sample
+// output, but for the latency column and the random part of agent ids.
+// The received wire bytes vary with those ids and the answers' timestamps:
+// README gives their ratio as "about", checked within 0.03.
+func TestREADMEDemoFigures(t *testing.T) {
+	userDirs(t)
+	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, readme, ok := strings.Cut(string(b), "<!-- demo-figures:")
+	if !ok {
+		t.Fatal("README.md has no demo-figures marker")
+	}
+	prose, rest, _ := strings.Cut(readme, "```\n")
+	sample, _, _ := strings.Cut(rest, "```")
+
+	repo, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, url := startServe(t, t.TempDir())
+	prov := startM2MD(t, t.TempDir(), "demo", "provider", "--url", url)
+	prov.waitOutput(`provider \S+ connected`, 30*time.Second)
+	req := startM2MD(t, repo, "demo", "requester", "--url", url)
+	if code := req.wait(2 * time.Minute); code != 0 {
+		t.Fatalf("requester: exit %d\n%s\n%s", code, req.stdout.String(), req.stderr.String())
+	}
+	out := req.stdout.String()
+
+	// Every sample line is in the output.
+	got := map[string]bool{}
+	for _, line := range strings.Split(out, "\n") {
+		got[demoLine(line)] = true
+	}
+	for _, line := range strings.Split(sample, "\n") {
+		if line = strings.TrimSpace(line); line == "" || line == "…" {
+			continue
+		}
+		if !got[demoLine(line)] {
+			t.Errorf("README's line\n  %s\nis not in the demo's output:\n%s", line, out)
+		}
+	}
+
+	// The prose's figures.
+	var rows []demoRow
+	for _, line := range strings.Split(out, "\n") {
+		if r, ok := parseDemoRow(line); ok {
+			rows = append(rows, r)
+		}
+	}
+	m := regexp.MustCompile(`sent (\d+) JSON bytes as (\d+) wire bytes \(([\d.]+)x\); received (\d+) JSON bytes as (\d+) wire bytes \(([\d.]+)x\)`).FindStringSubmatch(out)
+	if m == nil || len(rows) == 0 {
+		t.Fatalf("no totals or rows in the output:\n%s", out)
+	}
+	lo, hi := rows[0], rows[0]
+	for _, r := range rows {
+		if r.ratio < lo.ratio {
+			lo = r
+		}
+		if r.ratio > hi.ratio {
+			hi = r
+		}
+	}
+	prose = strings.Join(strings.Fields(prose), " ")
+	for _, want := range []string{
+		fmt.Sprintf("(%d requests, AEAD", len(rows)),
+		"sends " + commas(m[1]) + " JSON bytes as " + commas(m[2]) + " bytes on the wire: **" + m[3] + "x**",
+		fmt.Sprintf("from %.2fx (a %d-byte request", lo.ratio, lo.json),
+		fmt.Sprintf("to %.2fx (a %d KB conversation)", hi.ratio, hi.json/1000/100*100),
+	} {
+		if !strings.Contains(prose, want) {
+			t.Errorf("README's demo prose lacks %q (from this run's output):\n%s", want, prose)
+		}
+	}
+	about := regexp.MustCompile(`about ([\d.]+)x`).FindStringSubmatch(prose)
+	received, _ := strconv.ParseFloat(m[6], 64)
+	if about == nil {
+		t.Errorf("README's demo prose gives no 'about …x' for the answers")
+	} else if x, _ := strconv.ParseFloat(about[1], 64); math.Abs(x-received) > 0.03 {
+		t.Errorf("README says the answers cost about %sx, this run %sx", about[1], m[6])
+	}
+}
+
+var (
+	randomID  = regexp.MustCompile(`\b(demo-(?:provider|requester))-[0-9a-f]{6}\b`)
+	demoRowRe = regexp.MustCompile(`^(req-\S+)\s+(\S+)\s+(\d+)\s+(\d+)\s+([\d.]+)x\s+\S+\s+← (\S+) \((\d+) B\)$`)
+	summaryRe = regexp.MustCompile(`^(sent \d+ JSON bytes as \d+ wire bytes \([\d.]+x\); received \d+ JSON bytes) as \d+ wire bytes \([\d.]+x\)$`)
+	spacesRe  = regexp.MustCompile(`\s+`)
+)
+
+// demoLine is a line of the requester's output without what changes from
+// run to run: the latency, the random part of agent ids, the answers' wire
+// bytes.
+func demoLine(line string) string {
+	line = strings.TrimSpace(randomID.ReplaceAllString(line, "$1-ID"))
+	if m := demoRowRe.FindStringSubmatch(line); m != nil {
+		return strings.Join(append(m[1:6:6], "←", m[6], m[7]), " ")
+	}
+	if m := summaryRe.FindStringSubmatch(line); m != nil {
+		return m[1]
+	}
+	return spacesRe.ReplaceAllString(line, " ")
+}
+
+type demoRow struct {
+	json  int
+	ratio float64
+}
+
+func parseDemoRow(line string) (demoRow, bool) {
+	m := demoRowRe.FindStringSubmatch(strings.TrimSpace(line))
+	if m == nil {
+		return demoRow{}, false
+	}
+	n, _ := strconv.Atoi(m[3])
+	x, _ := strconv.ParseFloat(m[5], 64)
+	return demoRow{json: n, ratio: x}, true
+}
+
+// commas writes a decimal number with thousands separators, as README does.
+func commas(n string) string {
+	if len(n) <= 3 {
+		return n
+	}
+	return commas(n[:len(n)-3]) + "," + n[len(n)-3:]
 }
