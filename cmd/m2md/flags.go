@@ -31,7 +31,8 @@ import (
 //     from help, so scripts and documented commands keep working.
 //   - A long-running command takes --log-level and --log-format through
 //     registerLogFlags; an output file flag is checked with checkWritable
-//     before work of minutes starts.
+//     before work of minutes starts. An agent command takes its flags
+//     (daemon, pin, agent id, org and key, log) from registerAgentFlags.
 //   - TestCLIHelpReadable checks every command's help: add a new command to
 //     its list.
 
