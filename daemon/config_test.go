@@ -2,10 +2,13 @@ package daemon
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/security"
 )
@@ -110,5 +113,57 @@ func TestInsecureWSRefusedWithOrgSecrets(t *testing.T) {
 				t.Fatalf("error does not name the way out: %v", err)
 			}
 		})
+	}
+}
+
+// TestConfigCertDirDefault: without CertDir the development certificate
+// is made in the user's config folder, the one the CLI's agents pin from,
+// whatever the working directory; a real certificate needs no folder.
+func TestConfigCertDirDefault(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_CONFIG_HOME", filepath.Join(home, "config"))
+	t.Chdir(t.TempDir())
+	s, err := New(Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := filepath.Join(home, "config", "m2md", "certs")
+	if s.cfg.CertDir != want {
+		t.Errorf("CertDir %q, want %q", s.cfg.CertDir, want)
+	}
+	if _, err := os.Stat(filepath.Join(want, certs.DevCertFile)); err != nil {
+		t.Errorf("no development certificate in the default folder: %v", err)
+	}
+	if _, err := os.Stat("certs"); err == nil {
+		t.Error("a ./certs folder was made in the working directory")
+	}
+}
+
+// TestConfigListenAddr: a listen address that cannot be listened on is
+// ErrConfig, naming the flag, before anything starts.
+func TestConfigListenAddr(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"port only", Config{QUICAddr: "4433"}, `--quic-addr "4433": want host:port, such as 127.0.0.1:4433`},
+		{"host only", Config{WSAddr: "localhost"}, `--ws-addr "localhost"`},
+		{"no port", Config{AdminAddr: "127.0.0.1:"}, `--admin-addr "127.0.0.1:"`},
+		{"wss", Config{WSSAddr: "::1"}, `--wss-addr "::1"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.cfg.CertDir = t.TempDir()
+			_, err := New(tc.cfg)
+			if !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("%v, want ErrConfig with %q", err, tc.want)
+			}
+		})
+	}
+	for _, ok := range []string{"-", ":4433", "0.0.0.0:0", "[::1]:4433", "localhost:8080"} {
+		if err := CheckListenAddr("quic-addr", ok); err != nil {
+			t.Errorf("%q: %v", ok, err)
+		}
 	}
 }
