@@ -100,6 +100,17 @@ func TestDocsAuthenticatedAgents(t *testing.T) {
 		}
 	}
 
+	// The key from the environment instead of a file.
+	bobKey, err := os.ReadFile(filepath.Join(home, ".config", "m2md", "agents", "bob.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(agentKeyEnvVar, strings.TrimSpace(string(bobKey)))
+	env := startM2MD(t, repo, "demo", "requester", "--org", "acme", "--agent", "bob", "--url", url, "--corpus", smallCorpus(t))
+	if code := env.wait(time.Minute); code != 0 {
+		t.Fatalf("the key in $%s: exit %d\n%s", agentKeyEnvVar, code, env.stderr.String())
+	}
+
 	// bob with alice's key is refused, and told what to check.
 	wrong := startM2MD(t, repo, "demo", "requester", "--org", "acme", "--agent", "bob", "--url", url, "--corpus", smallCorpus(t),
 		"--agent-key-file", filepath.Join(home, ".config", "m2md", "agents", "alice.key"))
