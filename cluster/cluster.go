@@ -187,6 +187,13 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 		if cfg.CredsFile != "" {
 			opts = append(opts, nats.UserCredentials(cfg.CredsFile))
 		}
+		if cfg.NkeyFile != "" {
+			opt, err := nats.NkeyOptionFromSeed(cfg.NkeyFile)
+			if err != nil {
+				return nil, fmt.Errorf("cluster: --nats-nkey %s: %w", cfg.NkeyFile, err)
+			}
+			opts = append(opts, opt)
+		}
 		if cfg.CAFile != "" {
 			opts = append(opts, nats.RootCAs(cfg.CAFile))
 		}
@@ -223,7 +230,11 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 	go c.heartbeats()
 	// Ask everyone for their agents now rather than at their next heartbeat.
 	c.publishCtl(c.ctlSubj, &ctlMsg{T: "sync", Node: cfg.Node})
-	c.log.Info().Str("mode", c.mode()).Msg("joined cluster")
+	ev := c.log.Info().Str("mode", c.mode()).Str("nats_link", cfg.natsProtection())
+	if c.srv != nil {
+		ev = ev.Str("route_links", cfg.routeProtection())
+	}
+	ev.Msg("joined cluster")
 	return c, nil
 }
 
@@ -303,6 +314,12 @@ func startEmbedded(cfg Config, token string) (*server.Server, error) {
 		}
 		opts.Routes = append(opts.Routes, u)
 	}
+	// nats-server reports a route port it cannot bind only to its log and
+	// then never gets ready: try the port first so that a busy one fails
+	// at once, naming the reason.
+	if err := portFree(host, port); err != nil {
+		return nil, err
+	}
 	s, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("cluster: embedded NATS server: %w", err)
@@ -310,9 +327,26 @@ func startEmbedded(cfg Config, token string) (*server.Server, error) {
 	s.Start()
 	if !s.ReadyForConnections(5 * time.Second) {
 		s.Shutdown()
+		if err := portFree(host, port); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("cluster: embedded NATS server did not start listening on %s", cfg.Listen)
 	}
 	return s, nil
+}
+
+// portFree reports whether the route listener could bind host:port (an
+// error naming --cluster-listen and the system's reason, e.g. "address
+// already in use"). A random port is always free.
+func portFree(host string, port int) error {
+	if port == server.RANDOM_PORT {
+		return nil
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return fmt.Errorf("cluster: --cluster-listen %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), err)
+	}
+	return l.Close()
 }
 
 func (c *Cluster) shutdownServer() {

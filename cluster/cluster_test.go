@@ -594,20 +594,18 @@ func TestConfigCheck(t *testing.T) {
 	}{
 		{Config{}, ""},
 		{Config{Listen: "127.0.0.1:6222"}, ""},
-		{Config{Listen: "0.0.0.0:6222"}, "--cluster-user"},
-		{Config{Listen: "0.0.0.0:6222", User: "u", Password: "p"}, ""},
 		{Config{Listen: "127.0.0.1:6222", User: "u"}, "--cluster-password-file"},
 		{Config{Routes: []string{"nats://b:6222"}}, "without --cluster-listen"},
 		{Config{CredsFile: "x.creds"}, "without --cluster-listen"},
-		{Config{Listen: "127.0.0.1:6222", URLs: []string{"nats://n:4222"}}, "exclude each other"},
+		{Config{Listen: "127.0.0.1:6222", URLs: []string{"nats://127.0.0.1:4222"}}, "exclude each other"},
 		{Config{Listen: "127.0.0.1:6222", Routes: []string{"http://b:6222"}}, "want nats://host:port"},
-		{Config{URLs: []string{"nats://n:4222"}, Node: "a.b"}, "node id"},
-		{Config{URLs: []string{"nats://n:4222"}, Heartbeat: time.Second, DeadAfter: time.Second}, "two heartbeats"},
-		{Config{URLs: []string{"nats://n:4222"}, Inbox: -1}, "--cluster-inbox -1"},
-		{Config{URLs: []string{"nats://n:4222"}, Inbox: MaxInbox + 1}, "--cluster-inbox"},
-		{Config{URLs: []string{"nats://n:4222"}, Inbox: MaxInbox}, ""},
-		{Config{URLs: []string{"nats://n:4222"}, InboxBytes: -1}, "--cluster-inbox-bytes -1"},
-		{Config{URLs: []string{"nats://n:4222"}, InboxBytes: 1}, ""},
+		{Config{URLs: []string{"nats://127.0.0.1:4222"}, Node: "a.b"}, "node id"},
+		{Config{URLs: []string{"nats://127.0.0.1:4222"}, Heartbeat: time.Second, DeadAfter: time.Second}, "two heartbeats"},
+		{Config{URLs: []string{"nats://127.0.0.1:4222"}, Inbox: -1}, "--cluster-inbox -1"},
+		{Config{URLs: []string{"nats://127.0.0.1:4222"}, Inbox: MaxInbox + 1}, "--cluster-inbox"},
+		{Config{URLs: []string{"nats://127.0.0.1:4222"}, Inbox: MaxInbox}, ""},
+		{Config{URLs: []string{"nats://127.0.0.1:4222"}, InboxBytes: -1}, "--cluster-inbox-bytes -1"},
+		{Config{URLs: []string{"nats://127.0.0.1:4222"}, InboxBytes: 1}, ""},
 	} {
 		err := tc.cfg.Check()
 		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {

@@ -66,9 +66,13 @@ type Config struct {
 	// URLs are the client URLs of an existing NATS deployment (--nats-url).
 	// External mode.
 	URLs []string
-	// CredsFile is a NATS credentials file (--nats-creds) and CAFile a PEM
-	// bundle trusted for the NATS servers' certificates (--nats-ca).
-	CredsFile, CAFile string
+	// CredsFile is a NATS credentials file (--nats-creds), NkeyFile a
+	// file holding an nkey seed (--nats-nkey), and CAFile a PEM bundle
+	// trusted for the NATS servers' certificates (--nats-ca). Beyond
+	// loopback, Start requires TLS (a tls:// URL or CAFile) and CredsFile
+	// or NkeyFile: both prove the node's identity by signing the server's
+	// challenge, so an observer of the connection learns nothing to replay.
+	CredsFile, NkeyFile, CAFile string
 
 	// Name is the NATS cluster name and the subject prefix; every node of
 	// one cluster must use the same. Default "m2md".
@@ -113,7 +117,7 @@ func (c Config) Enabled() bool { return c.Listen != "" || len(c.URLs) > 0 }
 // without --cluster-listen or --nats-url is reported rather than ignored.
 func (c Config) touched() bool {
 	return c.Enabled() || len(c.Routes) > 0 || c.User != "" || c.Password != "" || c.Cert != nil || c.CA != nil ||
-		c.CredsFile != "" || c.CAFile != ""
+		c.CredsFile != "" || c.NkeyFile != "" || c.CAFile != ""
 }
 
 // Check reports what is wrong with cfg, in terms of the m2md serve flags,
@@ -176,19 +180,8 @@ func (c Config) withDefaults() (Config, error) {
 	if (c.User == "") != (c.Password == "") {
 		return c, errors.New("cluster: set both --cluster-user and --cluster-password-file, or neither")
 	}
-	if c.Listen != "" {
-		host, _, err := net.SplitHostPort(c.Listen)
-		if err != nil {
-			return c, fmt.Errorf("cluster: --cluster-listen %q: %w", c.Listen, err)
-		}
-		if c.User == "" && c.Cert == nil && !loopback(host) {
-			return c, fmt.Errorf("cluster: --cluster-listen %s is reachable from other machines: set --cluster-user and --cluster-password-file (or --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca) so that only cluster members can join", c.Listen)
-		}
-		for _, r := range c.Routes {
-			if _, err := parseRoute(r); err != nil {
-				return c, err
-			}
-		}
+	if err := c.checkLinks(); err != nil {
+		return c, err
 	}
 	return c, nil
 }

@@ -84,7 +84,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.StringVar(&routes, "cluster-routes", "", "comma-separated nats://host:port route `URLs` of the other daemons (with --cluster-listen)")
 	fs.StringVar(&cfg.Cluster.User, "cluster-user", "", "`user` every cluster route authenticates as (with --cluster-password-file)")
 	fs.StringVar(&clusterPwd, "cluster-password-file", "", "`file` holding the cluster routes' password (kept out of flags so it never shows in a process listing)")
-	fs.StringVar(&routeCert, "cluster-tls-cert", "", "certificate `file` (PEM) for TLS on the cluster routes")
+	fs.StringVar(&routeCert, "cluster-tls-cert", "", "this node's certificate `file` (PEM; m2md cert node): mutual TLS on the routes, and the node's identity")
 	fs.StringVar(&routeKey, "cluster-tls-key", "", "private key `file` (PEM) for --cluster-tls-cert")
 	fs.StringVar(&routeCA, "cluster-tls-ca", "", "CA `file` (PEM) the other nodes' route certificates must chain to (both directions)")
 	fs.StringVar(&cfg.Cluster.Name, "cluster-name", cluster.DefaultName, "cluster `name`; every node of one cluster uses the same")
@@ -93,6 +93,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	byteSizeVar(fs, &cfg.Cluster.InboxBytes, "cluster-inbox-bytes", cluster.DefaultInboxBytes, 0, "bytes of cluster messages waiting for this node before requests and replies from other nodes are answered queue_full (their frames let go at once), e.g. 64MiB")
 	fs.StringVar(&natsURLs, "nats-url", "", "comma-separated nats:// `URLs` of an existing NATS deployment to cluster over (instead of --cluster-listen)")
 	fs.StringVar(&cfg.Cluster.CredsFile, "nats-creds", "", "NATS credentials `file` for --nats-url")
+	fs.StringVar(&cfg.Cluster.NkeyFile, "nats-nkey", "", "`file` holding this node's NATS nkey seed (SU…), for --nats-url")
 	fs.StringVar(&cfg.Cluster.CAFile, "nats-ca", "", "CA `file` (PEM) trusted for --nats-url's TLS certificates")
 	logFlags := registerLogFlags(fs, "info")
 

@@ -1,0 +1,106 @@
+package cluster
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+)
+
+// TestConfigRefusesInsecureLinks: a link another machine could join or
+// read is refused (ErrInsecure), naming the flag to set; loopback keeps its
+// zero-configuration behaviour.
+func TestConfigRefusesInsecureLinks(t *testing.T) {
+	cert, ca := &tls.Certificate{}, x509.NewCertPool()
+	mtls := func(c Config) Config { c.Cert, c.CA = cert, ca; return c }
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+		want string // "" = accepted
+	}{
+		{"loopback, nothing", Config{Listen: "127.0.0.1:6222", Routes: []string{"nats://127.0.0.1:6223", "nats://localhost:6224"}}, ""},
+		{"loopback v6, nothing", Config{Listen: "[::1]:6222", Routes: []string{"nats://[::1]:6223"}}, ""},
+		{"loopback, password", Config{Listen: "127.0.0.1:6222", User: "u", Password: "p"}, ""},
+		{"all interfaces, nothing", Config{Listen: "0.0.0.0:6222"}, "--cluster-tls-ca"},
+		{"empty host, nothing", Config{Listen: ":6222"}, "--cluster-tls-cert"},
+		{"LAN, password alone", Config{Listen: "10.0.0.1:6222", User: "u", Password: "p"}, "password alone"},
+		{"LAN, TLS without CA", Config{Listen: "10.0.0.1:6222", Cert: cert}, "--cluster-tls-ca"},
+		{"loopback, TLS without CA", Config{Listen: "127.0.0.1:6222", Cert: cert}, "--cluster-tls-ca"},
+		{"CA without certificate", Config{Listen: "127.0.0.1:6222", CA: ca}, "--cluster-tls-cert"},
+		{"LAN, mutual TLS", mtls(Config{Listen: "10.0.0.1:6222", Routes: []string{"nats://10.0.0.2:6222"}}), ""},
+		{"LAN, mutual TLS and password", mtls(Config{Listen: "10.0.0.1:6222", User: "u", Password: "p"}), ""},
+		{"loopback listener, route off the machine", Config{Listen: "127.0.0.1:6222", Routes: []string{"nats://10.0.0.2:6222"}}, "--cluster-routes entry nats://10.0.0.2:6222"},
+		{"route off the machine, password redacted", Config{Listen: "127.0.0.1:6222", Routes: []string{"nats://u:hunter2@db.example:6222"}}, "xxxxx"},
+		{"external loopback, nothing", Config{URLs: []string{"nats://127.0.0.1:4222"}}, ""},
+		{"external bare host:port on loopback", Config{URLs: []string{"localhost:4222"}}, ""},
+		{"external LAN, plain", Config{URLs: []string{"nats://10.0.0.9:4222"}, CredsFile: "n.creds"}, "tls://"},
+		{"external LAN, password in URL over TLS", mtls(Config{URLs: []string{"tls://u:p@10.0.0.9:4222"}}), "--nats-creds"},
+		{"external LAN, TLS and creds, no node certificate", Config{URLs: []string{"tls://10.0.0.9:4222"}, CredsFile: "n.creds"}, "--cluster-tls-cert"},
+		{"external LAN, tls:// and creds", mtls(Config{URLs: []string{"tls://10.0.0.9:4222"}, CredsFile: "n.creds"}), ""},
+		{"external LAN, --nats-ca and nkey", mtls(Config{URLs: []string{"nats://nats.example:4222"}, CAFile: "ca.pem", NkeyFile: "n.nk"}), ""},
+		{"external, one of two URLs off loopback", Config{URLs: []string{"nats://127.0.0.1:4222", "nats://10.0.0.9:4222"}}, "10.0.0.9"},
+		{"external, bad scheme", Config{URLs: []string{"http://127.0.0.1:4222"}}, "--nats-url"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.cfg.Check()
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "hunter2") {
+				t.Fatalf("error shows the password: %v", err)
+			}
+			if strings.Contains(tc.want, "--") && !errors.Is(err, ErrInsecure) && !strings.Contains(tc.name, "scheme") {
+				t.Fatalf("%v does not wrap ErrInsecure", err)
+			}
+		})
+	}
+}
+
+// TestBusyRoutePort: a route port another process holds fails Start at
+// once, saying so, instead of after the readiness wait.
+func TestBusyRoutePort(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c, err := Start(Config{Listen: l.Addr().String()}, &recorder{})
+	if err == nil {
+		c.Close()
+		t.Fatal("started on a busy port")
+	}
+	if !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), "--cluster-listen") {
+		t.Fatalf("error %q: want the flag and \"address already in use\"", err)
+	}
+}
+
+// TestLinkProtection: what the start log and m2md_cluster_links call each
+// configuration.
+func TestLinkProtection(t *testing.T) {
+	cert, ca := &tls.Certificate{}, x509.NewCertPool()
+	for _, tc := range []struct {
+		cfg         Config
+		route, nats string
+	}{
+		{Config{Listen: "127.0.0.1:0"}, ProtectNone, ProtectToken},
+		{Config{Listen: "127.0.0.1:0", User: "u", Password: "p"}, ProtectPassword, ProtectToken},
+		{Config{Listen: "10.0.0.1:0", Cert: cert, CA: ca}, ProtectMTLS, ProtectToken},
+		{Config{URLs: []string{"nats://127.0.0.1:4222"}}, ProtectNone, ProtectNone},
+		{Config{URLs: []string{"nats://u:p@127.0.0.1:4222"}}, ProtectNone, ProtectPassword},
+		{Config{URLs: []string{"127.0.0.1:4222"}, NkeyFile: "n.nk"}, ProtectNone, ProtectCreds},
+		{Config{URLs: []string{"tls://127.0.0.1:4222"}}, ProtectNone, ProtectTLS},
+		{Config{URLs: []string{"nats://10.0.0.9:4222"}, CAFile: "ca.pem", CredsFile: "n.creds"}, ProtectNone, ProtectTLSCreds},
+	} {
+		if r, n := tc.cfg.routeProtection(), tc.cfg.natsProtection(); r != tc.route || n != tc.nats {
+			t.Errorf("%+v: route %s nats %s, want %s %s", tc.cfg, r, n, tc.route, tc.nats)
+		}
+	}
+}
