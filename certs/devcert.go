@@ -1,17 +1,12 @@
 package certs
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io/fs"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
@@ -97,17 +92,8 @@ func loadDevCert(certPath, keyPath string) (tls.Certificate, error) {
 }
 
 func newDevCert(now time.Time) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("certs: generate key: %w", err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, nil, fmt.Errorf("certs: serial number: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{Organization: []string{"m2md development"}, CommonName: "localhost"},
+	return issue(&x509.Certificate{
+		Subject: pkix.Name{Organization: []string{"m2md development"}, CommonName: "localhost"},
 		// An hour of slack for peers whose clock is a little behind.
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(devCertValidity),
@@ -116,18 +102,7 @@ func newDevCert(now time.Time) (certPEM, keyPEM []byte, err error) {
 		BasicConstraintsValid: true,
 		DNSNames:              []string{"localhost"},
 		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("certs: create certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("certs: marshal key: %w", err)
-	}
-	certPEM = pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	keyPEM = pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER})
-	return certPEM, keyPEM, nil
+	}, nil, nil)
 }
 
 // writeFileAtomic writes through a temporary file in the same directory and

@@ -219,3 +219,7 @@ func subjectSafe(s string) bool {
 	}
 	return true
 }
+
+// ValidNodeID reports whether s can be a node id (Config.Node, and the
+// CommonName of a node certificate): 1 to 64 of [A-Za-z0-9_-].
+func ValidNodeID(s string) bool { return subjectSafe(s) }

@@ -95,6 +95,7 @@ func TestCLIHelpReadable(t *testing.T) {
 	for _, args := range [][]string{
 		{"compress"}, {"decompress"}, {"inspect"}, {"serve"}, {"bench", "load"}, {"bench", "codec"}, {"bench", "table"},
 		{"demo", "provider"}, {"demo", "requester"}, {"version"}, {"upstream"}, {"key", "org"}, {"key", "agent"},
+		{"cert", "ca"}, {"cert", "node"}, {"cert", "fingerprint"},
 	} {
 		code, out, _ := runCLI(t, nil, append(args, "--help")...)
 		if code != exitOK {

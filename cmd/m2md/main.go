@@ -6,6 +6,7 @@
 //	m2md inspect     print a frame's readable header as JSON, without a key
 //	m2md bench       load and codec benchmarks
 //	m2md upstream    a provider agent in front of an OpenAI-compatible server
+//	m2md cert        a cluster's CA and node certificates, and fingerprints
 //	m2md demo        a provider and a requester agent to try the daemon with
 //	m2md key         an org's secret, and an agent's key derived from it
 //	m2md version     the version, commit and Go version of this build
@@ -48,6 +49,7 @@ func commands() []command {
 		{"inspect", "print a frame's readable header as JSON (no key, no decompression)", runInspect},
 		{"bench", "load benchmark against a daemon, or codec comparison", runBench},
 		{"upstream", "a provider agent in front of an OpenAI-compatible server", runUpstream},
+		{"cert", "cluster certificates: 'cert ca', 'cert node', 'cert fingerprint'", runCert},
 		{"demo", "demo agents: 'demo provider' serves models, 'demo requester' sends the corpus", runDemo},
 		{"key", "secrets of an authenticated mesh: 'key org' makes an org secret, 'key agent' an agent's key", runKey},
 		{"version", "print the version, commit and Go version", runVersion},
