@@ -294,7 +294,6 @@ func startEmbedded(cfg Config, token string) (*server.Server, error) {
 		Authorization: token,
 		MaxPayload:    MaxMessage,
 		NoSigs:        true,
-		NoLog:         true,
 		Cluster: server.ClusterOpts{
 			Name:     cfg.Name,
 			Host:     host,
@@ -324,6 +323,7 @@ func startEmbedded(cfg Config, token string) (*server.Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cluster: embedded NATS server: %w", err)
 	}
+	s.SetLoggerV2(newNATSLog(cfg.Logger), false, false, false)
 	s.Start()
 	if !s.ReadyForConnections(5 * time.Second) {
 		s.Shutdown()
