@@ -144,3 +144,17 @@ func (c *Config) natsProtection() string {
 	}
 	return ProtectNone
 }
+
+// Links is how many of this node's cluster links have protection p now
+// (one of Protections): its routes to other nodes (embedded mode) and its
+// own connection to NATS.
+func (c *Cluster) Links(p string) int {
+	n := 0
+	if c.srv != nil && c.cfg.routeProtection() == p {
+		n += c.srv.NumRoutes()
+	}
+	if c.cfg.natsProtection() == p && c.nc.IsConnected() {
+		n++
+	}
+	return n
+}

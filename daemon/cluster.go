@@ -629,6 +629,12 @@ func (s *Server) registerClusterMetrics() {
 		}, func() float64 { return float64(v.Load()) }))
 	}
 	counter("m2md_cluster_send_failed_total", "Publishes that failed because the NATS connection was down (the sender got an error).", func() float64 { return float64(st.SendFailed.Load()) })
+	for _, p := range cluster.Protections {
+		s.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "m2md_cluster_links", ConstLabels: prometheus.Labels{"auth": p},
+			Help: "This node's cluster links (routes to other nodes, and its own connection to NATS), by what protects them: mtls, tls+creds, tls, creds, password, token (its embedded server, on loopback) or none.",
+		}, func() float64 { return float64(s.cluster.c.Links(p)) }))
+	}
 	counter("m2md_cluster_nodes_down_total", "Nodes declared dead (no heartbeat for the dead-after time) or that left.", func() float64 { return float64(st.NodesDown.Load()) })
 }
 

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -17,6 +18,18 @@ func TestClusterRouteTLS(t *testing.T) {
 	req := mustDialRaw(t, nodes[0], "ws", negotiate.ClientConfig{AgentID: "treq"})
 	waitAgentAt(t, nodes[0], "", "tprov", nodes[1])
 	roundTrip(t, req, prov)
+	// The links say what protects them, every label present from the start.
+	for _, d := range nodes {
+		if n := d.Metric(t, "m2md_cluster_links", "auth=mtls"); n < 1 {
+			t.Errorf("node %s: %v mtls links", d.Cluster().Node, n)
+		}
+		m := getMetrics(t, d.AdminAddr().String())
+		for _, line := range []string{`m2md_cluster_links{auth="token"} 1`, `m2md_cluster_links{auth="none"} 0`, `m2md_cluster_links{auth="password"} 0`, `m2md_cluster_links{auth="tls+creds"} 0`} {
+			if !strings.Contains(m, "\n"+line+"\n") {
+				t.Errorf("node %s: /metrics has no line %s", d.Cluster().Node, line)
+			}
+		}
+	}
 
 	plain := startDaemon(t, clusterConfig([]string{"nats://" + nodes[0].Cluster().RouteAddr.String()}, nil))
 	time.Sleep(1500 * time.Millisecond) // several heartbeats, and NATS's route retries
