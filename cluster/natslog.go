@@ -13,7 +13,8 @@ import (
 // authority", "certificate has expired") or its password is said on both
 // ends. Warnings and errors are sampled: a stranger retrying against the
 // route port must not flood the log. Notices (routes opening and closing)
-// are debug-level. The server logs no payloads, and redacts the passwords
+// are debug-level, and its errors warnings: a route to a node that is not
+// up yet is one, and the daemon carries on. The server logs no payloads, and redacts the passwords
 // of route URLs itself.
 type natsLog struct{ log, loud zerolog.Logger }
 
