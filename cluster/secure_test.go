@@ -5,8 +5,14 @@ import (
 	"crypto/x509"
 	"errors"
 	"net"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nkeys"
 )
 
 // TestConfigRefusesInsecureLinks: a link another machine could join or
@@ -102,5 +108,52 @@ func TestLinkProtection(t *testing.T) {
 		if r, n := tc.cfg.routeProtection(), tc.cfg.natsProtection(); r != tc.route || n != tc.nats {
 			t.Errorf("%+v: route %s nats %s, want %s %s", tc.cfg, r, n, tc.route, tc.nats)
 		}
+	}
+}
+
+// TestNkeyJoin: --nats-nkey authenticates a node to a NATS server that
+// admits only that nkey; without it, or with another seed, Start fails.
+func TestNkeyJoin(t *testing.T) {
+	kp, err := nkeys.CreateUser()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, _ := kp.PublicKey()
+	seed, _ := kp.Seed()
+	ns, err := server.NewServer(&server.Options{Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true,
+		Nkeys: []*server.NkeyUser{{Nkey: pub}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Start()
+	t.Cleanup(ns.Shutdown)
+	if !ns.ReadyForConnections(5 * time.Second) {
+		t.Fatal("nats-server did not start")
+	}
+	dir := t.TempDir()
+	seedFile := filepath.Join(dir, "node.nk")
+	if err := os.WriteFile(seedFile, seed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	other, _ := nkeys.CreateUser()
+	otherSeed, _ := other.Seed()
+	otherFile := filepath.Join(dir, "other.nk")
+	if err := os.WriteFile(otherFile, otherSeed, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url := "nats://" + ns.Addr().String()
+	for _, nk := range []string{"", otherFile, filepath.Join(dir, "missing.nk")} {
+		if c, err := Start(Config{URLs: []string{url}, NkeyFile: nk}, &recorder{}); err == nil {
+			c.Close()
+			t.Fatalf("joined with nkey file %q", nk)
+		}
+	}
+	ha, hb := &recorder{}, &recorder{}
+	a := startNode(t, Config{URLs: []string{url}, NkeyFile: seedFile, Node: "a"}, ha)
+	a.Announce(Agent{ID: "p1", Session: "s1", Models: []string{"m"}, Stamp: 1})
+	startNode(t, Config{URLs: []string{url}, NkeyFile: seedFile, Node: "b"}, hb)
+	hb.wait(t, "b learns p1", func() bool { return len(hb.up) == 1 })
+	if n := a.Links(ProtectCreds); n != 1 {
+		t.Fatalf("%d links counted as %s, want 1", n, ProtectCreds)
 	}
 }
