@@ -189,12 +189,12 @@ func (c Config) withDefaults() (Config, error) {
 func parseRoute(s string) (*url.URL, error) {
 	u, err := url.Parse(strings.TrimSpace(s))
 	if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "nats-route" && u.Scheme != "tls") {
-		return nil, fmt.Errorf("cluster: --cluster-routes entry %q: want nats://host:port", s)
+		return nil, fmt.Errorf("cluster: --cluster-routes entry %q: want nats://host:port", redact(s))
 	}
 	if _, p, err := net.SplitHostPort(u.Host); err != nil {
-		return nil, fmt.Errorf("cluster: --cluster-routes entry %q: %w", s, err)
+		return nil, fmt.Errorf("cluster: --cluster-routes entry %q: %w", redact(s), err)
 	} else if _, err := strconv.Atoi(p); err != nil {
-		return nil, fmt.Errorf("cluster: --cluster-routes entry %q: port %q", s, p)
+		return nil, fmt.Errorf("cluster: --cluster-routes entry %q: port %q", redact(s), p)
 	}
 	return u, nil
 }

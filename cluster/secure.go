@@ -95,14 +95,22 @@ func parseNATSURL(s string) (*url.URL, error) {
 	return u, nil
 }
 
-// redactRoute names a URL in an error without its password.
-func redactRoute(u *url.URL) string { return u.Redacted() }
+// redactRoute names a URL in an error by its scheme and host alone: never
+// its user, password, path or fragment.
+func redactRoute(u *url.URL) string { return u.Scheme + "://" + u.Host }
 
+// redact names an entry that may not parse as a URL without what precedes
+// its last '@', where a password would be.
 func redact(s string) string {
-	if u, err := url.Parse(s); err == nil {
-		return u.Redacted()
+	i := strings.LastIndex(s, "@")
+	if i < 0 {
+		return s
 	}
-	return "(unparsable URL)"
+	scheme, _, ok := strings.Cut(s[:i], "://")
+	if ok {
+		return scheme + "://xxxxx" + s[i:]
+	}
+	return "xxxxx" + s[i:]
 }
 
 // routeProtection is what guards this node's routes.

@@ -38,7 +38,7 @@ func TestConfigRefusesInsecureLinks(t *testing.T) {
 		{"LAN, mutual TLS", mtls(Config{Listen: "10.0.0.1:6222", Routes: []string{"nats://10.0.0.2:6222"}}), ""},
 		{"LAN, mutual TLS and password", mtls(Config{Listen: "10.0.0.1:6222", User: "u", Password: "p"}), ""},
 		{"loopback listener, route off the machine", Config{Listen: "127.0.0.1:6222", Routes: []string{"nats://10.0.0.2:6222"}}, "--cluster-routes entry nats://10.0.0.2:6222"},
-		{"route off the machine, password redacted", Config{Listen: "127.0.0.1:6222", Routes: []string{"nats://u:hunter2@db.example:6222"}}, "xxxxx"},
+		{"route off the machine, password redacted", Config{Listen: "127.0.0.1:6222", Routes: []string{"nats://u:hunter2@db.example:6222"}}, "db.example:6222"},
 		{"external loopback, nothing", Config{URLs: []string{"nats://127.0.0.1:4222"}}, ""},
 		{"external bare host:port on loopback", Config{URLs: []string{"localhost:4222"}}, ""},
 		{"external LAN, plain", Config{URLs: []string{"nats://10.0.0.9:4222"}, CredsFile: "n.creds"}, "tls://"},
@@ -156,4 +156,36 @@ func TestNkeyJoin(t *testing.T) {
 	if n := a.Links(ProtectCreds); n != 1 {
 		t.Fatalf("%d links counted as %s, want 1", n, ProtectCreds)
 	}
+}
+
+// FuzzCheckLinks: any --cluster-listen, --cluster-routes and --nats-url is
+// accepted or refused with an error, never a panic, and an error never
+// shows a URL's password.
+func FuzzCheckLinks(f *testing.F) {
+	f.Add("10.0.0.1:6222", "nats://u:hunter2@10.0.0.2:6222", "", false)
+	f.Add("", "", "tls://u:hunter2@10.0.0.9:4222", true)
+	f.Add("[::1]:0", "nats://[::1]:1", "", false)
+	f.Add("", "", "u:hunter2@nats.example:4222", false)
+	f.Fuzz(func(t *testing.T, listen, route, natsURL string, mtls bool) {
+		c := Config{Listen: listen, URLs: splitNonEmpty(natsURL)}
+		if listen != "" {
+			c.Routes = splitNonEmpty(route)
+		}
+		if mtls {
+			c.Cert, c.CA = &tls.Certificate{}, x509.NewCertPool()
+		}
+		err := c.Check()
+		// A password the inputs hold only as one URL's userinfo.
+		inUserinfo := strings.Count(listen+route+natsURL, "hunter2") == 1 && strings.Contains(route+natsURL, ":hunter2@")
+		if err != nil && inUserinfo && strings.Contains(err.Error(), "hunter2") {
+			t.Fatalf("error shows a password: %v", err)
+		}
+	})
+}
+
+func splitNonEmpty(s string) []string {
+	if s == "" {
+		return nil
+	}
+	return []string{s}
 }
