@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2md/m2md/internal/daemontest"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
 )
@@ -213,7 +214,7 @@ func TestClusterDocumentedSetup(t *testing.T) {
 	for i, a := range adminAddrs {
 		for !metricLine(a, "m2md_cluster_nodes 2") || !metricLine(a, `m2md_cluster_links{auth="token"} 1`) {
 			if time.Now().After(deadline) {
-				m, err := tryMetrics(a)
+				m, err := daemontest.FetchMetrics(a)
 				t.Fatalf("host %d does not hear the two others (%v):\n%s", i, err, m)
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -265,7 +266,7 @@ func flagPairs(args []string) []string {
 // metricLine reports whether the admin endpoint at addr shows line (false
 // while it does not answer).
 func metricLine(addr, line string) bool {
-	m, err := tryMetrics(addr)
+	m, err := daemontest.FetchMetrics(addr)
 	return err == nil && strings.Contains(m, "\n"+line+"\n")
 }
 

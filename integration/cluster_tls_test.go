@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2md/m2md/internal/daemontest"
 	"github.com/m2md/m2md/negotiate"
 )
 
@@ -23,7 +24,10 @@ func TestClusterRouteTLS(t *testing.T) {
 		if n := d.Metric(t, "m2md_cluster_links", "auth=mtls"); n < 1 {
 			t.Errorf("node %s: %v mtls links", d.Cluster().Node, n)
 		}
-		m := getMetrics(t, d.AdminAddr().String())
+		m, err := daemontest.FetchMetrics(d.AdminAddr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, line := range []string{`m2md_cluster_links{auth="token"} 1`, `m2md_cluster_links{auth="none"} 0`, `m2md_cluster_links{auth="password"} 0`, `m2md_cluster_links{auth="tls+creds"} 0`} {
 			if !strings.Contains(m, "\n"+line+"\n") {
 				t.Errorf("node %s: /metrics has no line %s", d.Cluster().Node, line)

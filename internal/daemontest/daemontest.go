@@ -112,20 +112,9 @@ func Logger(t testing.TB) zerolog.Logger {
 // exists yet.
 func (d *Daemon) Metric(t testing.TB, name string, labels ...string) float64 {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+d.AdminAddr().String()+"/metrics", nil)
+	body, err := FetchMetrics(d.AdminAddr().String())
 	if err != nil {
 		t.Fatal(err)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("GET /metrics: %v", err)
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /metrics: HTTP %d, %v", resp.StatusCode, err)
 	}
 	var sum float64
 	for line := range strings.Lines(string(body)) {
@@ -156,6 +145,27 @@ func hasLabels(lbl string, want []string) bool {
 		}
 	}
 	return true
+}
+
+// FetchMetrics is the /metrics text of the admin endpoint at addr (of this
+// process's daemon or another's).
+func FetchMetrics(addr string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", nil)
+	if err != nil {
+		return "", err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("GET /metrics: %w", err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("GET /metrics: HTTP %d, %v", resp.StatusCode, err)
+	}
+	return string(body), nil
 }
 
 // WaitMetric polls until the metric reaches at least want (counters may
