@@ -4,14 +4,17 @@
 //
 // # Modes
 //
-// Embedded (Config.Listen, Routes, User/Password, TLS): every daemon runs a
-// nats-server in-process whose routes form a full-mesh NATS cluster with the
-// other daemons. The daemon's own NATS connection uses an ephemeral
-// loopback port closed by a random token; the only port open to the network
-// is the route port, closed to anyone without the cluster user and password
-// (or, with TLS and a CA, a cluster certificate).
-// External (Config.URLs, CredsFile, CAFile): the daemon connects as a NATS
-// client to an existing deployment.
+// Embedded (Config.Listen, Routes, Cert/CA, User/Password): every daemon
+// runs a nats-server in-process whose routes form a full-mesh NATS cluster
+// with the other daemons. The daemon's own NATS connection uses an
+// ephemeral loopback port closed by a random token; the only port open to
+// the network is the route port. Beyond loopback it runs mutual TLS, both
+// ends verifying the other's certificate against the cluster CA: Start
+// refuses a route listener or route off loopback without Cert and CA, and
+// TLS without a CA anywhere (secure.go). A password alone is for loopback.
+// External (Config.URLs, CredsFile, NkeyFile, CAFile): the daemon connects
+// as a NATS client to an existing deployment; beyond loopback over TLS,
+// with an nkey or credentials.
 //
 // # Subjects
 //
@@ -52,7 +55,7 @@
 // and error echoes w. Frames travel as the receiving daemon verified them
 // and are protected again by the delivering daemon with the receiving
 // session's keys; in transit they are as safe as the NATS connections
-// (authenticated routes, optional TLS).
+// (mutual TLS beyond loopback).
 //
 // Handler methods run on the one dispatch goroutine and must not block.
 // A node never stalls NATS for the others, and keeps the promise that a
