@@ -32,7 +32,7 @@ func (n natsLog) Warnf(format string, v ...any) {
 	}
 	n.loud.Warn().Msg(fmt.Sprintf(format, v...))
 }
-func (n natsLog) Errorf(format string, v ...any) { n.loud.Error().Msg(fmt.Sprintf(format, v...)) }
+func (n natsLog) Errorf(format string, v ...any) { n.loud.Warn().Msg(fmt.Sprintf(format, v...)) }
 func (n natsLog) Fatalf(format string, v ...any) { n.loud.Error().Msg(fmt.Sprintf(format, v...)) }
 func (n natsLog) Debugf(format string, v ...any) {}
 func (n natsLog) Tracef(format string, v ...any) {}
