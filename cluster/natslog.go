@@ -10,12 +10,12 @@ import (
 
 // natsLog hands the embedded server's own reports to the node's log, so a
 // route refused for its certificate ("certificate signed by unknown
-// authority", "certificate has expired") or its password is said on both
-// ends. Warnings and errors are sampled: a stranger retrying against the
-// route port must not flood the log. Notices (routes opening and closing)
-// are debug-level, and its errors warnings: a route to a node that is not
-// up yet is one, and the daemon carries on. The server logs no payloads, and redacts the passwords
-// of route URLs itself.
+// authority", "certificate has expired") or its password is said on the
+// node that refused it. Its warnings and errors are warnings (a route to a
+// node not up yet is one, and the daemon carries on), sampled so that a
+// stranger retrying against the route port cannot flood the log; its
+// notices (routes opening and closing) are debug-level. The server logs no
+// payloads, and no route passwords.
 type natsLog struct{ log, loud zerolog.Logger }
 
 func newNATSLog(l zerolog.Logger) natsLog {
