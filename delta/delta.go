@@ -45,11 +45,12 @@ func (b *Base) Response() []byte { return b.d[b.reqLen:len(b.d):len(b.d)] }
 // Size is the bytes the Base holds, len(D).
 func (b *Base) Size() int { return len(b.d) }
 
-// The zstd frame parameters of a delta (docs/protocol.md §4.3): one frame,
-// Single_Segment (so Frame_Content_Size is present and the decoder's
-// window is the content), no dictionary id (the dictionary is implied),
-// no content checksum (the frame's CRC-32 checks the document), and the
-// 4-byte magic number omitted on the wire.
+// The zstd frame parameters of a delta (docs/protocol.md §4.3): one frame
+// stating Frame_Content_Size, no dictionary id (the dictionary is implied),
+// and the 4-byte magic number omitted on the wire. This package writes it
+// single-segment (its window is the content, so every match reaches the
+// whole dictionary) without a content checksum (the frame's CRC-32 checks
+// the document); it reads either segment mode, with or without checksum.
 var magic = [4]byte{0x28, 0xb5, 0x2f, 0xfd}
 
 const (
@@ -148,39 +149,68 @@ var decoders = sync.Pool{New: func() any {
 	return d
 }}
 
-// contentSize reads the frame header of a delta payload (magic omitted)
-// and returns Frame_Content_Size, refusing the parameters §4.3 excludes.
-func contentSize(p []byte) (uint64, error) {
+// zstdHeader is what the frame header of a delta payload (magic omitted)
+// states.
+type zstdHeader struct {
+	size   uint64 // Frame_Content_Size
+	window uint64 // Window_Size: the content size in a single-segment frame
+	len    int    // the header's length in bytes
+}
+
+// readHeader reads the frame header of a delta payload (magic omitted),
+// refusing the parameters §4.3 excludes. Both segment modes are accepted:
+// libzstd, and most zstd libraries, write a Window_Descriptor instead of
+// Single_Segment_Flag once the document outgrows the level's window (2 MiB
+// at level 3), and a reader bounds its memory by Frame_Content_Size, which
+// both modes must state.
+func readHeader(p []byte) (zstdHeader, error) {
 	if len(p) == 0 {
-		return 0, errorf(ErrCorrupt, "empty payload")
+		return zstdHeader{}, errorf(ErrCorrupt, "empty payload")
 	}
 	fhd := p[0]
 	switch {
-	case fhd&fhdSingleSegment == 0:
-		return 0, errorf(ErrCorrupt, "zstd frame is not single-segment")
 	case fhd&fhdReserved != 0:
-		return 0, errorf(ErrCorrupt, "zstd frame header reserved bit set")
+		return zstdHeader{}, errorf(ErrCorrupt, "zstd frame header reserved bit set")
 	case fhd&fhdDictID != 0:
-		return 0, errorf(ErrCorrupt, "zstd frame names a dictionary id")
+		return zstdHeader{}, errorf(ErrCorrupt, "zstd frame names a dictionary id")
+	case fhd&fhdSingleSegment == 0 && fhd>>6 == 0:
+		return zstdHeader{}, errorf(ErrCorrupt, "zstd frame does not state its content size")
 	}
-	var size uint64
-	switch n := fcsLen(fhd); {
-	case len(p) < 1+n:
-		return 0, errorf(ErrCorrupt, "zstd frame header truncated")
-	case n == 1:
-		size = uint64(p[1])
-	case n == 2:
-		size = uint64(binary.LittleEndian.Uint16(p[1:])) + 256
-	case n == 4:
-		size = uint64(binary.LittleEndian.Uint32(p[1:]))
+	h := zstdHeader{len: 1}
+	if fhd&fhdSingleSegment == 0 {
+		if len(p) < 2 {
+			return zstdHeader{}, errorf(ErrCorrupt, "zstd frame header truncated")
+		}
+		// RFC 8878 §3.1.1.1.2: 2^(10+Exponent) plus Mantissa eighths of it.
+		exp, mantissa := uint64(p[1]>>3), uint64(p[1]&7)
+		base := uint64(1) << (10 + exp)
+		h.window = base + base/8*mantissa
+		h.len++
+	}
+	n := fcsLen(fhd)
+	if len(p) < h.len+n {
+		return zstdHeader{}, errorf(ErrCorrupt, "zstd frame header truncated")
+	}
+	f := p[h.len:]
+	switch n {
+	case 1:
+		h.size = uint64(f[0])
+	case 2:
+		h.size = uint64(binary.LittleEndian.Uint16(f)) + 256
+	case 4:
+		h.size = uint64(binary.LittleEndian.Uint32(f))
 	default:
-		size = binary.LittleEndian.Uint64(p[1:])
+		h.size = binary.LittleEndian.Uint64(f)
 	}
-	return size, nil
+	h.len += n
+	if fhd&fhdSingleSegment != 0 {
+		h.window = h.size
+	}
+	return h, nil
 }
 
-// fcsLen is the Frame_Content_Size field's length for a single-segment
-// frame header descriptor.
+// fcsLen is the Frame_Content_Size field's length for a frame header
+// descriptor that states one (a single-segment frame always does).
 func fcsLen(fhd byte) int {
 	return [4]int{1, 2, 4, 8}[fhd>>6]
 }
@@ -189,26 +219,25 @@ func fcsLen(fhd byte) int {
 const maxBlock = 128 << 10
 
 // frameLen walks the blocks of the zstd frame in p (magic omitted), whose
-// content size is size, and returns its length, so that nothing can follow
-// it. It refuses blocks over Block_Maximum_Size (the smaller of the window,
-// here the content size, and 128 KiB), and a content size more than the
-// blocks can produce: a few bytes cannot claim megabytes and have them
-// allocated.
-func frameLen(p []byte, size uint64) (int, error) {
-	blockMax := uint64(min(size, maxBlock))
+// header is h, and returns its length, so that nothing can follow it. It
+// refuses blocks over Block_Maximum_Size (the smaller of Window_Size and
+// 128 KiB), and a content size more than the blocks can produce: a few
+// bytes cannot claim megabytes and have them allocated.
+func frameLen(p []byte, h zstdHeader) (int, error) {
+	blockMax := min(h.window, maxBlock)
 	var bound uint64 // the most the blocks can decode to
-	pos := 1 + fcsLen(p[0])
+	pos := h.len
 	for {
 		if len(p)-pos < 3 {
 			return 0, errorf(ErrCorrupt, "zstd block header truncated")
 		}
-		h := uint32(p[pos]) | uint32(p[pos+1])<<8 | uint32(p[pos+2])<<16
+		bh := uint32(p[pos]) | uint32(p[pos+1])<<8 | uint32(p[pos+2])<<16
 		pos += 3
-		size := int(h >> 3)
+		size := int(bh >> 3)
 		if uint64(size) > blockMax {
 			return 0, errorf(ErrCorrupt, "zstd block of %d bytes over the %d-byte maximum", size, blockMax)
 		}
-		switch h >> 1 & 3 {
+		switch bh >> 1 & 3 {
 		case 0: // raw
 			bound += uint64(size)
 		case 1: // RLE: one byte stands for size bytes
@@ -223,15 +252,15 @@ func frameLen(p []byte, size uint64) (int, error) {
 			return 0, errorf(ErrCorrupt, "zstd block of %d bytes runs past the payload", size)
 		}
 		pos += size
-		if h&1 != 0 {
+		if bh&1 != 0 {
 			break
 		}
 	}
 	if p[0]&fhdChecksum != 0 {
 		pos += 4
 	}
-	if bound < size {
-		return 0, errorf(ErrCorrupt, "content size %d is more than the frame's blocks can hold (%d)", size, bound)
+	if bound < h.size {
+		return 0, errorf(ErrCorrupt, "content size %d is more than the frame's blocks can hold (%d)", h.size, bound)
 	}
 	return pos, nil
 }
@@ -251,17 +280,18 @@ func AppendDecode(dst, payload []byte, base *Base, lim frame.Limits) ([]byte, er
 // appendDecode is AppendDecode against the dictionary dict.
 func appendDecode(dst, payload, dict []byte, lim frame.Limits) ([]byte, error) {
 	lim = lim.Effective()
-	size, err := contentSize(payload)
+	h, err := readHeader(payload)
 	if err != nil {
 		return dst, err
 	}
+	size := h.size
 	if size > uint64(lim.MaxDecompressed) {
 		return dst, errorf(frame.ErrLimit, "delta states a document of %d bytes, over the %d-byte limit", size, lim.MaxDecompressed)
 	}
 	if size == 0 {
 		return dst, errorf(ErrCorrupt, "delta of an empty document")
 	}
-	n, err := frameLen(payload, size)
+	n, err := frameLen(payload, h)
 	if err != nil {
 		return dst, err
 	}
@@ -271,7 +301,19 @@ func appendDecode(dst, payload, dict []byte, lim frame.Limits) ([]byte, error) {
 
 	in := bufpool.Get(len(magic) + len(payload))
 	defer bufpool.Put(in)
-	*in = append(append((*in)[:0], magic[:]...), payload...)
+	*in = append((*in)[:0], magic[:]...)
+	if payload[0]&fhdSingleSegment == 0 {
+		// The decoder is handed a multi-segment frame as the single-segment
+		// frame of the same content: Single_Segment_Flag set, the
+		// Window_Descriptor dropped (the Frame_Content_Size field keeps its
+		// length). Every offset valid under the frame's Window_Size is
+		// valid in a window of the whole content, so the output is the
+		// same, and the decoder sizes what it holds by Frame_Content_Size,
+		// checked above, never by a Window_Size the sender chose.
+		*in = append(append(*in, payload[0]|fhdSingleSegment), payload[2:]...)
+	} else {
+		*in = append(*in, payload...)
+	}
 
 	v := decoders.Get()
 	dec, ok := v.(*zstd.Decoder)

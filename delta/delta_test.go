@@ -156,7 +156,7 @@ func TestCorruptDeltas(t *testing.T) {
 		want    error
 	}{
 		{"empty", nil, lim, ErrCorrupt},
-		{"not single-segment", append([]byte{p[0] &^ fhdSingleSegment}, p[1:]...), lim, ErrCorrupt},
+		{"multi-segment without content size", append([]byte{p[0] &^ (fhdSingleSegment | 0xc0), 0x58}, p[1:]...), lim, ErrCorrupt},
 		{"reserved bit", append([]byte{p[0] | fhdReserved}, p[1:]...), lim, ErrCorrupt},
 		{"dictionary id", append([]byte{p[0] | 1}, p[1:]...), lim, ErrCorrupt},
 		{"content size truncated", header(0xa0, 1, 2), lim, ErrCorrupt},
