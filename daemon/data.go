@@ -92,7 +92,7 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 			// a NOTICE it cannot be taken for that request's answer.
 			flags = negotiate.FlagNotice
 		}
-		se.sendError(ch, dh.RequestID, flags, code, routeMessage(code, dh, h), "")
+		se.sendError(ch, dh.RequestID, flags, code, routeMessage(code, dh, h, &req, ext), busyPeer(code, dh, &req))
 		return
 	}
 	if d.Provider.Value().remote != nil {
@@ -209,14 +209,36 @@ var endedCtx = func() context.Context {
 	return ctx
 }()
 
-func routeMessage(code negotiate.ErrorCode, dh *negotiate.DataHeader, h *frame.Header) string {
+// busyPeer is the peer of a refusal at routing: the one provider a request
+// could go to when that provider is at its maximum (an addressed agent, or
+// the holder of a delta's base), so that the requester knows which one is
+// busy; empty for every other refusal, which reached no provider
+// (docs/protocol.md §4, Errors).
+func busyPeer(code negotiate.ErrorCode, dh *negotiate.DataHeader, req *router.Request) string {
+	switch {
+	case code != negotiate.CodeProviderBusy:
+		return ""
+	case len(dh.Peer) > 0:
+		return string(dh.Peer)
+	case req.Require:
+		return req.Prefer
+	}
+	return ""
+}
+
+func routeMessage(code negotiate.ErrorCode, dh *negotiate.DataHeader, h *frame.Header, req *router.Request, ext frame.Extension) string {
 	switch code {
 	case negotiate.CodeNoRoute:
 		return "no connected agent serves model " + string(h.Model)
 	case negotiate.CodeUnknownAgent:
 		return "agent " + string(dh.Peer) + " is not connected"
 	case negotiate.CodeProviderBusy:
-		return "every provider has its maximum of requests outstanding"
+		if peer := busyPeer(code, dh, req); peer != "" {
+			return "provider " + peer + " has its maximum of requests outstanding"
+		}
+		return "every provider of model " + string(h.Model) + " has its maximum of requests outstanding"
+	case negotiate.CodeBaseMissing:
+		return fmt.Sprintf("no connected provider of model %s holds base document %d of this delta (the provider that received it left or no longer serves the model, or this daemon has no record of it): resend the full document", h.Model, ext.BaseID)
 	case negotiate.CodeTooManyRequests:
 		return "too many requests outstanding on this session"
 	case negotiate.CodeDuplicateRequest:
