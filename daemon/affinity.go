@@ -6,15 +6,23 @@ import "sync"
 // affinity"): which provider received each document a requester named with
 // a doc_id, so that the conversation's next turn - a delta against that
 // document, or a full request naming it as base - goes to the provider that
-// holds it. It is filled from frame headers only, bounded, and least
-// recently used entries are evicted first. An entry is a hint, never a
-// promise: the provider may have evicted the document, and a request then
-// gets base_missing and is resent whole.
+// holds it. It is filled from frame headers only, and an entry is a hint,
+// never a promise: the provider may have evicted the document, and a
+// request then gets base_missing and is resent whole.
+//
+// The bound is exact, and shared fairly between orgs: it holds at most max
+// entries, and when full a new entry replaces the least recently used entry
+// of the org holding the most (of the recording org itself when it holds as
+// many as any other). So one org's traffic never evicts the documents of an
+// org holding fewer than it: orgs that keep recording end up with equal
+// shares, and an org alone may use them all. One lock covers the map: the
+// bound and the shares are properties of the whole, and the work under the
+// lock is a map access and a few index updates.
 //
 // Keys hold the org and agent id strings the sessions already hold, and the
 // value is the provider's agent id string, so recording and looking up
-// allocate nothing; the entries live in one slice per shard, linked by
-// index into an LRU list.
+// allocate nothing; the entries live in one slice, linked by index into one
+// LRU list per org.
 
 // DefaultAffinityEntries is Config.AffinityEntries's default: the 65,536
 // most recent documents, about 13 MiB when full (measured: ~200 bytes an
@@ -22,11 +30,6 @@ import "sync"
 // takes one entry, and only its newest matters, so this keeps thousands of
 // conversations routed to their providers.
 const DefaultAffinityEntries = 1 << 16
-
-// affinityShards splits the map so that sessions recording at once rarely
-// share a lock; doc ids are chosen by requesters (the Go client counts from
-// a random start), so their low bits spread well.
-const affinityShards = 16
 
 type affinityKey struct {
 	org, requester string
@@ -36,127 +39,147 @@ type affinityKey struct {
 type affinityEntry struct {
 	key        affinityKey
 	provider   string
-	prev, next int32 // LRU neighbours; -1 ends the list
+	org        int32 // index of its org's list in affinityMap.orgs
+	prev, next int32 // LRU neighbours within its org; -1 ends the list
 }
 
-type affinityShard struct {
-	mu         sync.Mutex
-	index      map[affinityKey]int32
-	entries    []affinityEntry
-	head, tail int32 // most and least recently used; -1 when empty
-	max        int
-	_          [40]byte // keep neighbouring shards' locks off one cache line
+// orgLRU is one org's entries, most recently used first.
+type orgLRU struct {
+	head, tail int32 // -1 when empty
+	n          int
 }
 
-// affinityMap is bounded to max entries in all (at least one per shard).
+// affinityMap is bounded to max entries in all (at least one).
 type affinityMap struct {
-	shards [affinityShards]affinityShard
+	mu      sync.Mutex
+	max     int
+	index   map[affinityKey]int32
+	entries []affinityEntry
+	// orgs holds a list per org that ever recorded; the daemon's orgs are
+	// its configured ones, so this stays small.
+	orgs   []orgLRU
+	orgIdx map[string]int32
 }
 
-func newAffinityMap(max int) *affinityMap {
-	m := &affinityMap{}
-	per := max / affinityShards
-	if per < 1 {
-		per = 1
+func newAffinityMap(entries int) *affinityMap {
+	return &affinityMap{
+		max:    max(entries, 1),
+		index:  make(map[affinityKey]int32),
+		orgIdx: make(map[string]int32),
 	}
-	for i := range m.shards {
-		s := &m.shards[i]
-		s.max, s.head, s.tail = per, -1, -1
-		s.index = make(map[affinityKey]int32)
-	}
-	return m
-}
-
-func (m *affinityMap) shard(k *affinityKey) *affinityShard {
-	// doc alone picks the shard: cheap, and doc ids of one requester are
-	// consecutive, so they spread over every shard.
-	return &m.shards[k.doc%affinityShards]
 }
 
 // lookup returns the provider that received document doc of requester in
 // org, and marks the entry recently used.
 func (m *affinityMap) lookup(org, requester string, doc uint64) (string, bool) {
 	k := affinityKey{org, requester, doc}
-	s := m.shard(&k)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	i, ok := s.index[k]
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	i, ok := m.index[k]
 	if !ok {
 		return "", false
 	}
-	s.touch(i)
-	return s.entries[i].provider, true
+	m.touch(i)
+	return m.entries[i].provider, true
 }
 
-// record notes that document doc of requester in org went to provider,
-// evicting the least recently used entry of its shard when it is full.
+// record notes that document doc of requester in org went to provider; when
+// the map is full it replaces the least recently used entry of the org that
+// holds the most.
 func (m *affinityMap) record(org, requester string, doc uint64, provider string) {
 	k := affinityKey{org, requester, doc}
-	s := m.shard(&k)
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if i, ok := s.index[k]; ok {
-		s.entries[i].provider = provider
-		s.touch(i)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i, ok := m.index[k]; ok {
+		m.entries[i].provider = provider
+		m.touch(i)
 		return
 	}
-	var i int32
-	if len(s.entries) < s.max {
-		i = int32(len(s.entries))
-		s.entries = append(s.entries, affinityEntry{prev: -1, next: -1})
-	} else {
-		i = s.tail
-		s.unlink(i)
-		delete(s.index, s.entries[i].key)
+	o, ok := m.orgIdx[org]
+	if !ok {
+		o = int32(len(m.orgs))
+		m.orgs = append(m.orgs, orgLRU{head: -1, tail: -1})
+		m.orgIdx[org] = o
 	}
-	s.entries[i].key, s.entries[i].provider = k, provider
-	s.index[k] = i
-	s.pushFront(i)
+	var i int32
+	if len(m.entries) < m.max {
+		i = int32(len(m.entries))
+		m.entries = append(m.entries, affinityEntry{prev: -1, next: -1})
+	} else {
+		i = m.orgs[m.largest(o)].tail
+		m.unlink(i)
+		delete(m.index, m.entries[i].key)
+	}
+	e := &m.entries[i]
+	e.key, e.provider, e.org = k, provider, o
+	m.index[k] = i
+	m.pushFront(i)
+}
+
+// largest is the org whose least recently used entry a new entry of org o
+// replaces: the one holding the most entries, o itself on a tie.
+func (m *affinityMap) largest(o int32) int32 {
+	best := o
+	for j := range m.orgs {
+		if m.orgs[j].n > m.orgs[best].n {
+			best = int32(j)
+		}
+	}
+	return best
 }
 
 // len is the number of entries (tests, metrics).
 func (m *affinityMap) len() int {
-	n := 0
-	for i := range m.shards {
-		s := &m.shards[i]
-		s.mu.Lock()
-		n += len(s.index)
-		s.mu.Unlock()
-	}
-	return n
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return len(m.index)
 }
 
-func (s *affinityShard) touch(i int32) {
-	if s.head == i {
+// orgLen is the number of entries of org (tests).
+func (m *affinityMap) orgLen(org string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if o, ok := m.orgIdx[org]; ok {
+		return m.orgs[o].n
+	}
+	return 0
+}
+
+func (m *affinityMap) touch(i int32) {
+	if m.orgs[m.entries[i].org].head == i {
 		return
 	}
-	s.unlink(i)
-	s.pushFront(i)
+	m.unlink(i)
+	m.pushFront(i)
 }
 
-func (s *affinityShard) unlink(i int32) {
-	e := &s.entries[i]
+func (m *affinityMap) unlink(i int32) {
+	e := &m.entries[i]
+	l := &m.orgs[e.org]
 	if e.prev >= 0 {
-		s.entries[e.prev].next = e.next
+		m.entries[e.prev].next = e.next
 	} else {
-		s.head = e.next
+		l.head = e.next
 	}
 	if e.next >= 0 {
-		s.entries[e.next].prev = e.prev
+		m.entries[e.next].prev = e.prev
 	} else {
-		s.tail = e.prev
+		l.tail = e.prev
 	}
 	e.prev, e.next = -1, -1
+	l.n--
 }
 
-func (s *affinityShard) pushFront(i int32) {
-	e := &s.entries[i]
-	e.prev, e.next = -1, s.head
-	if s.head >= 0 {
-		s.entries[s.head].prev = i
+func (m *affinityMap) pushFront(i int32) {
+	e := &m.entries[i]
+	l := &m.orgs[e.org]
+	e.prev, e.next = -1, l.head
+	if l.head >= 0 {
+		m.entries[l.head].prev = i
 	}
-	s.head = i
-	if s.tail < 0 {
-		s.tail = i
+	l.head = i
+	if l.tail < 0 {
+		l.tail = i
 	}
+	l.n++
 }

@@ -6,8 +6,7 @@ import (
 )
 
 func TestAffinityMapLRU(t *testing.T) {
-	m := newAffinityMap(2 * affinityShards) // two entries per shard
-	// Doc ids 1, 17 and 33 share shard 1.
+	m := newAffinityMap(2)
 	m.record("", "req", 1, "p1")
 	m.record("", "req", 17, "p2")
 	if p, ok := m.lookup("", "req", 1); !ok || p != "p1" { // 1 is now the most recent
@@ -34,23 +33,71 @@ func TestAffinityMapLRU(t *testing.T) {
 	}
 }
 
-func TestAffinityMapBounded(t *testing.T) {
-	const max = 1024
-	m := newAffinityMap(max)
-	for doc := range uint64(10 * max) {
-		m.record("org", fmt.Sprintf("req-%d", doc%7), doc+1, "p")
-	}
-	if n := m.len(); n != max {
-		t.Fatalf("%d entries, want %d", n, max)
-	}
-	// The newest entries are the ones kept.
-	for doc := uint64(10*max - 100); doc < 10*max; doc++ {
-		if _, ok := m.lookup("org", fmt.Sprintf("req-%d", doc%7), doc+1); !ok {
-			t.Fatalf("recent doc %d evicted", doc+1)
+// --affinity-entries N keeps exactly the N most recently used documents,
+// whatever their ids: a base survives N-1 later documents and goes with
+// the Nth (docs/operations.md "Conversation affinity").
+func TestAffinityMapBoundExact(t *testing.T) {
+	for _, n := range []int{1, 20, DefaultAffinityEntries} {
+		cfg, err := Config{AffinityEntries: n}.withDefaults()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := newAffinityMap(cfg.AffinityEntries)
+		m.record("org", "req", 1, "p")
+		for doc := range uint64(n - 1) { // ids of every residue, as requesters choose
+			m.record("org", fmt.Sprintf("req-%d", doc%7), 1000+doc*17, "p")
+		}
+		if _, ok := m.lookup("org", "req", 1); !ok || m.len() != n {
+			t.Fatalf("N=%d: the base went after %d later documents (%d entries)", n, n-1, m.len())
+		}
+		// Looked up, it is the most recent: N-1 more keep it, the Nth does not.
+		for doc := range uint64(n) {
+			m.record("org", "other", 1<<40+doc, "p")
+			m.mu.Lock()
+			_, ok := m.index[affinityKey{"org", "req", 1}] // without touching it
+			m.mu.Unlock()
+			if want := doc < uint64(n-1); ok != want {
+				t.Fatalf("N=%d: after %d more documents the base is kept: %v", n, doc+1, ok)
+			}
+		}
+		if m.len() != n {
+			t.Fatalf("N=%d: %d entries", n, m.len())
 		}
 	}
-	if m := newAffinityMap(1); len(m.shards[0].entries) != 0 || m.shards[0].max != 1 {
-		t.Error("a tiny map still needs one entry per shard")
+}
+
+// One org's traffic does not evict another's documents while the other
+// holds fewer: each keeps its share, and an org alone uses the whole map.
+func TestAffinityMapOrgShares(t *testing.T) {
+	const n = 20
+	m := newAffinityMap(n)
+	for doc := range uint64(n) {
+		m.record("quiet", "req", doc+1, "p")
+	}
+	if m.orgLen("quiet") != n {
+		t.Fatalf("an org alone holds %d of %d", m.orgLen("quiet"), n)
+	}
+	for doc := range uint64(10 * n) {
+		m.record("noisy", "req", doc+1, "p")
+	}
+	if q, z := m.orgLen("quiet"), m.orgLen("noisy"); q != n/2 || z != n/2 || m.len() != n {
+		t.Fatalf("quiet %d, noisy %d of %d: want equal shares", q, z, n)
+	}
+	// The quiet org kept its most recent half.
+	for doc := range uint64(n) {
+		_, ok := m.lookup("quiet", "req", doc+1)
+		if want := doc >= n/2; ok != want {
+			t.Errorf("quiet doc %d kept: %v", doc+1, ok)
+		}
+	}
+	// A third org takes its share from the largest, down to a third each.
+	for doc := range uint64(10 * n) {
+		m.record("third", "req", doc+1, "p")
+	}
+	for _, org := range []string{"quiet", "noisy", "third"} {
+		if c := m.orgLen(org); c < n/3 || c > n/3+1 {
+			t.Errorf("%s holds %d of %d with three orgs", org, c, n)
+		}
 	}
 }
 

@@ -125,9 +125,10 @@ type Config struct {
 	MaxPayload int
 	// AffinityEntries bounds the conversation affinity map (docs/protocol.md
 	// §4.3, docs/operations.md "Conversation affinity"): how many documents
-	// (org, requester, doc_id) the daemon remembers the provider of, least
-	// recently used first out. Default DefaultAffinityEntries (65,536, about
-	// 13 MiB when full).
+	// (org, requester, doc_id) the daemon remembers the provider of, exactly;
+	// when full, the least recently used entry of the org holding the most
+	// goes first. Default DefaultAffinityEntries (65,536, about 13 MiB when
+	// full).
 	AffinityEntries int
 	// MaxOutstanding bounds a session's requests in flight, as requester and
 	// as provider. It is also how many QUIC streams an agent may open.
