@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"fmt"
+	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -129,6 +132,71 @@ func TestCompactFrameWithoutFeature(t *testing.T) {
 			got := prov.recvData(5 * time.Second)
 			if got.first != '#' || string(got.body) != string(c.Turns[0]) {
 				t.Fatalf("the M2M v1 frame after it: first byte %q, body %d bytes", got.first, len(got.body))
+			}
+		})
+	}
+}
+
+// A compact frame that fits the sender's max_payload but whose rebuilt M2M
+// v1 frame exceeds the receiver's (docs/protocol.md §4.5): the daemon
+// checks the frame the receiver would get, and answers the sender too_large
+// with the receiver as peer; one byte less goes through.
+func TestCompactRebuiltOverReceiverLimit(t *testing.T) {
+	const limit = 1024
+	d := startDaemon(t, nil)
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "small-prov-" + tr, Security: frame.SecurityHMAC, MaxPayload: limit, Models: []string{"gpt-4o"}, Features: deltaFeat})
+			reqr := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "compact-req-" + tr, Security: frame.SecurityHMAC, Features: []negotiate.Feature{negotiate.FeatureDelta, negotiate.FeatureCompact}})
+			if prov.sess.Params.MaxPayload != limit || !reqr.sess.Params.Has(negotiate.FeatureCompact) {
+				t.Fatalf("max_payload %d, compact %v", prov.sess.Params.MaxPayload, reqr.sess.Params.Has(negotiate.FeatureCompact))
+			}
+			// Requests with a block, their JSON random letters: the largest
+			// whose M2M v1 frame, with its 32-byte tag, fits limit, and the
+			// next, over it while its compact form still fits.
+			r := rand.New(rand.NewPCG(5, 6))
+			letters := make([]byte, 2*limit)
+			for i := range letters {
+				letters[i] = byte('a' + r.IntN(26))
+			}
+			ext := frame.Extension{DocID: 1}
+			var fits, over []byte
+			for n := 100; over == nil; n++ {
+				fr, err := frame.AppendEncodeExt(nil, fmt.Appendf(nil, `{"model":"gpt-4o","messages":[{"role":"user","content":"%s"}]}`, letters[:n]), ext, frame.Limits{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(fr)+32 <= limit {
+					fits = fr
+				} else {
+					over = fr
+				}
+			}
+			send := func(fr []byte) uint64 {
+				ch := reqr.channel()
+				id := reqr.newID()
+				// The compact session's Sealer writes the compact form.
+				comp := reqr.protect(ch, fr)
+				if comp[0] != frame.CompactMarker || len(comp) > limit {
+					t.Fatalf("sent %d bytes, first byte %q", len(comp), comp[0])
+				}
+				if err := reqr.send(ch, 0, id, "", comp); err != nil {
+					t.Fatal(err)
+				}
+				return id
+			}
+			id := send(over)
+			back := reqr.recvData(5 * time.Second)
+			if back.hdr.RequestID != id || back.code != string(negotiate.CodeTooLarge) || back.peer != prov.sess.AgentID {
+				t.Fatalf("rebuilt to %d bytes, over the receiver's max_payload: id %d code %q peer %q", len(over)+32, back.hdr.RequestID, back.code, back.peer)
+			}
+			if msg := errorMessage(t, back); !strings.Contains(msg, fmt.Sprintf("max_payload %d", limit)) {
+				t.Errorf("message %q does not name the receiver's max_payload", msg)
+			}
+			send(fits)
+			// Delivered as M2M v1 (the provider has no compact), verified.
+			if got := prov.recvData(5 * time.Second); got.first != '#' || len(got.frame) != len(fits) {
+				t.Fatalf("the %d-byte frame: first byte %q, %d bytes once verified", len(fits)+32, got.first, len(got.frame))
 			}
 		})
 	}
