@@ -130,6 +130,18 @@ type ConversationRun struct {
 	LatencyMillis    LatencySummary       `json:"latency_ms"`
 	Conversations    []ConversationFigure `json:"conversations"`
 	FirstError       string               `json:"first_error,omitempty"`
+	// WarmUp is what the untimed warm-up turns before the run sent. They
+	// are in none of the figures above, but the daemon counts them in
+	// m2md_bytes_in_total: add them to reconcile the two.
+	WarmUp WarmUpBytes `json:"warm_up"`
+}
+
+// WarmUpBytes are the wire bytes of a run's warm-up turns, counted as
+// ConversationBytes counts a run's.
+type WarmUpBytes struct {
+	Turns              int   `json:"turns"`
+	WireBytesRequests  int64 `json:"wire_bytes_requests"`
+	WireBytesResponses int64 `json:"wire_bytes_responses"`
 }
 
 // ConversationFigure is one conversation's share of a run.
@@ -349,9 +361,6 @@ func replay(ctx context.Context, cfg *ConversationConfig, url string, tlsConf *t
 	if got := req.Session().Params.Has(negotiate.FeatureDelta); got != deltas {
 		return nil, fmt.Errorf("bench: the session negotiated delta: %v, want %v (is feature delta disabled on the daemon?)", got, deltas)
 	}
-	if err := warmUp(ctx, url, opts("warmup"), convs[0], cfg.TurnTimeout); err != nil {
-		return nil, err
-	}
 	provSent := func() int64 {
 		var n int64
 		for _, p := range provs {
@@ -359,8 +368,13 @@ func replay(ctx context.Context, cfg *ConversationConfig, url string, tlsConf *t
 		}
 		return n
 	}
-
 	run := &ConversationRun{Deltas: deltas}
+	p0 := provSent()
+	if run.WarmUp, err = warmUp(ctx, url, opts("warmup"), convs[0], cfg.TurnTimeout); err != nil {
+		return nil, err
+	}
+	run.WarmUp.WireBytesResponses = provSent() - p0
+
 	var all []time.Duration
 	left := false
 	cpu0 := processCPU()
@@ -435,24 +449,28 @@ const warmUpTurns = 3
 // so that neither run's figures include the process's first use of its
 // code paths and pools (the first zstd encoder and decoder, the first
 // delta, the first TLS session): measured first, the delta run paid it
-// alone, up to 95 ms on one turn.
-func warmUp(ctx context.Context, url string, o client.Options, c Conversation, timeout time.Duration) error {
+// alone, up to 95 ms on one turn. It returns the turns and the requests'
+// wire bytes; the caller counts the responses at its providers.
+func warmUp(ctx context.Context, url string, o client.Options, c Conversation, timeout time.Duration) (WarmUpBytes, error) {
 	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	w, err := client.Dial(dialCtx, url, o)
 	if err != nil {
-		return fmt.Errorf("bench: warm-up requester: %w", err)
+		return WarmUpBytes{}, fmt.Errorf("bench: warm-up requester: %w", err)
 	}
 	defer w.Close()
+	var b WarmUpBytes
 	for k := range min(warmUpTurns, len(c.Turns)) {
 		tctx, cancel := context.WithTimeout(ctx, timeout)
 		_, err := w.Do(tctx, c.Turns[k])
 		cancel()
 		if err != nil {
-			return fmt.Errorf("bench: warm-up turn %d of %s: %w", k+1, c.Name, err)
+			return b, fmt.Errorf("bench: warm-up turn %d of %s: %w", k+1, c.Name, err)
 		}
+		b.Turns++
 	}
-	return nil
+	b.WireBytesRequests = int64(w.Stats().WireBytesSent)
+	return b, nil
 }
 
 func millis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
@@ -519,6 +537,11 @@ func (r *ConversationReport) WriteTable(w io.Writer) error {
 	d, b := &r.ConversationRun, &r.Baseline
 	_, err := fmt.Fprintf(w, "\nwith deltas vs without: requests %.1fx vs %.1fx, requests+responses %.1fx vs %.1fx; CPU per turn %.0f µs vs %.0f µs (this process); mean turn latency %.2f ms vs %.2f ms\n",
 		d.RatioRequests, b.RatioRequests, d.RatioTotal, b.RatioTotal, d.CPUPerTurnMicros, b.CPUPerTurnMicros, d.LatencyMillis.Mean, b.LatencyMillis.Mean)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "not in the table: each run first sends %d untimed warm-up turns, %d + %d wire bytes (requests + responses) with deltas, %d + %d without; the daemon's m2md_bytes_in_total counts them too (JSON: warm_up)\n",
+		d.WarmUp.Turns, d.WarmUp.WireBytesRequests, d.WarmUp.WireBytesResponses, b.WarmUp.WireBytesRequests, b.WarmUp.WireBytesResponses)
 	return err
 }
 

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/m2md/m2md/internal/daemontest"
 )
 
 const conversationCorpus = "../testdata/corpus/conversations"
@@ -79,11 +82,13 @@ func TestRunConversation(t *testing.T) {
 }
 
 // A provider leaving in the middle of a conversation costs one full resend
-// and no error.
+// and no error. Against a daemon of its own, the report's wire bytes,
+// warm-up included, are exactly the DATA bytes the daemon received.
 func TestRunConversationProviderLeaves(t *testing.T) {
+	d := daemontest.Start(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	rep, err := RunConversation(ctx, ConversationConfig{Corpus: conversationCorpus, Transport: TransportWS, ProviderLeaves: true})
+	rep, err := RunConversation(ctx, ConversationConfig{Corpus: conversationCorpus, Target: d.URL("ws"), ProviderLeaves: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +100,39 @@ func TestRunConversationProviderLeaves(t *testing.T) {
 	}
 	if rep.Baseline.Resends != 0 {
 		t.Errorf("baseline resent %d times", rep.Baseline.Resends)
+	}
+
+	var sent float64
+	for _, run := range []*ConversationRun{&rep.ConversationRun, &rep.Baseline} {
+		if run.WarmUp.Turns != warmUpTurns || run.WarmUp.WireBytesRequests <= 0 || run.WarmUp.WireBytesResponses <= 0 {
+			t.Errorf("deltas %v: warm-up %+v", run.Deltas, run.WarmUp)
+		}
+		sent += float64(run.WireBytesRequests + run.WireBytesResponses + run.WarmUp.WireBytesRequests + run.WarmUp.WireBytesResponses)
+	}
+	d.WaitMetric(t, sent, "m2md_bytes_in_total")
+	if got := d.Metric(t, "m2md_bytes_in_total"); got != sent {
+		t.Errorf("the daemon received %.0f DATA bytes, the report accounts for %.0f", got, sent)
+	}
+	var out strings.Builder
+	if err := rep.WriteJSON(&out); err != nil {
+		t.Fatal(err)
+	}
+	var m struct {
+		WarmUp   map[string]int64 `json:"warm_up"`
+		Baseline struct {
+			WarmUp map[string]int64 `json:"warm_up"`
+		} `json:"baseline"`
+	}
+	if err := json.Unmarshal([]byte(out.String()), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.WarmUp["wire_bytes_requests"] != rep.WarmUp.WireBytesRequests || m.Baseline.WarmUp["wire_bytes_responses"] != rep.Baseline.WarmUp.WireBytesResponses {
+		t.Errorf("JSON warm_up %v, baseline %v", m.WarmUp, m.Baseline.WarmUp)
+	}
+	out.Reset()
+	if err := rep.WriteTable(&out); err != nil || !strings.Contains(out.String(), "m2md_bytes_in_total") ||
+		!strings.Contains(out.String(), fmt.Sprintf("%d + %d wire bytes", rep.WarmUp.WireBytesRequests, rep.WarmUp.WireBytesResponses)) {
+		t.Errorf("the table's footnote does not give the warm-up bytes: %v\n%s", err, out.String())
 	}
 }
 
