@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -127,6 +128,20 @@ func (u *testUpstream) chat(w http.ResponseWriter, r *http.Request) {
 			case <-time.After(20 * time.Millisecond):
 			}
 		}
+	case model == "endless-stream":
+		// Large events until the request is cancelled.
+		w.Header().Set("Content-Type", "text/event-stream")
+		event := fmt.Sprintf(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"endless-stream","choices":[{"index":0,"delta":{"content":%q}}]}`+"\n\n", strings.Repeat("x", 16<<10))
+		for {
+			io.WriteString(w, event)
+			http.NewResponseController(w).Flush()
+			select {
+			case <-r.Context().Done():
+				u.cancelled <- time.Now()
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
 	case model == "burst-stream":
 		// Every event at once: the upstream agent relays them as batches.
 		var sse bytes.Buffer
@@ -174,9 +189,16 @@ type edges struct {
 	agent    *client.Client
 }
 
-var edgeModels = []string{"gpt-4o", "gpt-4o-mini", "text-embedding-3-small", "rate-limited", "context-too-long", "hang", "broken", "slow-stream", "burst-stream", "burst-then-broken"}
+var edgeModels = []string{"gpt-4o", "gpt-4o-mini", "text-embedding-3-small", "rate-limited", "context-too-long", "hang", "broken", "slow-stream", "burst-stream", "burst-then-broken", "endless-stream"}
 
 func startEdges(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys, mutate func(*daemon.Config)) *edges {
+	t.Helper()
+	return startEdgesWith(t, tr, mode, keys, mutate, nil)
+}
+
+// startEdgesWith is startEdges with the ingress serving through its own
+// Serve under limits, as m2md serve runs it, when limits is not nil.
+func startEdgesWith(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys, mutate func(*daemon.Config), limits *ingress.Limits) *edges {
 	t.Helper()
 	e := &edges{d: startDaemon(t, mutate), upstream: newTestUpstream(t)}
 	up, err := upstream.New(upstream.Config{
@@ -191,7 +213,7 @@ func startEdges(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys
 	e.agent = dialClient(t, e.d.url(tr), client.Options{
 		AgentID: "upstream-" + tr, Models: edgeModels, Handler: up, Security: mode, TLSConfig: e.d.clientTLS(t),
 	})
-	e.in, e.base = serveIngress(t, e.d, tr, mode, keys)
+	e.in, e.base = serveIngressWith(t, e.d, tr, mode, keys, limits)
 	return e
 }
 
@@ -200,16 +222,46 @@ func startEdges(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys
 // ingress and its URL.
 func serveIngress(t *testing.T, d *testDaemon, tr string, mode frame.Security, keys *ingress.Keys) (*ingress.Ingress, string) {
 	t.Helper()
+	return serveIngressWith(t, d, tr, mode, keys, nil)
+}
+
+// serveIngressWith is serveIngress; with limits, the ingress serves
+// through its own Serve (connection caps, idle deadline) under them.
+func serveIngressWith(t *testing.T, d *testDaemon, tr string, mode frame.Security, keys *ingress.Keys, limits *ingress.Limits) (*ingress.Ingress, string) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
+	var lim ingress.Limits
+	if limits != nil {
+		lim = *limits
+	}
 	in, err := ingress.New(ctx, ingress.Config{
-		Keys: keys, Models: d.Models, Node: d.Cluster().Node, Logger: testLogger(t),
+		Keys: keys, Models: d.Models, Node: d.Cluster().Node, Logger: testLogger(t), Limits: lim,
 		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
 			return client.Dial(ctx, d.url(tr), client.Options{AgentID: id.AgentID, Security: mode, TLSConfig: d.clientTLS(t), Reconnect: true})
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+	if limits != nil {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan error, 1)
+		go func() { served <- in.Serve(ln) }()
+		t.Cleanup(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			in.Shutdown(ctx)
+			if err := <-served; err != nil {
+				t.Errorf("Serve: %v", err)
+			}
+			in.Close()
+			http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+		})
+		return in, "http://" + ln.Addr().String()
 	}
 	srv := httptest.NewServer(in)
 	t.Cleanup(func() {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"time"
 
@@ -21,9 +20,8 @@ import (
 // openAIEdge is the OpenAI ingress of `m2md serve`: an HTTP server whose
 // handler holds mesh sessions to the daemon it runs beside.
 type openAIEdge struct {
-	in  *ingress.Ingress
-	srv *http.Server
-	ln  net.Listener
+	in *ingress.Ingress
+	ln net.Listener
 }
 
 // loadOpenAIKeys reads --openai-keys-file and checks it against the org
@@ -92,8 +90,8 @@ func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, add
 		in.Close()
 		return nil, fmt.Errorf("--openai-addr: %w", err)
 	}
-	e := &openAIEdge{in: in, ln: ln, srv: &http.Server{Handler: in, ReadHeaderTimeout: 10 * time.Second}}
-	go e.srv.Serve(ln)
+	e := &openAIEdge{in: in, ln: ln}
+	go e.in.Serve(ln)
 	ev := log.Info().Str("addr", ln.Addr().String()).Str("mesh", url)
 	if keys.Len() == 0 {
 		log.Warn().Str("addr", ln.Addr().String()).Msg("OpenAI ingress is open: no --openai-keys-file, so anyone who can reach this address uses the mesh as agent " + ingress.NodeIdentity(ingress.Identity{AgentID: ingress.OpenIdentity}, srv.Cluster().Node).AgentID)
@@ -112,7 +110,7 @@ func (e *openAIEdge) Addr() net.Addr { return e.ln.Addr() }
 func (e *openAIEdge) stop(grace time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	e.srv.Shutdown(ctx)
+	e.in.Shutdown(ctx)
 	e.in.Close()
 }
 

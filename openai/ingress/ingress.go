@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -54,6 +55,10 @@ type Config struct {
 	MaxBody int
 	// Timeout bounds one request. Default 10 min.
 	Timeout time.Duration
+	// Limits bound what clients hold at the endpoint (connections,
+	// deadlines, request bodies in flight); each zero field is its
+	// default.
+	Limits Limits
 	// Logger gets one line per failed request: never bodies or keys.
 	Logger zerolog.Logger
 }
@@ -70,10 +75,20 @@ func NodeIdentity(id Identity, node string) Identity {
 
 // Ingress is the HTTP handler. Close ends its sessions.
 type Ingress struct {
-	cfg     Config
-	mux     *http.ServeMux
-	agents  map[Identity]*client.Client
+	cfg      Config
+	limits   Limits
+	mux      *http.ServeMux
+	agents   map[Identity]*agent
+	bodies   budget
+	refusals atomic.Int64 // requests refused for the body budget
+
+	life    context.Context // ended by Close: stops the redials
+	end     context.CancelFunc
+	wg      sync.WaitGroup
 	closeMu sync.Once
+
+	srvMu sync.Mutex
+	srv   *http.Server
 }
 
 // New dials the session of every identity and returns the handler.
@@ -87,7 +102,13 @@ func New(ctx context.Context, cfg Config) (*Ingress, error) {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = DefaultTimeout
 	}
-	in := &Ingress{cfg: cfg, agents: map[Identity]*client.Client{}}
+	limits := cfg.Limits.withDefaults()
+	if limits.MaxBodyBytes > 0 && limits.MaxBodyBytes < int64(cfg.MaxBody) {
+		return nil, fmt.Errorf("ingress: Limits.MaxBodyBytes (%d) is below MaxBody (%d): a body of the largest size could never be read", limits.MaxBodyBytes, cfg.MaxBody)
+	}
+	in := &Ingress{cfg: cfg, limits: limits, agents: map[Identity]*agent{}}
+	in.bodies.max = limits.MaxBodyBytes
+	in.life, in.end = context.WithCancel(context.Background())
 	ids := []Identity{{AgentID: OpenIdentity}}
 	if cfg.Keys.Len() > 0 {
 		ids = cfg.Keys.Identities()
@@ -103,7 +124,13 @@ func New(ctx context.Context, cfg Config) (*Ingress, error) {
 			in.Close()
 			return nil, fmt.Errorf("ingress: session of %s: %w", mesh.AgentID, err)
 		}
-		in.agents[id] = c
+		a := &agent{id: mesh}
+		a.c.Store(c)
+		in.agents[id] = a
+	}
+	for _, a := range in.agents {
+		in.wg.Add(1)
+		go in.keep(a)
 	}
 	in.mux = http.NewServeMux()
 	// The catch-all below would answer a known path asked with the wrong
@@ -135,9 +162,11 @@ func New(ctx context.Context, cfg Config) (*Ingress, error) {
 // Close ends the ingress's sessions.
 func (in *Ingress) Close() {
 	in.closeMu.Do(func() {
-		for _, c := range in.agents {
-			c.Close()
+		in.end()
+		for _, a := range in.agents {
+			a.c.Load().Close()
 		}
+		in.wg.Wait()
 	})
 }
 
@@ -148,12 +177,12 @@ func (in *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) { in.mux.Se
 func (in *Ingress) identity(w http.ResponseWriter, r *http.Request) (Identity, *client.Client, bool) {
 	if in.cfg.Keys.Len() == 0 {
 		id := Identity{AgentID: OpenIdentity}
-		return id, in.agents[id], true
+		return id, in.agents[id].c.Load(), true
 	}
 	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if ok {
 		if id, found := in.cfg.Keys.lookup(strings.TrimSpace(key)); found {
-			return id, in.agents[id], true
+			return id, in.agents[id].c.Load(), true
 		}
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="m2md"`)
@@ -189,18 +218,16 @@ func (in *Ingress) serveRequest(w http.ResponseWriter, r *http.Request, schema f
 	if !ok {
 		return
 	}
-	if r.ContentLength > int64(in.cfg.MaxBody) {
-		tooLarge(w, in.cfg.MaxBody)
+	w = in.writer(w)
+	bd, ok := in.readBody(w, r, in.cfg.MaxBody)
+	if !ok {
 		return
 	}
-	body, err := openai.ReadAll(http.MaxBytesReader(w, r.Body, int64(in.cfg.MaxBody)), r.ContentLength)
-	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			tooLarge(w, in.cfg.MaxBody)
-		}
-		return // the client is gone otherwise
-	}
+	// The body's bytes count against the budget until the request is
+	// sent; the session keeps what it needs of it (deltas) in its own
+	// bounded history.
+	defer bd.release()
+	body := bd.b
 	// One scan checks the JSON and finds the model, the stream flag and
 	// whether it is a chat request (the client's encoder scans once more
 	// to frame it).
@@ -229,6 +256,7 @@ func (in *Ingress) serveRequest(w http.ResponseWriter, r *http.Request, schema f
 	ctx, cancel := context.WithTimeout(r.Context(), in.cfg.Timeout)
 	defer cancel()
 	var st *client.Stream
+	var err error
 	if schema == frame.SchemaRequest && chat {
 		// A chat request goes to the client as JSON (it frames it as a
 		// request: it has messages and a model), so that the turns of a
@@ -243,6 +271,8 @@ func (in *Ingress) serveRequest(w http.ResponseWriter, r *http.Request, schema f
 		}
 		st, err = c.SendFrame(ctx, fr)
 	}
+	body = nil
+	bd.release()
 	if framingError(err) {
 		badFrame(w, err)
 		return

@@ -1,0 +1,220 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/openai/ingress"
+)
+
+// rawHTTP opens a TCP connection to the endpoint at base (http://host:port).
+func rawHTTP(t *testing.T, base string) net.Conn {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// getModels sends GET /v1/models on c and reads the answer.
+func getModels(t *testing.T, c net.Conn, br *bufio.Reader) *http.Response {
+	t.Helper()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET /v1/models HTTP/1.1\r\nHost: m2md\r\n\r\n"); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	c.SetDeadline(time.Time{})
+	return resp
+}
+
+// A keep-alive connection that sends no next request is closed by the
+// endpoint after Limits.IdleTimeout.
+func TestOpenAIIdleConnectionClosed(t *testing.T) {
+	e := startEdgesWith(t, "quic", frame.SecurityAEAD, nil, nil, &ingress.Limits{IdleTimeout: 300 * time.Millisecond})
+	c := rawHTTP(t, e.base)
+	br := bufio.NewReader(c)
+	if resp := getModels(t, c, br); resp.StatusCode != 200 {
+		t.Fatalf("HTTP %d", resp.StatusCode)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if n, err := br.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+		t.Fatalf("an idle keep-alive connection was not closed: read %d bytes, %v", n, err)
+	}
+}
+
+// Connections over the per-IP cap are answered 429 and those over the
+// global cap 503, each with Retry-After; a freed slot admits again.
+func TestOpenAIConnectionCaps(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		limits ingress.Limits
+		status int
+	}{
+		{"per-ip", ingress.Limits{MaxConnsPerIP: 2}, http.StatusTooManyRequests},
+		{"global", ingress.Limits{MaxConns: 2, MaxConnsPerIP: -1}, http.StatusServiceUnavailable},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := startEdgesWith(t, "quic", frame.SecurityAEAD, nil, nil, &tc.limits)
+			held := make([]net.Conn, 2)
+			for i := range held {
+				held[i] = rawHTTP(t, e.base)
+				if resp := getModels(t, held[i], bufio.NewReader(held[i])); resp.StatusCode != 200 {
+					t.Fatalf("connection %d: HTTP %d", i, resp.StatusCode)
+				}
+			}
+			over := rawHTTP(t, e.base)
+			over.SetDeadline(time.Now().Add(10 * time.Second))
+			resp, err := http.ReadResponse(bufio.NewReader(over), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.status || resp.Header.Get("Retry-After") == "" || errorCode(body) != "too_many_connections" {
+				t.Fatalf("over the cap: HTTP %d, Retry-After %q, %s", resp.StatusCode, resp.Header.Get("Retry-After"), body)
+			}
+			held[0].Close()
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				c := rawHTTP(t, e.base)
+				if resp := getModels(t, c, bufio.NewReader(c)); resp.StatusCode == 200 {
+					break
+				}
+				c.Close()
+				if time.Now().After(deadline) {
+					t.Fatal("a freed slot does not admit a connection")
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+		})
+	}
+}
+
+// heapInUse is the live heap after a collection.
+func heapInUse() uint64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapAlloc
+}
+
+// Eight uploads stall one byte short of 16 MiB under the default limits:
+// the endpoint reads as many as its body budget holds (64 MiB: four),
+// answers the others 503 with Retry-After before reading their bodies, and
+// holds at most the budget (plus 8 MiB of slack for the rest of the
+// process) while they stall.
+func TestOpenAIStalledUploadsBounded(t *testing.T) {
+	e := startEdgesWith(t, "quic", frame.SecurityAEAD, nil, nil, &ingress.Limits{})
+	const size = 16 << 20
+	payload := bytes.Repeat([]byte(" "), size-1)
+	base := heapInUse()
+
+	type result struct {
+		status     int
+		retryAfter string
+	}
+	results := make(chan result, 8)
+	var written sync.WaitGroup
+	for range 8 {
+		c := rawHTTP(t, e.base)
+		written.Add(1)
+		go func() {
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				results <- result{}
+				return
+			}
+			results <- result{resp.StatusCode, resp.Header.Get("Retry-After")}
+		}()
+		go func() {
+			defer written.Done()
+			c.SetWriteDeadline(time.Now().Add(20 * time.Second))
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: m2md\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", size)
+			c.Write(payload)
+		}()
+	}
+	// The four refused are answered while the four admitted stall.
+	refused := 0
+	for range 4 {
+		select {
+		case r := <-results:
+			if r.status != http.StatusServiceUnavailable || r.retryAfter == "" {
+				t.Fatalf("an upload beyond the budget: HTTP %d, Retry-After %q", r.status, r.retryAfter)
+			}
+			refused++
+		case <-time.After(20 * time.Second):
+			t.Fatalf("%d uploads refused, want 4", refused)
+		}
+	}
+	written.Wait()
+	// Wait for the endpoint to read what the kernel still buffers, then
+	// for the heap to settle; it must never exceed the bound.
+	const bound = ingress.DefaultMaxBodyBytes + 8<<20
+	var last uint64
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		h := heapInUse()
+		if h > base && h-base > bound {
+			t.Fatalf("the endpoint holds %d MiB over its baseline with 8 stalled uploads, bound %d MiB", (h-base)>>20, bound>>20)
+		}
+		if h > last && h-last < 1<<20 && h-base > 3*size {
+			break // settled, with the admitted bodies read
+		}
+		last = h
+	}
+	select {
+	case r := <-results:
+		t.Fatalf("a stalled upload was answered: HTTP %d", r.status)
+	default:
+	}
+	runtime.KeepAlive(payload)
+}
+
+// An HTTP client that asks for a stream and never reads it: once a write
+// cannot complete within Limits.WriteTimeout the request ends, the
+// provider gets CANCEL (the upstream sees its request cancelled), and the
+// endpoint's memory returns to its baseline.
+func TestOpenAINeverReadStreamCancelled(t *testing.T) {
+	e := startEdgesWith(t, "quic", frame.SecurityAEAD, nil, nil, &ingress.Limits{WriteTimeout: 500 * time.Millisecond})
+	base := heapInUse()
+	c := rawHTTP(t, e.base)
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetReadBuffer(4 << 10) // a small window, as a reader that stopped
+	}
+	body := `{"model":"endless-stream","stream":true,"messages":[{"role":"user","content":"hi"}]}`
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: m2md\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	select {
+	case <-e.upstream.cancelled:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the provider's request was not cancelled while its stream was never read")
+	}
+	waitOutstanding(t, e.d, 0)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		h := heapInUse()
+		if h < base || h-base < 8<<20 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the endpoint holds %d MiB over its baseline after the stream ended", (h-base)>>20)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

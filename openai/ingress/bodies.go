@@ -1,0 +1,201 @@
+package ingress
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/m2md/m2md/openai"
+)
+
+// budget counts the bytes of request bodies held at once. max 0: no bound.
+type budget struct {
+	max  int64
+	used atomic.Int64
+}
+
+func (b *budget) take(n int64) bool {
+	for {
+		u := b.used.Load()
+		if b.max > 0 && u+n > b.max {
+			return false
+		}
+		if b.used.CompareAndSwap(u, u+n) {
+			return true
+		}
+	}
+}
+
+func (b *budget) give(n int64) { b.used.Add(-n) }
+
+// firstBodyBuffer is the buffer a body starts in; it doubles from there up
+// to the size the Content-Length announced, so a peer that announces a
+// large body and sends little holds only about what it sent.
+const firstBodyBuffer = 64 << 10
+
+// errBodyBudget: taking the next buffer would put the bodies held over
+// Limits.MaxBodyBytes.
+var errBodyBudget = errors.New("request bodies held at the endpoint are at their maximum")
+
+// body is a request body read under the byte budget; release gives its
+// bytes back (the body is not used after).
+type body struct {
+	b     []byte
+	held  int64
+	owner *budget
+}
+
+func (b *body) release() {
+	b.owner.give(b.held)
+	b.held, b.b = 0, nil
+}
+
+// readBody reads r's body, at most max bytes, with every piece arriving
+// within Limits.BodyTimeout, into buffers taken from the byte budget. On
+// failure it has answered the client (unless the client is gone) and
+// holds nothing.
+func (in *Ingress) readBody(w http.ResponseWriter, r *http.Request, max int) (*body, bool) {
+	if r.ContentLength > int64(max) {
+		tooLarge(w, max)
+		return nil, false
+	}
+	limit := int64(max) + 1 // one byte over tells a body too large
+	if r.ContentLength >= 0 {
+		limit = r.ContentLength
+	}
+	rc := http.NewResponseController(w)
+	bd := &body{owner: &in.bodies}
+	err := bd.read(r.Body, limit, rc, in.limits.BodyTimeout)
+	if in.limits.BodyTimeout > 0 {
+		// Cleared, or the server's watch for the client closing would
+		// see the deadline pass during a long answer and cancel it.
+		rc.SetReadDeadline(time.Time{})
+	}
+	switch {
+	case err == nil && len(bd.b) > max:
+		tooLarge(w, max)
+	case err == nil:
+		return bd, true
+	case errors.Is(err, errBodyBudget):
+		in.refusals.Add(1)
+		openai.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("the endpoint holds its maximum of request bodies (%d bytes) being read; retry", in.limits.MaxBodyBytes), "server_error", "server_busy", true)
+	case isTimeout(err):
+		openai.WriteError(w, http.StatusRequestTimeout, fmt.Sprintf("no part of the request body arrived within %v", in.limits.BodyTimeout), "invalid_request_error", "request_timeout", false)
+	}
+	// Otherwise the client is gone.
+	bd.release()
+	return nil, false
+}
+
+func (bd *body) read(r io.Reader, limit int64, rc *http.ResponseController, timeout time.Duration) error {
+	for {
+		if int64(len(bd.b)) == int64(cap(bd.b)) {
+			if int64(cap(bd.b)) >= limit {
+				// As much as announced (or one byte over the maximum):
+				// the end must come now.
+				var one [1]byte
+				n, err := bd.readSome(r, one[:], rc, timeout)
+				if n > 0 {
+					bd.b = append(bd.b, one[0])
+					return nil // over: the caller sees the length
+				}
+				if errors.Is(err, io.EOF) {
+					return nil
+				}
+				return err
+			}
+			if err := bd.grow(limit); err != nil {
+				return err
+			}
+		}
+		n, err := bd.readSome(r, bd.b[len(bd.b):cap(bd.b)], rc, timeout)
+		bd.b = bd.b[:len(bd.b)+n]
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (bd *body) readSome(r io.Reader, p []byte, rc *http.ResponseController, timeout time.Duration) (int, error) {
+	if timeout > 0 {
+		rc.SetReadDeadline(time.Now().Add(timeout))
+	}
+	return r.Read(p)
+}
+
+// grow doubles the buffer (up to limit), taking the new bytes from the
+// budget first.
+func (bd *body) grow(limit int64) error {
+	next := max(int64(firstBodyBuffer), 2*int64(cap(bd.b)))
+	next = min(next, limit)
+	more := next - int64(cap(bd.b))
+	if !bd.owner.take(more) {
+		return errBodyBudget
+	}
+	bd.held += more
+	nb := make([]byte, len(bd.b), next)
+	copy(nb, bd.b)
+	bd.b = nb
+	return nil
+}
+
+func isTimeout(err error) bool {
+	var t interface{ Timeout() bool }
+	return errors.As(err, &t) && t.Timeout()
+}
+
+// writeChunk bounds one write to the client: larger answers are written
+// in pieces, each with its own deadline, so a slow reader that keeps
+// reading gets all of it.
+const writeChunk = 256 << 10
+
+// deadlineWriter renews the connection's write deadline before every
+// write and flush: an answer flows as long as the client reads it, and a
+// client that stops reading for Limits.WriteTimeout fails the write,
+// which ends the request (and cancels it at the provider).
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc *http.ResponseController
+	d  time.Duration
+}
+
+func (in *Ingress) writer(w http.ResponseWriter) http.ResponseWriter {
+	if in.limits.WriteTimeout <= 0 {
+		return w
+	}
+	return &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: in.limits.WriteTimeout}
+}
+
+func (dw *deadlineWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		piece := p[:min(len(p), writeChunk)]
+		dw.rc.SetWriteDeadline(time.Now().Add(dw.d))
+		m, err := dw.ResponseWriter.Write(piece)
+		n += m
+		if err != nil {
+			return n, err
+		}
+		p = p[len(piece):]
+	}
+	return n, nil
+}
+
+func (dw *deadlineWriter) Flush() {
+	dw.FlushError()
+}
+
+// FlushError is what http.ResponseController.Flush calls.
+func (dw *deadlineWriter) FlushError() error {
+	dw.rc.SetWriteDeadline(time.Now().Add(dw.d))
+	return dw.rc.Flush()
+}
+
+// Unwrap lets http.ResponseController reach the connection.
+func (dw *deadlineWriter) Unwrap() http.ResponseWriter { return dw.ResponseWriter }
