@@ -3,6 +3,7 @@ package integration
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/openai/ingress"
 )
@@ -216,5 +218,35 @@ func TestOpenAINeverReadStreamCancelled(t *testing.T) {
 			t.Fatalf("the endpoint holds %d MiB over its baseline after the stream ended", (h-base)>>20)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// A hostile agent on the endpoint's host claims the endpoint's agent id,
+// again and again: the daemon closes the endpoint's session (REPLACED),
+// and the endpoint claims its id back and serves again within seconds
+// instead of answering 503 until a restart.
+func TestOpenAIAgentIDClaimedBack(t *testing.T) {
+	e := startEdges(t, "ws", frame.SecurityAEAD, nil, nil)
+	c := e.sdk("any")
+	for round := range 3 {
+		hostile := dialClient(t, e.d.url("ws"), client.Options{AgentID: ingress.OpenIdentity, TLSConfig: e.d.clientTLS(t)})
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			_, err := c.Chat.Completions.New(ctx, chatParams("gpt-4o"))
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("round %d: the endpoint does not serve after its agent id was claimed: %v", round, err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		select {
+		case <-hostile.Done():
+		case <-time.After(10 * time.Second):
+			t.Fatalf("round %d: the claimant still holds the endpoint's id", round)
+		}
 	}
 }
