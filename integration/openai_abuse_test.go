@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -247,6 +248,28 @@ func TestOpenAIAgentIDClaimedBack(t *testing.T) {
 		case <-hostile.Done():
 		case <-time.After(10 * time.Second):
 			t.Fatalf("round %d: the claimant still holds the endpoint's id", round)
+		}
+	}
+}
+
+// A provider's Retry-After reaches the HTTP client as it was sent up to
+// ingress.MaxRetryAfter, and clamped there beyond: a provider cannot tell
+// the clients of the endpoint to stay away for years.
+func TestOpenAIRetryAfterClamped(t *testing.T) {
+	e := startEdges(t, "quic", frame.SecurityAEAD, nil, nil)
+	for model, want := range map[string]string{
+		"rate-limited":         "7",
+		"rate-limited-forever": strconv.Itoa(int(ingress.MaxRetryAfter / time.Second)),
+	} {
+		r, err := http.Post(e.base+"/v1/chat/completions", "application/json",
+			strings.NewReader(`{"model":"`+model+`","messages":[{"role":"user","content":"hi"}]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, r.Body)
+		r.Body.Close()
+		if r.StatusCode != http.StatusTooManyRequests || r.Header.Get("Retry-After") != want {
+			t.Errorf("%s: HTTP %d, Retry-After %q, want %q", model, r.StatusCode, r.Header.Get("Retry-After"), want)
 		}
 	}
 }

@@ -105,6 +105,11 @@ func (u *testUpstream) chat(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Retry-After", "7")
 		w.WriteHeader(http.StatusTooManyRequests)
 		w.Write(corpus(u.t, "resp-error-02.json"))
+	case model == "rate-limited-forever":
+		w.Header().Set("Content-Type", "application/json")
+		w.Header().Set("Retry-After", "99999999")
+		w.WriteHeader(http.StatusTooManyRequests)
+		w.Write(corpus(u.t, "resp-error-02.json"))
 	case model == "context-too-long":
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(http.StatusBadRequest)
@@ -189,7 +194,7 @@ type edges struct {
 	agent    *client.Client
 }
 
-var edgeModels = []string{"gpt-4o", "gpt-4o-mini", "text-embedding-3-small", "rate-limited", "context-too-long", "hang", "broken", "slow-stream", "burst-stream", "burst-then-broken", "endless-stream"}
+var edgeModels = []string{"gpt-4o", "gpt-4o-mini", "text-embedding-3-small", "rate-limited", "context-too-long", "hang", "broken", "slow-stream", "burst-stream", "burst-then-broken", "endless-stream", "rate-limited-forever"}
 
 func startEdges(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys, mutate func(*daemon.Config)) *edges {
 	t.Helper()

@@ -46,6 +46,13 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg.Logger = logger
+	if *models != "" {
+		for _, m := range strings.Split(*models, ",") {
+			if m = strings.TrimSpace(m); m != "" {
+				cfg.Models = append(cfg.Models, m)
+			}
+		}
+	}
 	up, err := upstream.New(cfg)
 	if err != nil {
 		return usagef("%v", err)
@@ -63,14 +70,11 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *models != "" {
-		for _, m := range strings.Split(*models, ",") {
-			if m = strings.TrimSpace(m); m != "" {
-				opt.Models = append(opt.Models, m)
-			}
+	opt.Models = cfg.Models
+	if len(opt.Models) == 0 {
+		if opt.Models, err = up.Models(ctx); err != nil {
+			return err
 		}
-	} else if opt.Models, err = up.Models(ctx); err != nil {
-		return err
 	}
 	c, err := client.Dial(ctx, af.url, opt)
 	if err != nil {
@@ -79,8 +83,8 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	defer c.Close()
 	s := c.Session()
 	logger.Info().Str("agent", s.AgentID).Str("transport", s.Transport).Str("security", s.Params.SecurityMode.String()).
-		Str("upstream", cfg.BaseURL).Strs("models", opt.Models).Msg("upstream agent connected")
-	fmt.Fprintf(stdout, "upstream agent %s serving %s from %s; Ctrl-C to stop\n", s.AgentID, english.Plural(len(opt.Models), "model", "models"), cfg.BaseURL)
+		Str("upstream", up.URL()).Strs("models", opt.Models).Msg("upstream agent connected")
+	fmt.Fprintf(stdout, "upstream agent %s serving %s from %s; Ctrl-C to stop\n", s.AgentID, english.Plural(len(opt.Models), "model", "models"), up.URL())
 	select {
 	case <-ctx.Done():
 	case <-c.Done():

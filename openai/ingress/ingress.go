@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -297,6 +298,21 @@ func (in *Ingress) serveRequest(w http.ResponseWriter, r *http.Request, schema f
 	in.relayStream(w, r, id, st, first, final)
 }
 
+// MaxRetryAfter bounds the Retry-After a provider's error passes on to
+// clients: any agent can serve a model, and a client library that honours
+// Retry-After must not be told to wait for days.
+const MaxRetryAfter = 5 * time.Minute
+
+// clampRetryAfter bounds secs, whole seconds (up to 8 digits, as
+// openai.UpstreamHTTPStatus returns them), at MaxRetryAfter.
+func clampRetryAfter(secs string) string {
+	n, err := strconv.Atoi(secs)
+	if err != nil || n > int(MaxRetryAfter/time.Second) {
+		return strconv.Itoa(int(MaxRetryAfter / time.Second))
+	}
+	return secs
+}
+
 // framingError reports an error of the request's own JSON (its depth, a
 // string or array over the limits, a model over 255 bytes): the client's
 // fault, answered 400, not the mesh's.
@@ -393,7 +409,7 @@ func (in *Ingress) writeError(w http.ResponseWriter, r *http.Request, id Identit
 		// its Retry-After.
 		w.Header().Set("Content-Type", "application/json")
 		if retryAfter != "" {
-			w.Header().Set("Retry-After", retryAfter)
+			w.Header().Set("Retry-After", clampRetryAfter(retryAfter))
 		}
 		w.WriteHeader(status)
 		io.WriteString(w, msg)

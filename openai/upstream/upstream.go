@@ -55,24 +55,32 @@ type Config struct {
 	// MaxResponse bounds a non-streamed body and one stream event, in
 	// bytes. Default 16 MiB.
 	MaxResponse int
+	// Models, when set, are the only models served: a request whose body
+	// names another is refused before it reaches the server. Whatever
+	// Models holds, a body's model must be the one its frame was routed
+	// by.
+	Models []string
 	// Logger gets one line per failed request; never bodies or the key.
 	Logger zerolog.Logger
 }
 
 // Upstream forwards delivered requests to an OpenAI-compatible server.
 type Upstream struct {
-	cfg  Config
-	base string
-	http *http.Client
-	tr   *http.Transport
-	sem  chan struct{}
+	cfg    Config
+	base   string
+	shown  string // base as logs and errors show it: credentials redacted
+	models map[string]bool
+	http   *http.Client
+	tr     *http.Transport
+	sem    chan struct{}
 }
 
 // New checks cfg and prepares the connection pool.
 func New(cfg Config) (*Upstream, error) {
 	u, err := url.Parse(cfg.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("upstream: --base-url %q: want http(s)://host[:port]/path", cfg.BaseURL)
+		// Not quoted: it may hold credentials.
+		return nil, errors.New("upstream: --base-url: want http(s)://host[:port]/path")
 	}
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = DefaultConcurrency
@@ -93,13 +101,59 @@ func New(cfg Config) (*Upstream, error) {
 	tr.MaxIdleConnsPerHost = cfg.Concurrency
 	tr.MaxConnsPerHost = cfg.Concurrency
 	tr.ResponseHeaderTimeout = cfg.FirstByteTimeout
+	var models map[string]bool
+	if len(cfg.Models) > 0 {
+		models = map[string]bool{}
+		for _, m := range cfg.Models {
+			models[m] = true
+		}
+	}
 	return &Upstream{
-		cfg:  cfg,
-		base: strings.TrimRight(cfg.BaseURL, "/"),
-		http: &http.Client{Transport: tr},
+		cfg:    cfg,
+		base:   strings.TrimRight(cfg.BaseURL, "/"),
+		shown:  strings.TrimRight(redact(u), "/"),
+		models: models,
+		// A redirect is refused, never followed: it would carry the key
+		// and the body to wherever the server points.
+		http: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect }},
 		tr:   tr,
 		sem:  make(chan struct{}, cfg.Concurrency),
 	}, nil
+}
+
+// errRedirect: the server answered with a redirect.
+var errRedirect = errors.New("the server answered with a redirect, which is not followed (it would carry the API key and the body elsewhere): give --base-url the final URL")
+
+// URL is the server's API root as logs may show it: a user, password or
+// query in it redacted.
+func (u *Upstream) URL() string { return u.shown }
+
+// redact shows u without its credentials: the user info and the query
+// values (where some servers take a key) are replaced.
+func redact(u *url.URL) string {
+	c := *u
+	if c.User != nil {
+		c.User = url.User("REDACTED")
+	}
+	if c.RawQuery != "" {
+		q := c.Query()
+		for k := range q {
+			q[k] = []string{"REDACTED"}
+		}
+		c.RawQuery = q.Encode()
+	}
+	c.Fragment, c.RawFragment = "", ""
+	return c.String()
+}
+
+// scrub removes the URL from an HTTP client error (it may hold
+// credentials), keeping the cause.
+func scrub(err error) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		return ue.Err
+	}
+	return err
 }
 
 // Close closes the idle connections to the server.
@@ -114,11 +168,11 @@ func (u *Upstream) Models(ctx context.Context) ([]string, error) {
 	u.authorize(req)
 	resp, err := u.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("upstream: GET %s/models: %w", u.base, err)
+		return nil, fmt.Errorf("upstream: GET %s/models: %w", u.shown, scrub(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("upstream: GET %s/models: HTTP %d", u.base, resp.StatusCode)
+		return nil, fmt.Errorf("upstream: GET %s/models: HTTP %d", u.shown, resp.StatusCode)
 	}
 	var list struct {
 		Data []struct {
@@ -126,7 +180,7 @@ func (u *Upstream) Models(ctx context.Context) ([]string, error) {
 		} `json:"data"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, int64(u.cfg.MaxResponse))).Decode(&list); err != nil {
-		return nil, fmt.Errorf("upstream: GET %s/models: %w", u.base, err)
+		return nil, fmt.Errorf("upstream: GET %s/models: %w", u.shown, err)
 	}
 	var ids []string
 	for _, m := range list.Data {
@@ -135,7 +189,7 @@ func (u *Upstream) Models(ctx context.Context) ([]string, error) {
 		}
 	}
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("upstream: GET %s/models lists no model; give --models", u.base)
+		return nil, fmt.Errorf("upstream: GET %s/models lists no model; give --models", u.shown)
 	}
 	return ids, nil
 }
@@ -153,6 +207,10 @@ func (u *Upstream) ServeM2M(ctx context.Context, req *client.Request, w client.R
 	path := "/chat/completions"
 	if req.Embeddings {
 		path = "/embeddings"
+	}
+	if code, msg, ok := u.checkModel(req); !ok {
+		u.fail(w, req, code, msg, nil)
+		return
 	}
 	if err := u.acquire(ctx); err != nil {
 		u.fail(w, req, openai.CodeUpstreamBusy, "the upstream has its maximum of requests in flight", err)
@@ -297,6 +355,10 @@ func (u *Upstream) failTransport(ctx context.Context, w client.ResponseWriter, r
 	if ctx.Err() != nil {
 		return
 	}
+	if errors.Is(err, errRedirect) {
+		u.fail(w, req, openai.CodeBadUpstreamReply, errRedirect.Error(), nil)
+		return
+	}
 	var ne net.Error
 	if errors.Is(context.Cause(rctx), errChunkTimeout) || (errors.As(err, &ne) && ne.Timeout()) {
 		u.fail(w, req, openai.CodeUpstreamTimeout, "the upstream did not answer in time", err)
@@ -306,7 +368,7 @@ func (u *Upstream) failTransport(ctx context.Context, w client.ResponseWriter, r
 }
 
 func (u *Upstream) fail(w client.ResponseWriter, req *client.Request, code negotiate.ErrorCode, message string, err error) {
-	u.cfg.Logger.Warn().Str("code", string(code)).Err(err).Str("from", req.From).Uint64("delivery", req.ID).Msg("request to the upstream failed")
+	u.cfg.Logger.Warn().Str("code", string(code)).Err(scrub(err)).Str("from", req.From).Uint64("delivery", req.ID).Msg("request to the upstream failed")
 	w.Error(code, message)
 }
 

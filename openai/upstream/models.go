@@ -1,0 +1,29 @@
+package upstream
+
+import (
+	"fmt"
+
+	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/internal/jsonscan"
+	"github.com/m2md/m2md/negotiate"
+)
+
+// checkModel refuses a request the server must not get: one whose body
+// names another model than the one it was routed by (a requester's own
+// frame can say anything), or a model outside Config.Models. Otherwise
+// the agent's key would pay for whatever model a requester writes in the
+// body.
+func (u *Upstream) checkModel(req *client.Request) (negotiate.ErrorCode, string, bool) {
+	var sum jsonscan.Summary
+	if err := sum.Scan(req.Body, jsonscan.Limits{}); err != nil || !sum.Model.IsString {
+		return negotiate.CodeBadFrame, "the request body has no \"model\" string", false
+	}
+	model := string(sum.Model.AppendDecoded(nil))
+	if req.Model != "" && model != req.Model {
+		return negotiate.CodeBadFrame, fmt.Sprintf("the body's model %q is not the model %q the request was routed by", model, req.Model), false
+	}
+	if u.models != nil && !u.models[model] {
+		return negotiate.CodeNoRoute, fmt.Sprintf("model %q is not served here", model), false
+	}
+	return "", "", true
+}
