@@ -16,6 +16,15 @@
 // never a 200 event stream. An HTTP client that disconnects cancels its
 // request at the provider.
 //
+// Bounds: Serve answers HTTP under Config.Limits (header and idle
+// deadlines, caps on connections in all and per client IP); any server the
+// Ingress handles for gets the per-read deadline of request bodies, the
+// per-write deadline of answers (renewed as data flows, so a stream runs as
+// long as its client reads it, and ends, cancelled at the provider, when
+// the client stops), and the byte budget of bodies being read. The session
+// of an identity that ends for good (another session claimed its agent id)
+// is dialed again.
+//
 // Keys: with Config.Keys, every request needs "Authorization: Bearer KEY"
 // and acts as the key's identity; without, the ingress is open (the daemon
 // warns at start). Beside a cluster node (Config.Node) every identity's
