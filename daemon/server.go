@@ -162,6 +162,10 @@ func (s *Server) Models(org string) []string { return s.router.Models(org) }
 
 func (s *Server) Fingerprint() string { return s.fingerprint }
 
+// Registerer is where components running beside the daemon (the OpenAI
+// endpoint) register their metrics, served with the daemon's on /metrics.
+func (s *Server) Registerer() prometheus.Registerer { return s.metrics.registry }
+
 // Ready is closed once every listener is bound.
 func (s *Server) Ready() <-chan struct{} { return s.ready }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -22,6 +23,9 @@ import (
 type openAIEdge struct {
 	in *ingress.Ingress
 	ln net.Listener
+
+	unwatch  context.CancelFunc // stops watchKeys
+	watching sync.WaitGroup
 }
 
 // loadOpenAIKeys reads --openai-keys-file and checks it against the org
@@ -62,10 +66,11 @@ func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, add
 		return nil, err
 	}
 	in, err := ingress.New(ctx, ingress.Config{
-		Keys:   keys,
-		Node:   srv.Cluster().Node,
-		Models: srv.Models,
-		Logger: log.With().Str("component", "openai").Logger(),
+		Keys:       keys,
+		Registerer: srv.Registerer(),
+		Node:       srv.Cluster().Node,
+		Models:     srv.Models,
+		Logger:     log.With().Str("component", "openai").Logger(),
 		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
 			return client.Dial(ctx, url, client.Options{
 				AgentID:   id.AgentID,
@@ -110,6 +115,10 @@ func (e *openAIEdge) Addr() net.Addr { return e.ln.Addr() }
 func (e *openAIEdge) stop(grace time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
+	if e.unwatch != nil {
+		e.unwatch()
+		e.watching.Wait()
+	}
 	e.in.Shutdown(ctx)
 	e.in.Close()
 }

@@ -57,7 +57,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.StringVar(&minSecurity, "min-security", "none", "weakest frame security `mode` a client may choose: none, hmac or aead")
 	fs.StringVar(&secretsFile, "org-secrets-file", "", "`file` of 'org hex-secret' lines; when set, agents must authenticate")
 	fs.StringVar(&openAIAddr, "openai-addr", ingress.DefaultAddr, "TCP `address` of the OpenAI-compatible HTTP endpoint (\"-\" disables)")
-	fs.StringVar(&openAIKeys, "openai-keys-file", "", "`file` of 'KEY AGENT_ID [ORG]' lines: bearer keys of the OpenAI endpoint; required with --org-secrets-file")
+	fs.StringVar(&openAIKeys, "openai-keys-file", "", "`file` of 'KEY AGENT_ID [ORG] [name=N rpm=N tpm=N concurrent=N models=a,b]' lines: bearer keys of the OpenAI endpoint and their limits (docs/openai.md); reloaded on SIGHUP and on change; required with --org-secrets-file")
 	byteSizeVar(fs, &openAIHist, "openai-conversation-history", client.DefaultConversationHistory, 0, "bytes of past chat requests and answers the OpenAI endpoint keeps per key, to send the next turns of conversations as deltas (docs/operations.md, \"What the agents keep\"); 0 keeps none")
 	fs.StringVar(&disableFeat, "disable-features", "", "comma-separated protocol `features` not to offer (docs/protocol.md §3.6)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", daemon.DefaultMaxSessions, "concurrent sessions before HELLO gets SERVER_BUSY")
@@ -180,6 +180,9 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 		stopDaemon()
 		<-done
 		return err
+	}
+	if openAIKeyset.Len() > 0 {
+		edge.watchKeys(openAIKeys, cfg.OrgSecrets, logger.With().Str("component", "openai").Logger())
 	}
 	select {
 	case <-ctx.Done():

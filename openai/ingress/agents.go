@@ -1,12 +1,15 @@
 package ingress
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"sync/atomic"
 	"time"
 
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
 )
 
 // agent is the mesh session of one identity, swapped for a new one when
@@ -70,4 +73,62 @@ func (in *Ingress) keep(a *agent) {
 			in.cfg.Logger.Warn().Err(err).Str("agent", a.id.AgentID).Dur("retry_in", wait).Msg("the endpoint's mesh session cannot be opened")
 		}
 	}
+}
+
+// dialAll opens the session of each identity not yet held, and keeps it.
+// On an error the sessions it opened stay (Close ends them).
+func (in *Ingress) dialAll(ctx context.Context, ids []Identity) error {
+	for _, id := range ids {
+		if in.agent(id) != nil {
+			continue
+		}
+		mesh := NodeIdentity(id, in.cfg.Node)
+		if security.ValidateID(mesh.AgentID) != nil {
+			return fmt.Errorf("ingress: agent id %s-%s (the identity's id and the cluster node id) is longer than 128 characters: shorten the agent id in --openai-keys-file or --cluster-node", id.AgentID, in.cfg.Node)
+		}
+		c, err := in.cfg.Dial(ctx, mesh)
+		if err != nil {
+			return fmt.Errorf("ingress: session of %s: %w", mesh.AgentID, err)
+		}
+		a := &agent{id: mesh}
+		a.c.Store(c)
+		in.agentsMu.Lock()
+		closed := in.life.Err() != nil
+		if !closed {
+			in.agents[id] = a
+			in.wg.Add(1)
+		}
+		in.agentsMu.Unlock()
+		if closed {
+			c.Close()
+			return errors.New("ingress: closed")
+		}
+		go in.keep(a)
+	}
+	return nil
+}
+
+// SetKeys replaces the keys and their limits, as a reload of the keys
+// file: requests in flight and open connections carry on, each key
+// name's use so far counts under its new limits, and the session of an
+// identity new to the file is dialed first. On an error (an ingress
+// started without keys, a session that cannot be opened) nothing
+// changes. An identity no longer listed keeps its session, unused, until
+// Close.
+func (in *Ingress) SetKeys(ctx context.Context, k *Keys) error {
+	in.reloadMu.Lock()
+	defer in.reloadMu.Unlock()
+	if in.keys.Load().Len() == 0 {
+		return errors.New("ingress: the endpoint started without keys (open); restart it to add --openai-keys-file")
+	}
+	if k.Len() == 0 {
+		return errors.New("ingress: a keys file with no keys would open the endpoint; restart it without --openai-keys-file for that")
+	}
+	if err := in.dialAll(ctx, k.Identities()); err != nil {
+		return err
+	}
+	in.metrics.names(k.names())
+	in.quotas.update(k.names())
+	in.keys.Store(k)
+	return nil
 }

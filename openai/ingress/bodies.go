@@ -158,25 +158,40 @@ const writeChunk = 256 << 10
 // deadlineWriter renews the connection's write deadline before every
 // write and flush: an answer flows as long as the client reads it, and a
 // client that stops reading for Limits.WriteTimeout fails the write,
-// which ends the request (and cancels it at the provider).
+// which ends the request (and cancels it at the provider). It records the
+// status written, for the metrics.
 type deadlineWriter struct {
 	http.ResponseWriter
-	rc *http.ResponseController
-	d  time.Duration
+	rc     *http.ResponseController
+	d      time.Duration // 0: no deadline
+	status int
 }
 
-func (in *Ingress) writer(w http.ResponseWriter) http.ResponseWriter {
-	if in.limits.WriteTimeout <= 0 {
-		return w
-	}
+func (in *Ingress) writer(w http.ResponseWriter) *deadlineWriter {
 	return &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), d: in.limits.WriteTimeout}
 }
 
+func (dw *deadlineWriter) renew() {
+	if dw.d > 0 {
+		dw.rc.SetWriteDeadline(time.Now().Add(dw.d))
+	}
+}
+
+func (dw *deadlineWriter) WriteHeader(status int) {
+	if dw.status == 0 {
+		dw.status = status
+	}
+	dw.ResponseWriter.WriteHeader(status)
+}
+
 func (dw *deadlineWriter) Write(p []byte) (int, error) {
+	if dw.status == 0 {
+		dw.status = http.StatusOK
+	}
 	n := 0
 	for len(p) > 0 {
 		piece := p[:min(len(p), writeChunk)]
-		dw.rc.SetWriteDeadline(time.Now().Add(dw.d))
+		dw.renew()
 		m, err := dw.ResponseWriter.Write(piece)
 		n += m
 		if err != nil {
@@ -193,7 +208,7 @@ func (dw *deadlineWriter) Flush() {
 
 // FlushError is what http.ResponseController.Flush calls.
 func (dw *deadlineWriter) FlushError() error {
-	dw.rc.SetWriteDeadline(time.Now().Add(dw.d))
+	dw.renew()
 	return dw.rc.Flush()
 }
 

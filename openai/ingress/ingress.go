@@ -13,6 +13,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/m2md/m2md/client"
@@ -20,7 +21,6 @@ import (
 	"github.com/m2md/m2md/internal/jsonscan"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/openai"
-	"github.com/m2md/m2md/security"
 )
 
 // Defaults of Config.
@@ -43,9 +43,12 @@ type Config struct {
 	Dial func(ctx context.Context, id Identity) (*client.Client, error)
 	// Models lists the models served in an org now (daemon.Server.Models).
 	Models func(org string) []string
-	// Keys, when set, are required on every request. Without them every
-	// request acts as Identity{AgentID: OpenIdentity}.
+	// Keys, when set, are required on every request, and their limits
+	// hold (SetKeys replaces them). Without them every request acts as
+	// Identity{AgentID: OpenIdentity}.
 	Keys *Keys
+	// Registerer, when set, gets the endpoint's metrics per key name.
+	Registerer prometheus.Registerer
 	// Node is the cluster node id of the daemon the ingress runs beside
 	// ("" without a cluster). When set, every identity's agent id on the
 	// mesh is NodeIdentity's, AGENT_ID-NODE, so that each node's ingress
@@ -79,8 +82,14 @@ type Ingress struct {
 	cfg      Config
 	limits   Limits
 	mux      *http.ServeMux
-	agents   map[Identity]*agent
 	bodies   budget
+	keys     atomic.Pointer[Keys]
+	quotas   quotas
+	metrics  *metrics
+
+	agentsMu sync.Mutex // guards agents: SetKeys adds identities
+	agents   map[Identity]*agent
+	reloadMu sync.Mutex // one SetKeys at a time
 	refusals atomic.Int64 // requests refused for the body budget
 
 	life    context.Context // ended by Close: stops the redials
@@ -110,28 +119,20 @@ func New(ctx context.Context, cfg Config) (*Ingress, error) {
 	in := &Ingress{cfg: cfg, limits: limits, agents: map[Identity]*agent{}}
 	in.bodies.max = limits.MaxBodyBytes
 	in.life, in.end = context.WithCancel(context.Background())
+	var err error
+	if in.metrics, err = newMetrics(cfg.Registerer); err != nil {
+		return nil, err
+	}
 	ids := []Identity{{AgentID: OpenIdentity}}
 	if cfg.Keys.Len() > 0 {
 		ids = cfg.Keys.Identities()
+		in.keys.Store(cfg.Keys)
+		in.quotas.update(cfg.Keys.names())
+		in.metrics.names(cfg.Keys.names())
 	}
-	for _, id := range ids {
-		mesh := NodeIdentity(id, cfg.Node)
-		if security.ValidateID(mesh.AgentID) != nil {
-			in.Close()
-			return nil, fmt.Errorf("ingress: agent id %s-%s (the identity's id and the cluster node id) is longer than 128 characters: shorten the agent id in --openai-keys-file or --cluster-node", id.AgentID, cfg.Node)
-		}
-		c, err := cfg.Dial(ctx, mesh)
-		if err != nil {
-			in.Close()
-			return nil, fmt.Errorf("ingress: session of %s: %w", mesh.AgentID, err)
-		}
-		a := &agent{id: mesh}
-		a.c.Store(c)
-		in.agents[id] = a
-	}
-	for _, a := range in.agents {
-		in.wg.Add(1)
-		go in.keep(a)
+	if err := in.dialAll(ctx, ids); err != nil {
+		in.Close()
+		return nil, err
 	}
 	in.mux = http.NewServeMux()
 	// The catch-all below would answer a known path asked with the wrong
@@ -164,9 +165,11 @@ func New(ctx context.Context, cfg Config) (*Ingress, error) {
 func (in *Ingress) Close() {
 	in.closeMu.Do(func() {
 		in.end()
+		in.agentsMu.Lock()
 		for _, a := range in.agents {
 			a.c.Load().Close()
 		}
+		in.agentsMu.Unlock()
 		in.wg.Wait()
 	})
 }
@@ -174,25 +177,42 @@ func (in *Ingress) Close() {
 // ServeHTTP implements http.Handler.
 func (in *Ingress) ServeHTTP(w http.ResponseWriter, r *http.Request) { in.mux.ServeHTTP(w, r) }
 
-// identity finds the caller's session, or answers 401.
-func (in *Ingress) identity(w http.ResponseWriter, r *http.Request) (Identity, *client.Client, bool) {
-	if in.cfg.Keys.Len() == 0 {
+// caller is who sent a request: its identity, the identity's session,
+// and the quota of its key's name (nil without keys).
+type caller struct {
+	id Identity
+	c  *client.Client
+	q  *quota
+}
+
+// identity finds the caller, or answers 401.
+func (in *Ingress) identity(w http.ResponseWriter, r *http.Request) (caller, bool) {
+	keys := in.keys.Load()
+	if keys.Len() == 0 {
 		id := Identity{AgentID: OpenIdentity}
-		return id, in.agents[id].c.Load(), true
+		return caller{id: id, c: in.agent(id).c.Load()}, true
 	}
 	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if ok {
-		if id, found := in.cfg.Keys.lookup(strings.TrimSpace(key)); found {
-			return id, in.agents[id].c.Load(), true
+		if e, found := keys.entry(strings.TrimSpace(key)); found {
+			if q := in.quotas.get(e.name); q != nil {
+				return caller{id: e.id, c: in.agent(e.id).c.Load(), q: q}, true
+			}
 		}
 	}
 	w.Header().Set("WWW-Authenticate", `Bearer realm="m2md"`)
 	openai.WriteError(w, http.StatusUnauthorized, "missing or unknown API key: send Authorization: Bearer KEY with a key of --openai-keys-file", "invalid_request_error", "invalid_api_key", false)
-	return Identity{}, nil, false
+	return caller{}, false
+}
+
+func (in *Ingress) agent(id Identity) *agent {
+	in.agentsMu.Lock()
+	defer in.agentsMu.Unlock()
+	return in.agents[id]
 }
 
 func (in *Ingress) serveModels(w http.ResponseWriter, r *http.Request) {
-	id, _, ok := in.identity(w, r)
+	cl, ok := in.identity(w, r)
 	if !ok {
 		return
 	}
@@ -206,20 +226,42 @@ func (in *Ingress) serveModels(w http.ResponseWriter, r *http.Request) {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
 	}{Object: "list", Data: []model{}}
-	for _, m := range in.cfg.Models(id.Org) {
-		list.Data = append(list.Data, model{ID: m, Object: "model", OwnedBy: "m2md"})
+	for _, m := range in.cfg.Models(cl.id.Org) {
+		if cl.q == nil || cl.q.allows(m) {
+			list.Data = append(list.Data, model{ID: m, Object: "model", OwnedBy: "m2md"})
+		}
 	}
 	b, _ := json.Marshal(list)
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(b)
 }
 
-func (in *Ingress) serveRequest(w http.ResponseWriter, r *http.Request, schema frame.Schema) {
-	id, c, ok := in.identity(w, r)
+func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, schema frame.Schema) {
+	cl, ok := in.identity(hw, r)
 	if !ok {
 		return
 	}
-	w = in.writer(w)
+	id, c := cl.id, cl.c
+	w := in.writer(hw)
+	var (
+		t    *ticket
+		used tokenUse
+	)
+	if cl.q != nil {
+		defer func() { in.metrics.request(cl.q.name, w.status) }()
+		var ref *refusal
+		if t, ref = cl.q.admit(time.Now()); ref != nil {
+			in.metrics.refused(cl.q.name, ref.limit)
+			ref.write(w, cl.q.name)
+			return
+		}
+		defer func() {
+			t.done(used.n, used.known)
+			if used.known {
+				in.metrics.tokens(cl.q.name, used.n)
+			}
+		}()
+	}
 	bd, ok := in.readBody(w, r, in.cfg.MaxBody)
 	if !ok {
 		return
@@ -252,6 +294,17 @@ func (in *Ingress) serveRequest(w http.ResponseWriter, r *http.Request, schema f
 	if !sum.Model.IsString || sum.Model.Len == 0 || sum.Model.Len > negotiate.MaxModelLen {
 		openai.WriteError(w, http.StatusBadRequest, fmt.Sprintf("\"model\" must be a string of 1-%d bytes", negotiate.MaxModelLen), "invalid_request_error", "invalid_model", false)
 		return
+	}
+	if cl.q != nil {
+		if model := sum.Model.AppendDecoded(nil); !cl.q.allows(string(model)) {
+			openai.WriteError(w, http.StatusForbidden, fmt.Sprintf("key %s may not use model %q", cl.q.name, model), "invalid_request_error", "model_not_allowed", false)
+			return
+		}
+		if ref := t.reserve(sum, len(body), time.Now()); ref != nil {
+			in.metrics.refused(cl.q.name, ref.limit)
+			ref.write(w, cl.q.name)
+			return
+		}
 	}
 	stream, chat := sum.StreamTrue, sum.Keys.Has(jsonscan.KeyMessages|jsonscan.KeyModel)
 	ctx, cancel := context.WithTimeout(r.Context(), in.cfg.Timeout)
@@ -291,11 +344,18 @@ func (in *Ingress) serveRequest(w http.ResponseWriter, r *http.Request, schema f
 	if !stream || (final && string(first) != openai.Done) {
 		// One answer (a stream request the upstream answered in one body
 		// is passed on as it came).
+		if t != nil {
+			used.n, used.known = usageOf(first)
+		}
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(first)
 		return
 	}
-	in.relayStream(w, r, id, st, first, final)
+	var count *tokenUse
+	if t != nil {
+		count = &used
+	}
+	in.relayStream(w, r, id, st, first, final, count)
 }
 
 // MaxRetryAfter bounds the Retry-After a provider's error passes on to
@@ -334,7 +394,8 @@ func badFrame(w http.ResponseWriter, err error) {
 
 // relayStream writes the replies as server-sent events, flushing whenever
 // no further reply is waiting.
-func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identity, st *client.Stream, chunk []byte, final bool) {
+// When used is set, it gets the tokens a chunk's usage counts.
+func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identity, st *client.Stream, chunk []byte, final bool, used *tokenUse) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -347,6 +408,11 @@ func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identi
 		if final && string(chunk) == openai.Done {
 			buf = append(buf, "data: [DONE]\n\n"...)
 		} else {
+			if used != nil {
+				if n, ok := usageOf(chunk); ok {
+					used.n, used.known = n, true
+				}
+			}
 			buf = append(buf, "data: "...)
 			buf = append(buf, chunk...)
 			buf = append(buf, "\n\n"...)

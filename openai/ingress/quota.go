@@ -1,0 +1,231 @@
+package ingress
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"net/http"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/time/rate"
+
+	"github.com/m2md/m2md/internal/jsonscan"
+	"github.com/m2md/m2md/openai"
+)
+
+// quota is the state of one key name's limits: it lives across reloads of
+// the keys file, so a reload neither resets nor forgets what was used.
+type quota struct {
+	name     string
+	mu       sync.Mutex // guards limit, models, and the limiters' settings
+	limit    KeyLimits
+	models   map[string]bool
+	rpm, tpm *rate.Limiter // nil: no limit
+	inflight atomic.Int64
+}
+
+// quotas holds the quota of every key name of the current keys file.
+type quotas struct {
+	mu     sync.Mutex
+	byName map[string]*quota
+}
+
+// update applies the limits of a (re)loaded keys file: existing names keep
+// their state under their new limits, new names start full, names gone
+// are dropped.
+func (qs *quotas) update(names map[string]KeyLimits) {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	next := make(map[string]*quota, len(names))
+	for name, l := range names {
+		q := qs.byName[name]
+		if q == nil {
+			q = &quota{name: name}
+		}
+		q.set(l)
+		next[name] = q
+	}
+	qs.byName = next
+}
+
+func (qs *quotas) get(name string) *quota {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	return qs.byName[name]
+}
+
+// all returns the quotas of the current names.
+func (qs *quotas) all() []*quota {
+	qs.mu.Lock()
+	defer qs.mu.Unlock()
+	out := make([]*quota, 0, len(qs.byName))
+	for _, q := range qs.byName {
+		out = append(out, q)
+	}
+	return out
+}
+
+func (q *quota) set(l KeyLimits) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	q.limit = l
+	q.models = nil
+	if len(l.Models) > 0 {
+		q.models = map[string]bool{}
+		for _, m := range l.Models {
+			q.models[m] = true
+		}
+	}
+	q.rpm = perMinute(q.rpm, l.RequestsPerMinute)
+	q.tpm = perMinute(q.tpm, l.TokensPerMinute)
+}
+
+// perMinute is a limiter of n per minute with a burst of n, lim itself
+// retuned when there is one (its tokens carry over), nil for n == 0.
+func perMinute(lim *rate.Limiter, n int) *rate.Limiter {
+	if n == 0 {
+		return nil
+	}
+	r := rate.Limit(float64(n) / 60)
+	if lim == nil {
+		return rate.NewLimiter(r, n)
+	}
+	lim.SetLimit(r)
+	lim.SetBurst(n)
+	return lim
+}
+
+// allows reports whether the key may ask for model.
+func (q *quota) allows(model string) bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.models == nil || q.models[model]
+}
+
+// refusal is a request over one of its key's limits.
+type refusal struct {
+	limit string // OpenAI's error type for it: "requests", "tokens", "concurrent_requests"
+	what  string
+	max   int
+	wait  time.Duration
+}
+
+func (r *refusal) write(w http.ResponseWriter, name string) {
+	secs := max(1, int(math.Ceil(r.wait.Seconds())))
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	openai.WriteError(w, http.StatusTooManyRequests,
+		fmt.Sprintf("rate limit reached for key %s on %s: limit %d; retry in %d s", name, r.what, r.max, secs),
+		r.limit, "rate_limit_exceeded", false)
+}
+
+// ticket is an admitted request: done gives back its concurrency slot and
+// settles its tokens.
+type ticket struct {
+	q        *quota
+	reserved int
+	tokens   *rate.Reservation
+}
+
+// admit takes a request slot and a request of the per-minute allowance,
+// before the body is read.
+func (q *quota) admit(now time.Time) (*ticket, *refusal) {
+	q.mu.Lock()
+	limit, rpm := q.limit, q.rpm
+	q.mu.Unlock()
+	if limit.Concurrent > 0 && q.inflight.Add(1) > int64(limit.Concurrent) {
+		q.inflight.Add(-1)
+		return nil, &refusal{"concurrent_requests", "concurrent requests", limit.Concurrent, time.Second}
+	}
+	if limit.Concurrent <= 0 {
+		q.inflight.Add(1)
+	}
+	if rpm != nil {
+		r := rpm.ReserveN(now, 1)
+		if d := r.DelayFrom(now); !r.OK() || d > 0 {
+			r.CancelAt(now)
+			q.inflight.Add(-1)
+			return nil, &refusal{"requests", "requests per minute (RPM)", limit.RequestsPerMinute, d}
+		}
+	}
+	return &ticket{q: q}, nil
+}
+
+// reserve takes the tokens the request may use from the per-minute
+// allowance: its max_tokens (or max_completion_tokens) and its prompt,
+// estimated at 4 bytes a token, so a burst of requests cannot overrun the
+// limit before their answers tell what they used.
+func (t *ticket) reserve(sum *jsonscan.Summary, bodyLen int, now time.Time) *refusal {
+	q := t.q
+	q.mu.Lock()
+	tpm, limit := q.tpm, q.limit.TokensPerMinute
+	q.mu.Unlock()
+	if tpm == nil {
+		return nil
+	}
+	n := bodyLen / 4
+	switch {
+	case sum.MaxTokens.OK:
+		n += int(min(sum.MaxTokens.Value, maxLimit))
+	case sum.MaxCompletionTokens.OK:
+		n += int(min(sum.MaxCompletionTokens.Value, maxLimit))
+	}
+	// One request may take the whole minute's allowance, never more.
+	n = max(1, min(n, tpm.Burst()))
+	r := tpm.ReserveN(now, n)
+	if d := r.DelayFrom(now); !r.OK() || d > 0 {
+		r.CancelAt(now)
+		return &refusal{"tokens", "tokens per minute (TPM)", limit, d}
+	}
+	t.reserved, t.tokens = n, r
+	return nil
+}
+
+// done ends the request: used is the tokens its answer's usage counted
+// (known false when the answer had none: the reservation stands).
+func (t *ticket) done(used int, known bool) {
+	q := t.q
+	q.inflight.Add(-1)
+	if t.tokens == nil || !known {
+		return
+	}
+	q.mu.Lock()
+	tpm := q.tpm
+	q.mu.Unlock()
+	if tpm == nil {
+		return
+	}
+	now := time.Now()
+	switch {
+	case used < t.reserved:
+		// Give back what was not used: the reservation undone, the use
+		// taken.
+		t.tokens.CancelAt(now)
+		if used > 0 {
+			tpm.ReserveN(now, min(used, tpm.Burst()))
+		}
+	case used > t.reserved:
+		// More than reserved: the rest is owed, and later requests wait
+		// for it.
+		tpm.ReserveN(now, min(used-t.reserved, tpm.Burst()))
+	}
+}
+
+// usageOf returns the tokens an answer (a body or a stream chunk) counts
+// in its "usage".
+func usageOf(b []byte) (int, bool) {
+	if !bytes.Contains(b, []byte(`"usage"`)) {
+		return 0, false
+	}
+	var sum jsonscan.Summary
+	if sum.Scan(b, jsonscan.Limits{}) != nil || !sum.PromptTokens.OK {
+		return 0, false
+	}
+	n := min(sum.PromptTokens.Value, maxLimit)
+	if sum.CompletionTokens.OK {
+		n += min(sum.CompletionTokens.Value, maxLimit)
+	}
+	return int(n), true
+}
