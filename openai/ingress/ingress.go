@@ -79,17 +79,17 @@ func NodeIdentity(id Identity, node string) Identity {
 
 // Ingress is the HTTP handler. Close ends its sessions.
 type Ingress struct {
-	cfg      Config
-	limits   Limits
-	mux      *http.ServeMux
-	bodies   budget
-	keys     atomic.Pointer[Keys]
-	quotas   quotas
-	metrics  *metrics
+	cfg     Config
+	limits  Limits
+	mux     *http.ServeMux
+	bodies  budget
+	keys    atomic.Pointer[Keys]
+	quotas  quotas
+	metrics *metrics
 
 	agentsMu sync.Mutex // guards agents: SetKeys adds identities
 	agents   map[Identity]*agent
-	reloadMu sync.Mutex // one SetKeys at a time
+	reloadMu sync.Mutex   // one SetKeys at a time
 	refusals atomic.Int64 // requests refused for the body budget
 
 	life    context.Context // ended by Close: stops the redials
