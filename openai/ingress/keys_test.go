@@ -55,3 +55,41 @@ func FuzzParseKeys(f *testing.F) {
 		}
 	})
 }
+
+func TestParseKeySettings(t *testing.T) {
+	k, err := ParseKeys(strings.NewReader(
+		"sk-alice-0001 alice rpm=60 tpm=1000 concurrent=2 models=gpt-4o,gpt-4o-mini\n"+
+			"sk-alice-0002 alice acme name=laptop\n"+
+			"sk-bob-000001 bob name=shared rpm=5\nsk-bob-000002 carol name=shared rpm=5\n"), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]KeyLimits{
+		"alice":  {RequestsPerMinute: 60, TokensPerMinute: 1000, Concurrent: 2, Models: []string{"gpt-4o", "gpt-4o-mini"}},
+		"laptop": {},
+		"shared": {RequestsPerMinute: 5},
+	}
+	got := k.names()
+	if len(got) != len(want) {
+		t.Fatalf("names %v", got)
+	}
+	for name, l := range want {
+		if !sameLimits(got[name], l) {
+			t.Errorf("%s: %+v, want %+v", name, got[name], l)
+		}
+	}
+	if e, _ := k.entry("sk-alice-0002"); e.id != (Identity{AgentID: "alice", Org: "acme"}) || e.name != "laptop" {
+		t.Errorf("sk-alice-0002: %+v", e)
+	}
+	for _, in := range []string{
+		"sk-12345678 a rpm=x\n", "sk-12345678 a rpm=-1\n", "sk-12345678 a rpm=1 rpm=2\n", "sk-12345678 a color=red\n",
+		"sk-12345678 a models=\n", "sk-12345678 a models=a,,b\n", "sk-12345678 a name=bad/name\n",
+		"sk-12345678 a rpm=1 acme\n", "sk-12345678 a rpm=1\nsk-87654321 a rpm=2\n", "sk-12345678 a tpm=99999999999999999\n",
+	} {
+		if _, err := ParseKeys(strings.NewReader(in), "f"); err == nil {
+			t.Errorf("%q accepted", in)
+		} else if strings.Contains(err.Error(), "sk-12345678") {
+			t.Errorf("error quotes the key: %v", err)
+		}
+	}
+}

@@ -23,7 +23,8 @@ type quota struct {
 	mu       sync.Mutex // guards limit, models, and the limiters' settings
 	limit    KeyLimits
 	models   map[string]bool
-	rpm, tpm *rate.Limiter // nil: no limit
+	rpm      *rate.Limiter // nil: no limit
+	tpm      *bucket       // nil: no limit
 	inflight atomic.Int64
 }
 
@@ -80,7 +81,14 @@ func (q *quota) set(l KeyLimits) {
 		}
 	}
 	q.rpm = perMinute(q.rpm, l.RequestsPerMinute)
-	q.tpm = perMinute(q.tpm, l.TokensPerMinute)
+	switch {
+	case l.TokensPerMinute == 0:
+		q.tpm = nil
+	case q.tpm == nil:
+		q.tpm = newBucket(l.TokensPerMinute, time.Now())
+	default:
+		q.tpm.setLimit(l.TokensPerMinute, time.Now())
+	}
 }
 
 // perMinute is a limiter of n per minute with a burst of n, lim itself
@@ -126,7 +134,7 @@ func (r *refusal) write(w http.ResponseWriter, name string) {
 type ticket struct {
 	q        *quota
 	reserved int
-	tokens   *rate.Reservation
+	tokens   *bucket // where reserved was taken from
 }
 
 // admit takes a request slot and a request of the per-minute allowance,
@@ -173,13 +181,11 @@ func (t *ticket) reserve(sum *jsonscan.Summary, bodyLen int, now time.Time) *ref
 		n += int(min(sum.MaxCompletionTokens.Value, maxLimit))
 	}
 	// One request may take the whole minute's allowance, never more.
-	n = max(1, min(n, tpm.Burst()))
-	r := tpm.ReserveN(now, n)
-	if d := r.DelayFrom(now); !r.OK() || d > 0 {
-		r.CancelAt(now)
+	n = max(1, min(n, tpm.size()))
+	if d, ok := tpm.take(n, now); !ok {
 		return &refusal{"tokens", "tokens per minute (TPM)", limit, d}
 	}
-	t.reserved, t.tokens = n, r
+	t.reserved, t.tokens = n, tpm
 	return nil
 }
 
@@ -188,28 +194,10 @@ func (t *ticket) reserve(sum *jsonscan.Summary, bodyLen int, now time.Time) *ref
 func (t *ticket) done(used int, known bool) {
 	q := t.q
 	q.inflight.Add(-1)
-	if t.tokens == nil || !known {
-		return
-	}
-	q.mu.Lock()
-	tpm := q.tpm
-	q.mu.Unlock()
-	if tpm == nil {
-		return
-	}
-	now := time.Now()
-	switch {
-	case used < t.reserved:
-		// Give back what was not used: the reservation undone, the use
-		// taken.
-		t.tokens.CancelAt(now)
-		if used > 0 {
-			tpm.ReserveN(now, min(used, tpm.Burst()))
-		}
-	case used > t.reserved:
-		// More than reserved: the rest is owed, and later requests wait
-		// for it.
-		tpm.ReserveN(now, min(used-t.reserved, tpm.Burst()))
+	if t.tokens != nil && known {
+		// A bucket replaced by a reload meanwhile is settled all the
+		// same: the tokens were taken from it.
+		t.tokens.settle(t.reserved, used, time.Now())
 	}
 }
 

@@ -1,0 +1,39 @@
+package ingress
+
+import (
+	"testing"
+	"time"
+)
+
+// The token bucket refunds what a request did not use, owes what it used
+// beyond its reservation, and refills at its rate.
+func TestBucket(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	b := newBucket(600, t0) // 10 a second
+	steps := []struct {
+		name string
+		do   func() bool
+	}{
+		{"take 500 of 600", func() bool { _, ok := b.take(500, t0); return ok }},
+		{"200 more refused", func() bool { d, ok := b.take(200, t0); return !ok && d == 10*time.Second }},
+		{"settle 500 reserved to 100 used", func() bool { b.settle(500, 100, t0); return true }},
+		{"take 500 after the refund", func() bool { _, ok := b.take(500, t0); return ok }},
+		{"settle 500 reserved to 700 used: 200 owed", func() bool { b.settle(500, 700, t0); return true }},
+		{"200 owed: 1 refused for 20.1 s", func() bool { d, ok := b.take(1, t0); return !ok && d == 20100*time.Millisecond }},
+		{"after 40 s, 200 there", func() bool { _, ok := b.take(200, t0.Add(40*time.Second)); return ok }},
+		{"refill capped at the minute's allowance", func() bool {
+			_, ok := b.take(601, t0.Add(time.Hour))
+			return !ok
+		}},
+		{"a lower limit caps the tokens in hand", func() bool {
+			b.setLimit(60, t0.Add(time.Hour))
+			_, ok := b.take(61, t0.Add(time.Hour))
+			return !ok && b.size() == 60
+		}},
+	}
+	for _, s := range steps {
+		if !s.do() {
+			t.Fatalf("%s: tokens %v", s.name, b.tokens)
+		}
+	}
+}
