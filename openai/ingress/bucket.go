@@ -29,13 +29,15 @@ func (b *bucket) refill(now time.Time) {
 	}
 }
 
-// setLimit changes the rate and size; the tokens in hand stay (capped).
+// setLimit changes the rate and size; what was used of the old size
+// counts against the new one.
 func (b *bucket) setLimit(perMinute int, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refill(now)
+	used := b.perMinute - b.tokens
 	b.perMinute = float64(perMinute)
-	b.tokens = min(b.tokens, b.perMinute)
+	b.tokens = b.perMinute - used
 }
 
 // size is the most one request may take.

@@ -25,10 +25,17 @@ func TestBucket(t *testing.T) {
 			_, ok := b.take(601, t0.Add(time.Hour))
 			return !ok
 		}},
-		{"a lower limit caps the tokens in hand", func() bool {
+		{"a lower limit counts the use so far", func() bool {
+			// 500 taken of the 600 in hand: under 60, 440 are owed.
+			b.take(500, t0.Add(time.Hour))
 			b.setLimit(60, t0.Add(time.Hour))
-			_, ok := b.take(61, t0.Add(time.Hour))
-			return !ok && b.size() == 60
+			_, ok := b.take(1, t0.Add(time.Hour))
+			return !ok && b.size() == 60 && b.tokens == -440
+		}},
+		{"a higher limit gives the difference at once", func() bool {
+			b.setLimit(1000, t0.Add(time.Hour))
+			_, ok := b.take(500, t0.Add(time.Hour))
+			return ok
 		}},
 	}
 	for _, s := range steps {

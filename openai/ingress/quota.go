@@ -91,19 +91,22 @@ func (q *quota) set(l KeyLimits) {
 	}
 }
 
-// perMinute is a limiter of n per minute with a burst of n, lim itself
-// retuned when there is one (its tokens carry over), nil for n == 0.
+// perMinute is a limiter of n per minute with a burst of n (nil for
+// n == 0). Replacing lim, it carries over what was used of lim's burst,
+// so that a new limit applies to the use so far: raised, the difference
+// is there at once; lowered, what was used beyond it is owed.
 func perMinute(lim *rate.Limiter, n int) *rate.Limiter {
 	if n == 0 {
 		return nil
 	}
-	r := rate.Limit(float64(n) / 60)
-	if lim == nil {
-		return rate.NewLimiter(r, n)
+	now := time.Now()
+	next := rate.NewLimiter(rate.Limit(float64(n)/60), n)
+	if lim != nil {
+		if used := int(math.Ceil(float64(lim.Burst()) - lim.TokensAt(now))); used > 0 {
+			next.ReserveN(now, min(used, n))
+		}
 	}
-	lim.SetLimit(r)
-	lim.SetBurst(n)
-	return lim
+	return next
 }
 
 // allows reports whether the key may ask for model.
