@@ -149,6 +149,9 @@ func TestOpenAIKeyLimits(t *testing.T) {
 	if err != nil || len(page.Data) != 1 || page.Data[0].ID != "gpt-4o" {
 		t.Fatalf("models of a key with models=gpt-4o: %+v %v", page, err)
 	}
+	if _, err := dave.Models.Get(ctx, "gpt-4o-mini"); apiError(t, err).StatusCode != 404 {
+		t.Fatalf("GET /v1/models/gpt-4o-mini of a key with models=gpt-4o: %v", err)
+	}
 
 	// The SDK's retry honours Retry-After: over rpm=60, one retry after
 	// the second it is told succeeds (its own first backoff is half that).

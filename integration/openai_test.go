@@ -446,6 +446,16 @@ func TestOpenAIModels(t *testing.T) {
 	if strings.Join(ids, ",") != strings.Join(want, ",") {
 		t.Fatalf("models %q, want %q", ids, want)
 	}
+	// GET /v1/models/{id}: a served model's object, 404 for another.
+	m, err := c.Models.Get(ctx, "gpt-4o")
+	if err != nil || m.ID != "gpt-4o" || m.Object != "model" || m.OwnedBy != "m2md" {
+		t.Fatalf("GET /v1/models/gpt-4o: %+v %v", m, err)
+	}
+	_, err = c.Models.Get(ctx, "nobody-serves-this")
+	var ae *openai.Error
+	if !errors.As(err, &ae) || ae.StatusCode != 404 || ae.Code != "model_not_found" {
+		t.Fatalf("GET /v1/models/nobody-serves-this: %v", err)
+	}
 	// The agent leaves: its models go within seconds.
 	e.agent.Close()
 	deadline := time.Now().Add(3 * time.Second)

@@ -1,6 +1,7 @@
 // Package ingress is the OpenAI-compatible HTTP endpoint of the daemon
 // (m2md serve --openai-addr): POST /v1/chat/completions, POST
-// /v1/embeddings and GET /v1/models, for any OpenAI client library.
+// /v1/embeddings, GET /v1/models and GET /v1/models/{id}, for any OpenAI
+// client library.
 //
 // The ingress is an agent of the mesh: it holds a session (package client)
 // per API-key identity, so its requests take the daemon's one routing path

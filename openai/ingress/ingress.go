@@ -150,6 +150,7 @@ func New(ctx context.Context, cfg Config) (*Ingress, error) {
 		in.serveRequest(w, r, frame.SchemaEmbeddingRequest)
 	})
 	handle(http.MethodGet, "/v1/models", in.serveModels)
+	in.mux.HandleFunc("GET /v1/models/{id...}", in.serveModel)
 	in.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if method, ok := allow[r.URL.Path]; ok {
 			w.Header().Set("Allow", method)
@@ -211,26 +212,53 @@ func (in *Ingress) agent(id Identity) *agent {
 	return in.agents[id]
 }
 
+// model is OpenAI's model object.
+type model struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+// models lists the models the caller may use now.
+func (in *Ingress) models(cl caller) []model {
+	out := []model{}
+	for _, m := range in.cfg.Models(cl.id.Org) {
+		if cl.q == nil || cl.q.allows(m) {
+			out = append(out, model{ID: m, Object: "model", OwnedBy: "m2md"})
+		}
+	}
+	return out
+}
+
+// serveModel answers GET /v1/models/{id}: the model's object while an
+// agent of the caller's org serves it (and its key may use it), else 404.
+func (in *Ingress) serveModel(w http.ResponseWriter, r *http.Request) {
+	cl, ok := in.identity(w, r)
+	if !ok {
+		return
+	}
+	id := r.PathValue("id")
+	for _, m := range in.models(cl) {
+		if m.ID == id {
+			b, _ := json.Marshal(m)
+			w.Header().Set("Content-Type", "application/json")
+			w.Write(b)
+			return
+		}
+	}
+	openai.WriteError(w, http.StatusNotFound, fmt.Sprintf("no agent serves model %q now", id), "invalid_request_error", "model_not_found", false)
+}
+
 func (in *Ingress) serveModels(w http.ResponseWriter, r *http.Request) {
 	cl, ok := in.identity(w, r)
 	if !ok {
 		return
 	}
-	type model struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Created int64  `json:"created"`
-		OwnedBy string `json:"owned_by"`
-	}
 	list := struct {
 		Object string  `json:"object"`
 		Data   []model `json:"data"`
-	}{Object: "list", Data: []model{}}
-	for _, m := range in.cfg.Models(cl.id.Org) {
-		if cl.q == nil || cl.q.allows(m) {
-			list.Data = append(list.Data, model{ID: m, Object: "model", OwnedBy: "m2md"})
-		}
-	}
+	}{Object: "list", Data: in.models(cl)}
 	b, _ := json.Marshal(list)
 	w.Header().Set("Content-Type", "application/json")
 	w.Write(b)
