@@ -40,9 +40,10 @@ func TestServeOpenAIKeysReload(t *testing.T) {
 	d := daemontest.Start(t, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	release := make(chan struct{})
+	release, entered := make(chan struct{}), make(chan struct{}, 1)
 	prov, err := client.Dial(ctx, d.URL("ws"), client.Options{AgentID: "slow-provider", Models: []string{"slow"},
 		Handler: client.HandlerFunc(func(ctx context.Context, _ *client.Request, w client.ResponseWriter) {
+			entered <- struct{}{}
 			select {
 			case <-release:
 			case <-ctx.Done():
@@ -86,6 +87,11 @@ func TestServeOpenAIKeysReload(t *testing.T) {
 	// A request in flight, then alice over her 2 a minute.
 	inFlight := make(chan int, 1)
 	go func() { inFlight <- ask(alice, "slow") }()
+	select {
+	case <-entered:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the first request did not reach the provider")
+	}
 	if got := ask(alice, "nobody-serves-this"); got != 404 {
 		t.Fatalf("second request: HTTP %d", got)
 	}
