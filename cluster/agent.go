@@ -20,6 +20,9 @@ type Agent struct {
 	// sets it (unix nanoseconds, pushed past any stamp it has seen for the
 	// id, so a node with a slow clock still replaces what it replaces).
 	Stamp int64 `json:"stamp"`
+	// Proof shows that Node holds the secret of Org (auth.go's orgProof);
+	// set by the announcing node, checked by every receiver.
+	Proof []byte `json:"proof,omitempty"`
 }
 
 // Newer reports whether a is a newer registration than b.
@@ -31,7 +34,7 @@ func (a *Agent) Newer(b *Agent) bool {
 }
 
 func (a *Agent) valid() error {
-	if len(a.Org) > 255 || len(a.ID) == 0 || len(a.ID) > 255 || len(a.Session) == 0 || len(a.Session) > 255 || len(a.Models) > 1024 {
+	if len(a.Org) > 255 || len(a.ID) == 0 || len(a.ID) > 255 || len(a.Session) == 0 || len(a.Session) > 255 || len(a.Models) > 1024 || len(a.Proof) > 64 {
 		return errors.New("cluster: bad agent")
 	}
 	for _, m := range a.Models {

@@ -79,6 +79,16 @@ type Cluster struct {
 
 	inc string // this start's incarnation (ctlMsg.Inc)
 
+	// me is this node's identity, members every other node's (node id ->
+	// *member), nonces the counter of the data messages this node sealed
+	// (auth.go). ctlMu orders the control counter (ctlCtr) with publishing.
+	me         *self
+	members    sync.Map
+	nonces     atomic.Uint64
+	ctlMu      sync.Mutex
+	ctlCtr     uint64
+	dropLogged atomic.Int64 // unix nanoseconds of the last drop logged
+
 	mu    sync.Mutex // local and seq; held while publishing events so seq order is publish order
 	seq   uint64
 	local map[string]Agent // by session id
@@ -116,9 +126,11 @@ type Stats struct {
 	// this node no longer remembered them: every request between the two
 	// nodes was ended instead.
 	LostAnswered, LostUnnamed atomic.Uint64
-	// Messages dropped without an answer: undecodable, or from a node
-	// that is not (or no longer) a member.
-	Malformed, UnknownNode atomic.Uint64
+	// Dropped counts the messages dropped without an answer, by reason
+	// (DropReason): undecodable, unauthenticated, replayed, from a node
+	// that is not (or no longer) a member, or speaking for what the
+	// sender may not.
+	Dropped [numDropReasons]atomic.Uint64
 	SendFailed             atomic.Uint64 // publishes that failed (connection down)
 	NodesDown              atomic.Uint64 // nodes declared dead
 }
@@ -152,6 +164,9 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 		local:  make(map[string]Agent),
 		peers:  make(map[string]*peer),
 		rx:     make(map[string]series),
+	}
+	if c.me, err = newSelf(&cfg); err != nil {
+		return nil, err
 	}
 	c.ringSize = ringSize(&cfg)
 	c.ctlSubj = c.prefix + "ctl"
@@ -229,7 +244,7 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 	go c.dispatch()
 	go c.heartbeats()
 	// Ask everyone for their agents now rather than at their next heartbeat.
-	c.publishCtl(c.ctlSubj, &ctlMsg{T: "sync", Node: cfg.Node})
+	c.publishCtl(c.ctlSubj, "", &ctlMsg{T: "sync", Node: cfg.Node})
 	ev := c.log.Info().Str("mode", c.mode()).Str("nats_link", cfg.natsProtection())
 	if c.srv != nil {
 		ev = ev.Str("route_links", cfg.routeProtection())
@@ -365,7 +380,7 @@ func (c *Cluster) Close() {
 		return
 	default:
 	}
-	c.publishCtl(c.ctlSubj, &ctlMsg{T: "bye", Node: c.cfg.Node})
+	c.publishCtl(c.ctlSubj, "", &ctlMsg{T: "bye", Node: c.cfg.Node})
 	_ = c.nc.FlushTimeout(time.Second)
 	close(c.done)
 	c.wg.Wait()
@@ -397,10 +412,16 @@ func (c *Cluster) nodeSubject(node string) string { return c.dest(node).subj }
 // every session registered on this node, after deciding a.Stamp.
 func (c *Cluster) Announce(a Agent) {
 	a.Node = c.cfg.Node
+	a.Proof = nil
+	if a.Org != "" && c.cfg.OrgKey != nil {
+		if key := c.cfg.OrgKey(a.Org); key != nil {
+			a.Proof = orgProof(key, c.cfg.Name, &a)
+		}
+	}
 	c.mu.Lock()
 	c.local[a.Session] = a
 	c.seq++
-	c.publishCtl(c.ctlSubj, &ctlMsg{T: "up", Node: c.cfg.Node, Seq: c.seq, Agent: &a})
+	c.publishCtl(c.ctlSubj, "", &ctlMsg{T: "up", Node: c.cfg.Node, Seq: c.seq, Agent: &a})
 	c.mu.Unlock()
 }
 
@@ -414,7 +435,7 @@ func (c *Cluster) Withdraw(a Agent) {
 	}
 	delete(c.local, a.Session)
 	c.seq++
-	c.publishCtl(c.ctlSubj, &ctlMsg{T: "down", Node: c.cfg.Node, Seq: c.seq, Agent: &Agent{ID: a.ID, Session: a.Session, Node: a.Node}})
+	c.publishCtl(c.ctlSubj, "", &ctlMsg{T: "down", Node: c.cfg.Node, Seq: c.seq, Agent: &Agent{ID: a.ID, Session: a.Session, Node: a.Node}})
 	c.mu.Unlock()
 }
 
@@ -499,9 +520,20 @@ func (c *Cluster) publish(subj string, b []byte) error {
 	return nil
 }
 
-func (c *Cluster) publishCtl(subj string, m *ctlMsg) {
-	m.Inc = c.inc
-	if err := c.nc.Publish(subj, appendControl(nil, m)); err != nil {
+// publishCtl signs m and publishes it on subj, for node to (empty: every
+// node). Counters are taken in publish order (auth.go).
+func (c *Cluster) publishCtl(subj, to string, m *ctlMsg) {
+	c.ctlMu.Lock()
+	defer c.ctlMu.Unlock()
+	c.ctlCtr++
+	m.Inc, m.To, m.Ctr, m.Born, m.KX, m.Cert = c.inc, to, c.ctlCtr, c.me.born, c.me.kxPub, c.me.chain
+	m.TS = time.Now().UnixMilli()
+	body := marshalControl(m)
+	sig, err := sign(c.me.signer, c.signed(body))
+	if err == nil {
+		err = c.nc.Publish(subj, appendControl(nil, body, sig))
+	}
+	if err != nil {
 		c.log.Debug().Err(err).Str("t", m.T).Msg("control message not sent")
 	}
 }
@@ -515,7 +547,7 @@ func (c *Cluster) heartbeats() {
 	for {
 		sent := c.lastSent() // read before publishing: what it counts went out first
 		c.mu.Lock()
-		c.publishCtl(c.ctlSubj, &ctlMsg{T: "hb", Node: c.cfg.Node, Seq: c.seq, Sent: sent})
+		c.publishCtl(c.ctlSubj, "", &ctlMsg{T: "hb", Node: c.cfg.Node, Seq: c.seq, Sent: sent})
 		c.mu.Unlock()
 		select {
 		case <-t.C:
@@ -543,10 +575,11 @@ func (c *Cluster) dispatch() {
 			// backlog that grows, and the headroom above the bound
 			// (inboxCap) is what lets the answers be given before
 			// anything is dropped.
-			c.handle(m.data, &req, &rep, m.shed)
+			c.handle(m, &req, &rep)
 			c.stats.InboxBytes.Add(-int64(len(m.data)))
 		case now := <-t.C:
 			c.checkPeers(now)
+			c.forgetMembers(now)
 		case <-c.done:
 			for node := range c.peers {
 				c.nodeDown(node, "leaving")
@@ -556,15 +589,60 @@ func (c *Cluster) dispatch() {
 	}
 }
 
-func (c *Cluster) handle(b []byte, req *Request, rep *Reply, shed bool) {
+// handle takes one message from the inbox: a control message is
+// authenticated, a sealed data message opened (unless take opened it
+// already, shedding it), and only then decoded and handed on.
+func (c *Cluster) handle(in inMsg, req *Request, rep *Reply) {
+	b, m, n := in.data, in.from, in.nonce
 	if len(b) == 0 {
-		c.stats.Malformed.Add(1)
+		c.drop(DropMalformed, "")
+		return
+	}
+	if m == nil {
+		switch b[0] {
+		case kindControl:
+			var cm ctlMsg
+			body, sig, err := decodeControl(b, &cm)
+			if err != nil {
+				c.drop(DropMalformed, "")
+				return
+			}
+			if c.authControl(&cm, body, sig) {
+				c.control(&cm)
+			}
+			return
+		case kindSealed:
+			var ok bool
+			if b, m, n, ok = c.open(b); !ok {
+				return
+			}
+		default:
+			c.drop(DropBadSignature, "") // data that is not sealed
+			return
+		}
+	}
+	if n <= m.rxN {
+		c.drop(DropReplayed, m.node)
+		return
+	}
+	m.rxN = n
+	c.handleData(b, m.node, req, rep, in.shed)
+}
+
+// handleData hands on data message b, opened from node's seal.
+func (c *Cluster) handleData(b []byte, node string, req *Request, rep *Reply, shed bool) {
+	if len(b) == 0 {
+		c.drop(DropMalformed, node)
 		return
 	}
 	switch b[0] {
 	case kindRequest:
 		if decodeRequest(b, req) != nil {
-			c.stats.Malformed.Add(1)
+			c.drop(DropMalformed, node)
+			return
+		}
+		if req.From != node {
+			c.drop(DropForbidden, node)
 			return
 		}
 		c.sequence(req.From, req.Seq)
@@ -574,13 +652,13 @@ func (c *Cluster) handle(b []byte, req *Request, rep *Reply, shed bool) {
 			req.Frame = nil // cut on arrival (inbox.go)
 		}
 		if req.Stranger {
-			c.stats.UnknownNode.Add(1)
+			c.stats.Dropped[DropUnknownNode].Add(1) // answered, not delivered
 		}
 		c.h.Request(req)
 	case kindReply:
 		// A reply from a node declared dead is void: its requests were
 		// answered agent_gone then.
-		if c.admit(decodeReply(b, rep), rep.From, rep.Seq) {
+		if c.admit(decodeReply(b, rep), node, rep.From, rep.Seq) {
 			c.received(shed)
 			rep.Shed = shed
 			if shed {
@@ -590,18 +668,18 @@ func (c *Cluster) handle(b []byte, req *Request, rep *Reply, shed bool) {
 		}
 	case kindCancel:
 		var cn Cancel
-		if c.admit(decodeCancel(b, &cn), cn.From, cn.Seq) {
+		if c.admit(decodeCancel(b, &cn), node, cn.From, cn.Seq) {
 			c.h.Cancel(&cn)
 		}
 	case kindNotice:
 		var n Notice
-		if c.admit(decodeNotice(b, &n), n.From, n.Seq) {
+		if c.admit(decodeNotice(b, &n), node, n.From, n.Seq) {
 			c.noteAbout(n.From, &n)
 			c.h.Notice(&n)
 		}
 	case kindLost, kindForgot, kindVoid:
 		var g gapMsg
-		if c.admit(decodeGap(b, &g), g.From, g.Seq) {
+		if c.admit(decodeGap(b, &g), node, g.From, g.Seq) {
 			switch g.Kind {
 			case kindLost:
 				c.answerLost(g.From, g.First, g.Last)
@@ -614,33 +692,26 @@ func (c *Cluster) handle(b []byte, req *Request, rep *Reply, shed bool) {
 				c.h.Lost(&Lost{Kind: LostVoid, Node: g.From})
 			}
 		}
-	case kindControl:
-		var cm ctlMsg
-		if decodeControl(b, &cm) != nil {
-			c.stats.Malformed.Add(1)
-			return
-		}
-		if cm.Node != c.cfg.Node {
-			c.control(&cm)
-		}
 	default:
-		c.stats.Malformed.Add(1)
+		c.drop(DropMalformed, node)
 	}
 }
 
 // admit reports whether a data message decoded (err) from node from,
-// numbered seq, is to be handled, counting it when not: undecodable, or
-// from a non-member.
-func (c *Cluster) admit(err error, from string, seq uint64) bool {
+// numbered seq, opened from node's seal, is to be handled, counting it when
+// not: undecodable, speaking for another node, or from a non-member.
+func (c *Cluster) admit(err error, node, from string, seq uint64) bool {
 	switch {
 	case err != nil:
-		c.stats.Malformed.Add(1)
+		c.drop(DropMalformed, node)
+		return false
+	case from != node:
+		c.drop(DropForbidden, node)
 		return false
 	}
 	c.sequence(from, seq)
-	switch {
-	case c.peers[from] == nil:
-		c.stats.UnknownNode.Add(1)
+	if c.peers[from] == nil {
+		c.drop(DropUnknownNode, from)
 		return false
 	}
 	return true
@@ -699,6 +770,10 @@ func (c *Cluster) control(m *ctlMsg) {
 			a := *m.Agent
 			a.Node = m.Node
 			if m.T == "up" {
+				if !c.mayAnnounce(&a) {
+					c.drop(DropForbidden, m.Node)
+					return
+				}
 				c.agentUp(p, a)
 			} else if old, ok := p.agents[a.Session]; ok {
 				delete(p.agents, a.Session)
@@ -713,6 +788,10 @@ func (c *Cluster) control(m *ctlMsg) {
 		keep := make(map[string]bool, len(m.Agents))
 		for _, a := range m.Agents {
 			a.Node = m.Node
+			if !c.mayAnnounce(&a) {
+				c.drop(DropForbidden, m.Node)
+				continue
+			}
 			keep[a.Session] = true
 			if _, ok := p.agents[a.Session]; !ok {
 				c.agentUp(p, a)
@@ -738,7 +817,7 @@ func (c *Cluster) agentUp(p *peer, a Agent) {
 
 func (c *Cluster) askSnapshot(node string, p *peer, now time.Time) {
 	p.syncing, p.syncAsked = true, now
-	c.publishCtl(c.nodeSubject(node), &ctlMsg{T: "sync", Node: c.cfg.Node})
+	c.publishCtl(c.nodeSubject(node), node, &ctlMsg{T: "sync", Node: c.cfg.Node})
 }
 
 func (c *Cluster) sendSnapshot(to string) {
@@ -751,7 +830,7 @@ func (c *Cluster) sendSnapshot(to string) {
 	// exactly what was published before it (seq.go's settle).
 	d := c.lockDest(to)
 	m.Sent = map[string]uint64{to: d.seq}
-	c.publishCtl(d.subj, &m)
+	c.publishCtl(d.subj, to, &m)
 	d.mu.Unlock()
 	c.mu.Unlock()
 }
@@ -760,8 +839,9 @@ func (c *Cluster) sendSnapshot(to string) {
 // subscription to the control subject, as control messages arrive.
 func (c *Cluster) noteHeard(m *nats.Msg) {
 	var cm ctlMsg
-	if decodeControl(m.Data, &cm) != nil || cm.Node == c.cfg.Node {
-		return
+	body, sig, err := decodeControl(m.Data, &cm)
+	if err != nil || !c.heardFrom(&cm, body, sig) {
+		return // counted by the dispatcher, which sees it too
 	}
 	now := time.Now().UnixNano()
 	if v, ok := c.heard.Load(cm.Node); ok {

@@ -19,6 +19,7 @@ type recorder struct {
 	reqs     []Request
 	reps     []Reply
 	notices  []Notice
+	cancels  []Cancel
 	lost     []Lost
 	// slow, if set, is how long Request takes: a dispatcher falling behind.
 	slow time.Duration
@@ -41,7 +42,7 @@ func (r *recorder) Request(q *Request) {
 	r.reqs = append(r.reqs, c)
 	r.mu.Unlock()
 }
-func (r *recorder) Cancel(c *Cancel) {}
+func (r *recorder) Cancel(c *Cancel) { r.mu.Lock(); r.cancels = append(r.cancels, *c); r.mu.Unlock() }
 func (r *recorder) Notice(n *Notice) { r.mu.Lock(); r.notices = append(r.notices, *n); r.mu.Unlock() }
 func (r *recorder) Lost(l *Lost)     { r.mu.Lock(); r.lost = append(r.lost, *l); r.mu.Unlock() }
 
@@ -396,9 +397,10 @@ func TestLostAtJoin(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer nc.Close()
+			seal := ghost(t, a, "ghost")
 			for i := range 3 { // one held in the Handler, two waiting: full
 				g, _ := appendRequest(nil, &Request{Seq: uint64(i + 1), From: "ghost", W: uint64(i + 1), Requester: "r", Target: "p", Frame: []byte("#M2M")})
-				if err := nc.Publish("m2md.m2md.n.a", g); err != nil {
+				if err := nc.Publish("m2md.m2md.n.a", seal(g)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -409,6 +411,9 @@ func TestLostAtJoin(t *testing.T) {
 			if !tc.early {
 				b = startNode(t, cfg, hb)
 			}
+			// b seals for a with the key it derives from a's heartbeats,
+			// which a's stalled dispatcher does not hold back.
+			waitFor(t, "b hears a", func() bool { return b.Stats().Nodes.Load() == 1 })
 			before := dropped(a)
 			for i := range lost {
 				if err := b.SendRequest("a", &Request{W: uint64(i + 1), Requester: "r", Target: "p1", Frame: []byte{1}}); err != nil {
@@ -564,19 +569,20 @@ func TestBusyNodeKeepsPeers(t *testing.T) {
 	}
 }
 
-// TestStranger: a request from a node this node does not count as a member
-// reaches the Handler marked Stranger (to be answered, not dropped).
+// TestStranger: a request from an authenticated node this node does not
+// count as a member reaches the Handler marked Stranger (to be answered,
+// not dropped).
 func TestStranger(t *testing.T) {
 	url := standaloneNATS(t)
 	ha := &recorder{}
-	startNode(t, Config{URLs: []string{url}, Node: "a"}, ha)
+	a := startNode(t, Config{URLs: []string{url}, Node: "a"}, ha)
 	nc, err := nats.Connect(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
 	b, _ := appendRequest(nil, &Request{Seq: 1, From: "ghost", W: 5, Requester: "r", Target: "p", Frame: []byte("#M2M")})
-	if err := nc.Publish("m2md.m2md.n.a", b); err != nil {
+	if err := nc.Publish("m2md.m2md.n.a", ghost(t, a, "ghost")(b)); err != nil {
 		t.Fatal(err)
 	}
 	ha.wait(t, "the stranger's request", func() bool { return len(ha.reqs) == 1 })

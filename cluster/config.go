@@ -106,6 +106,14 @@ type Config struct {
 	// Default max(Inbox, 4,096).
 	Headroom int
 
+	// OrgKey returns the key (OrgAnnounceKey of the org's secret) with
+	// which this node proves, and checks, that an announced agent of org is
+	// announced by a node holding the org's secret; nil for an org this
+	// node has no secret for, whose agents from other nodes it refuses.
+	// Nil (daemons without org secrets): only agents of the open namespace
+	// are taken.
+	OrgKey func(org string) []byte
+
 	// Logger receives structured logs (never payloads or secrets).
 	Logger zerolog.Logger
 }

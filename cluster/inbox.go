@@ -26,6 +26,10 @@ package cluster
 type inMsg struct {
 	data []byte
 	shed bool // cut to its header on arrival (a request or reply): answer it with an error
+	// from is set when take opened the message's seal to shed it: data is
+	// then the data message inside, and nonce the seal's (auth.go).
+	from  *member
+	nonce uint64
 }
 
 // arriveCap is the capacity of the channel NATS delivers into. The receive
@@ -51,16 +55,26 @@ func (c *Cluster) receive() {
 }
 
 // take queues b for the dispatcher, shed if the inbox is at either bound.
+// To shed a request or reply it opens its seal here (the dispatcher opens
+// the others): only what is inside tells a request from a cancel, and the
+// frame is what must be let go.
 func (c *Cluster) take(b []byte) {
 	in := inMsg{data: b}
 	if len(c.inbox) >= c.cfg.Inbox || c.stats.InboxBytes.Load() >= int64(c.cfg.InboxBytes) {
-		if len(b) > 0 && (b[0] == kindRequest || b[0] == kindReply) {
-			cut, ok := cutFrame(b)
+		if len(b) > 0 && b[0] == kindSealed {
+			inner, m, n, ok := c.open(b)
 			if !ok {
-				c.stats.Malformed.Add(1)
 				return
 			}
-			in = inMsg{data: cut, shed: true}
+			in = inMsg{data: inner, from: m, nonce: n}
+			if inner[0] == kindRequest || inner[0] == kindReply {
+				cut, ok := cutFrame(inner)
+				if !ok {
+					c.drop(DropMalformed, m.node)
+					return
+				}
+				in.data, in.shed = cut, true
+			}
 		}
 	}
 	n := int64(len(in.data))

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"encoding/binary"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -143,15 +145,30 @@ func (c *Cluster) lockDest(node string) *dest {
 	return d
 }
 
+// ErrUnknownNode is returned for a message to a node this node has no
+// authenticated identity of (it never heard it, or forgot it): there is no
+// key to seal the message with.
+var ErrUnknownNode = errors.New("cluster: no authenticated identity of that node (not heard from it)")
+
 // publishData numbers b (an encoded data message, seq at b[1:9]) for node,
-// publishes it and remembers e under its number.
+// seals it (auth.go), publishes it and remembers e under its number.
 func (c *Cluster) publishData(node string, b []byte, e sent) error {
+	m := c.member(node)
+	if m == nil {
+		c.stats.SendFailed.Add(1)
+		return fmt.Errorf("%w: %s", ErrUnknownNode, node)
+	}
 	d := c.lockDest(node)
 	defer d.mu.Unlock()
 	seq := d.seq + 1
 	binary.BigEndian.PutUint64(b[1:9], seq)
-	if err := c.publish(d.subj, b); err != nil {
-		return err // the number is not used: no gap
+	sp := c.bufs.Get().(*[]byte)
+	sb := c.seal((*sp)[:0], m, b)
+	err := c.publish(d.subj, sb)
+	*sp = sb[:0]
+	c.bufs.Put(sp)
+	if err != nil {
+		return err // the number is not used: no gap (the nonce is, never to be used again)
 	}
 	d.seq = seq
 	if d.ring == nil {

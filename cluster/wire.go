@@ -8,25 +8,34 @@ import (
 	"unsafe"
 )
 
-// Messages on the cluster's subjects. Data (requests and replies) is binary
-// and carries the frame as the daemon verified it, unprotected: the NATS
-// connections between nodes are what authenticate it in transit, and the
-// delivering node protects it again for its session.
+// Messages on the cluster's subjects. Every message is authenticated by the
+// node that sent it (auth.go): a control message is signed, a data message
+// (every kind but control) is sealed under the key of its pair of nodes and
+// crosses NATS only so:
+//
+//	control: 0x03 | sig len u16 | sig | JSON (ctlMsg, signed)
+//	sealed:  0x09 | nonce u64 | len u8 | from node | ChaCha20-Poly1305(data message) (auth.go)
+//
+// The data messages inside a seal:
 //
 //	request: 0x01 | seq u64 | w u64 | algo u8 | len u8 | from node | len u8 | org | len u8 | requester | len u8 | target | frame
 //	reply:   0x02 | seq u64 | w u64 | n u32 | flags u8 | algo u8 | len u8 | from node | len u8 | provider | frame
-//	control: 0x03 | JSON (ctlMsg)
 //	cancel:  0x04 | seq u64 | w u64 | len u8 | from node
 //	notice:  0x05 | seq u64 | w u64 | about u64 | len u8 | from node | len u8 | code | message
 //	lost:    0x06 | seq u64 | first u64 | last u64 | len u8 | from node
 //	forgot:  0x07 | seq u64 | first u64 | last u64 | len u8 | from node
 //	void:    0x08 | seq u64 | 0 u64 | 0 u64 | len u8 | from node
 //
+// The frame is the one the sending daemon verified, without its session's
+// protection: the seal is what protects it between nodes, and the
+// delivering node protects it again for its session. from must be the
+// node of the seal.
+//
 // w is the requesting node's id for the request (see Handler). n is a
 // reply's place among the request's replies, from 0 (Unnumbered for an
 // error the provider's node made itself): the requester's node sees a
 // lost chunk at the next one. seq numbers
-// the data messages (every kind but control) one node publishes to another,
+// the data messages one node publishes to another,
 // from 1, so that the receiver sees what NATS dropped (seq.go). A control
 // message's JSON carries "sent": in a heartbeat, the last seq the sender
 // published to each node; in a snapshot, the last seq it published to the
@@ -375,37 +384,65 @@ type ctlMsg struct {
 	// the data to that node: it settles where the series began (seq.go's
 	// settle).
 	Sent map[string]uint64 `json:"sent,omitempty"`
+
+	// What authenticates it (auth.go): To is the node it is for (empty:
+	// every node), TS when it was sent (unix milliseconds), Ctr the
+	// sender's count of the control messages of this incarnation, Born when
+	// the incarnation began (unix nanoseconds), KX its X25519 public key
+	// and Cert its certificate chain (DER, leaf first).
+	To   string   `json:"to,omitempty"`
+	TS   int64    `json:"ts"`
+	Ctr  uint64   `json:"ctr"`
+	Born int64    `json:"born"`
+	KX   []byte   `json:"kx"`
+	Cert [][]byte `json:"cert"`
 }
 
-func appendControl(b []byte, m *ctlMsg) []byte {
-	j, _ := json.Marshal(m) // plain strings and numbers: cannot fail
-	return append(append(b, kindControl), j...)
+// appendControl appends m, signed with sig over body (m's JSON, from
+// marshalControl).
+func appendControl(b, body, sig []byte) []byte {
+	b = append(b, kindControl)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(sig)))
+	return append(append(b, sig...), body...)
 }
 
-func decodeControl(b []byte, m *ctlMsg) error {
-	if len(b) < 2 || b[0] != kindControl {
-		return ErrMalformed
+func marshalControl(m *ctlMsg) []byte {
+	j, _ := json.Marshal(m) // plain strings, numbers and bytes: cannot fail
+	return j
+}
+
+// decodeControl decodes b into m and returns the JSON and the signature
+// over it, both aliasing b; it checks the form, not the signature.
+func decodeControl(b []byte, m *ctlMsg) (body, sig []byte, err error) {
+	if len(b) < 4 || b[0] != kindControl {
+		return nil, nil, ErrMalformed
 	}
-	if err := json.Unmarshal(b[1:], m); err != nil {
-		return fmt.Errorf("%w: %v", ErrMalformed, err)
+	n := int(binary.BigEndian.Uint16(b[1:3]))
+	if n == 0 || len(b) < 3+n+1 {
+		return nil, nil, ErrMalformed
 	}
-	if !subjectSafe(m.Node) || len(m.Inc) > 64 {
-		return ErrMalformed
+	sig, body = b[3:3+n], b[3+n:]
+	if err := json.Unmarshal(body, m); err != nil {
+		return nil, nil, fmt.Errorf("%w: %v", ErrMalformed, err)
+	}
+	if !subjectSafe(m.Node) || len(m.Inc) == 0 || len(m.Inc) > 64 || (m.To != "" && !subjectSafe(m.To)) || m.Ctr == 0 ||
+		len(m.KX) != 32 || len(m.Cert) == 0 || len(m.Cert) > maxChain {
+		return nil, nil, ErrMalformed
 	}
 	switch m.T {
 	case "up", "down":
 		if m.Agent == nil || m.Agent.valid() != nil {
-			return ErrMalformed
+			return nil, nil, ErrMalformed
 		}
 	case "snap":
 		for i := range m.Agents {
 			if m.Agents[i].valid() != nil {
-				return ErrMalformed
+				return nil, nil, ErrMalformed
 			}
 		}
 	case "hb", "sync", "bye":
 	default:
-		return ErrMalformed
+		return nil, nil, ErrMalformed
 	}
-	return nil
+	return body, sig, nil
 }

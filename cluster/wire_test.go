@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 )
 
@@ -64,6 +65,40 @@ func TestWireRoundTrip(t *testing.T) {
 	}
 }
 
+// TestDecodeRefusesZeroIDs: a data message must name its request (w) and
+// carry its place in its sender's series (seq): neither is ever 0, and a
+// message claiming 0 is refused as malformed rather than taken as request
+// 0 or the start of a series.
+func TestDecodeRefusesZeroIDs(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		decode func() error
+	}{
+		{"cancel w 0", func() error { b, _ := appendCancel(nil, &Cancel{Seq: 1, From: "a"}); return decodeCancel(b, &Cancel{}) }},
+		{"cancel seq 0", func() error { b, _ := appendCancel(nil, &Cancel{W: 1, From: "a"}); return decodeCancel(b, &Cancel{}) }},
+		{"notice w 0", func() error {
+			b, _ := appendNotice(nil, &Notice{Seq: 1, From: "a", Code: "c"})
+			return decodeNotice(b, &Notice{})
+		}},
+		{"notice seq 0", func() error {
+			b, _ := appendNotice(nil, &Notice{W: 1, From: "a", Code: "c"})
+			return decodeNotice(b, &Notice{})
+		}},
+		{"request w 0", func() error {
+			b, _ := appendRequest(nil, &Request{Seq: 1, From: "a", Requester: "r", Target: "t", Frame: []byte{1}})
+			return decodeRequest(b, &Request{})
+		}},
+		{"reply seq 0", func() error {
+			b, _ := appendReply(nil, &Reply{W: 1, From: "a", Provider: "p", Frame: []byte{1}})
+			return decodeReply(b, &Reply{})
+		}},
+	} {
+		if err := tc.decode(); !errors.Is(err, ErrMalformed) {
+			t.Errorf("%s: %v, want ErrMalformed", tc.name, err)
+		}
+	}
+}
+
 // FuzzDecode: no input makes a decoder panic, and what decodes re-encodes
 // to the same bytes.
 func FuzzDecode(f *testing.F) {
@@ -81,9 +116,13 @@ func FuzzDecode(f *testing.F) {
 	}
 	vd, _ := appendGap(nil, &gapMsg{Kind: kindVoid, Seq: 1, From: "a"})
 	f.Add(vd)
-	f.Add(appendControl(nil, &ctlMsg{T: "up", Node: "a", Seq: 3, Agent: &Agent{ID: "x", Session: "s", Models: []string{"m"}}}))
-	f.Add(appendControl(nil, &ctlMsg{T: "snap", Node: "a", Agents: []Agent{{ID: "x", Session: "s"}}, Sent: map[string]uint64{"b": 7}}))
-	f.Add(appendControl(nil, &ctlMsg{T: "hb", Node: "a", Seq: 2, Sent: map[string]uint64{"b": 7, "c": 1}}))
+	auth := func(m ctlMsg) []byte {
+		m.Inc, m.Ctr, m.TS, m.Born, m.KX, m.Cert = "0123456789abcdef", 3, 1700000000000, 1700000000000000000, make([]byte, 32), [][]byte{[]byte("not a certificate")}
+		return appendControl(nil, marshalControl(&m), []byte("signature"))
+	}
+	f.Add(auth(ctlMsg{T: "up", Node: "a", Seq: 3, Agent: &Agent{Org: "acme", ID: "x", Session: "s", Models: []string{"m"}, Proof: make([]byte, 32)}}))
+	f.Add(auth(ctlMsg{T: "snap", Node: "a", To: "b", Agents: []Agent{{ID: "x", Session: "s"}}, Sent: map[string]uint64{"b": 7}}))
+	f.Add(auth(ctlMsg{T: "hb", Node: "a", Seq: 2, Sent: map[string]uint64{"b": 7, "c": 1}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var q Request
 		if decodeRequest(b, &q) == nil {
@@ -121,13 +160,15 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 		var m ctlMsg
-		if decodeControl(b, &m) == nil {
-			// What decodes re-encodes to a message that decodes and
-			// re-encodes the same (JSON's bytes need not be b's).
-			enc := appendControl(nil, &m)
-			var again ctlMsg
-			if err := decodeControl(enc, &again); err != nil || !bytes.Equal(appendControl(nil, &again), enc) {
-				t.Fatalf("control %q re-encodes to %q, which does not decode to itself (%v)", b, enc, err)
+		if body, sig, err := decodeControl(b, &m); err == nil {
+			// The signature covers the JSON as sent: what decodes is
+			// those bytes, and they re-encode to b.
+			if again := appendControl(nil, body, sig); !bytes.Equal(again, b) {
+				t.Fatalf("control %q re-encodes to %q", b, again)
+			}
+			var m2 ctlMsg
+			if _, _, err := decodeControl(appendControl(nil, marshalControl(&m), sig), &m2); err != nil {
+				t.Fatalf("control %q does not decode once re-marshalled: %v", b, err)
 			}
 		}
 	})

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/router"
+	"github.com/m2md/m2md/security"
 	"github.com/m2md/m2md/transport"
 )
 
@@ -600,6 +602,24 @@ func refSession(ref any) *session {
 	return nil
 }
 
+// orgAnnounceKeys is cluster.Config.OrgKey for the daemon's org secrets:
+// this node announces, and takes from other nodes, agents of the orgs it
+// has the secret of (nil without org secrets: the open namespace only).
+func orgAnnounceKeys(secrets map[string]security.Secret) (func(string) []byte, error) {
+	if len(secrets) == 0 {
+		return nil, nil
+	}
+	keys := make(map[string][]byte, len(secrets))
+	for org, secret := range secrets {
+		k, err := cluster.OrgAnnounceKey(secret, org)
+		if err != nil {
+			return nil, fmt.Errorf("org %q: %w", org, err)
+		}
+		keys[org] = k[:]
+	}
+	return func(org string) []byte { return keys[org] }, nil
+}
+
 // registerClusterMetrics exports the cluster's counters on /metrics.
 func (s *Server) registerClusterMetrics() {
 	st := s.cluster.c.Stats()
@@ -614,12 +634,14 @@ func (s *Server) registerClusterMetrics() {
 	gauge("m2md_cluster_inbox_bytes", "Bytes of messages from other nodes waiting for this node's cluster dispatcher (bounded by --cluster-inbox-bytes).", func() float64 { return float64(st.InboxBytes.Load()) })
 	counter("m2md_cluster_sent_total", "Requests and replies published to other nodes.", func() float64 { return float64(st.Sent.Load()) })
 	counter("m2md_cluster_received_total", "Requests and replies received from other nodes.", func() float64 { return float64(st.Received.Load()) })
-	for reason, v := range map[string]*atomic.Uint64{
-		"inbox_full": &st.Shed, "slow_consumer": &st.SlowConsumer, "malformed": &st.Malformed, "unknown_node": &st.UnknownNode,
-	} {
+	dropped := map[string]*atomic.Uint64{"inbox_full": &st.Shed, "slow_consumer": &st.SlowConsumer}
+	for _, r := range cluster.DropReasons() {
+		dropped[r.String()] = &st.Dropped[r]
+	}
+	for reason, v := range dropped {
 		s.metrics.registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "m2md_cluster_dropped_total", ConstLabels: prometheus.Labels{"reason": reason},
-			Help: "Requests and replies from other nodes not delivered, by reason: inbox_full (answered with an error), slow_consumer (dropped by NATS, reported to the sender, which answers them: m2md_cluster_lost_total), malformed, unknown_node (from a node not, or no longer, a member).",
+			Help: "Messages from other nodes not delivered, by reason: inbox_full (answered with an error), slow_consumer (dropped by NATS, reported to the sender, which answers them: m2md_cluster_lost_total), malformed, unknown_node (from a node not, or no longer, a member, or with no authenticated identity), bad_signature (a signature or seal that does not verify, or data not sealed), bad_certificate (a certificate that does not chain to --cluster-tls-ca or names another node), replayed (a counter already taken), stale (outside the control messages' time window, or an older incarnation), forbidden (a node speaking for another node, or for an agent of an org it cannot prove it has the secret of).",
 		}, func() float64 { return float64(v.Load()) }))
 	}
 	for outcome, v := range map[string]*atomic.Uint64{"answered": &st.LostAnswered, "unnamed": &st.LostUnnamed} {

@@ -273,6 +273,9 @@ func (s *Server) startCluster() (stop func(), err error) {
 	cs := newClusterState(s)
 	ccfg := s.cfg.Cluster
 	ccfg.Logger = s.log.With().Str("component", "cluster").Logger()
+	if ccfg.OrgKey, err = orgAnnounceKeys(s.cfg.OrgSecrets); err != nil {
+		return nil, fmt.Errorf("daemon: %w", err)
+	}
 	c, err := cluster.Start(ccfg, cs)
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)

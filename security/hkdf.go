@@ -38,6 +38,13 @@ func AgentKey(master []byte, org, agent string) (Key, error) {
 	return derive32(master, kdfVersion+"/"+org+"/"+agent)
 }
 
+// DeriveKey derives one 32-byte key from ikm (a shared secret, an org
+// master secret) for the purpose named by info: HKDF-SHA256 without salt.
+// info must name the purpose and everything the key is bound to, so that
+// no two purposes ever derive the same key: the protocol's own paths start
+// with "m2m/v1/", so others must not. The caller should Wipe the result.
+func DeriveKey(ikm []byte, info string) (Key, error) { return derive32(ikm, info) }
+
 // hkdfSHA256 is RFC 5869 HKDF-SHA256, length 1 to maxDeriveLen bytes.
 func hkdfSHA256(ikm, salt []byte, info string, length int) ([]byte, error) {
 	if length < 1 || length > maxDeriveLen {
