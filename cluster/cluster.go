@@ -130,9 +130,9 @@ type Stats struct {
 	// (DropReason): undecodable, unauthenticated, replayed, from a node
 	// that is not (or no longer) a member, or speaking for what the
 	// sender may not.
-	Dropped [numDropReasons]atomic.Uint64
-	SendFailed             atomic.Uint64 // publishes that failed (connection down)
-	NodesDown              atomic.Uint64 // nodes declared dead
+	Dropped    [numDropReasons]atomic.Uint64
+	SendFailed atomic.Uint64 // publishes that failed (connection down)
+	NodesDown  atomic.Uint64 // nodes declared dead
 }
 
 type peer struct {

@@ -121,6 +121,7 @@ func TestShed(t *testing.T) {
 	a := startNode(t, Config{Listen: "127.0.0.1:0", Node: "a", Inbox: 4}, ha)
 	b := startNode(t, Config{Listen: "127.0.0.1:0", Node: "b", Routes: []string{"nats://" + a.RouteAddr().String()}}, hb)
 	ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
+	waitFor(t, "b knows a (its key)", func() bool { return b.member("a") != nil })
 	const n = 300
 	for i := range n {
 		if err := b.SendRequest("a", &Request{W: uint64(i + 1), Requester: "r", Target: "p1", Frame: []byte{byte(i)}}); err != nil {
@@ -174,6 +175,7 @@ func TestShedBytes(t *testing.T) {
 			cfg.Node, cfg.Routes = "b", []string{"nats://" + a.RouteAddr().String()}
 			b := startNode(t, cfg, hb)
 			ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
+			waitFor(t, "b knows a (its key)", func() bool { return b.member("a") != nil })
 			fr := make([]byte, tc.size)
 			for i := range n {
 				fr[0] = byte(i)
@@ -538,6 +540,7 @@ func TestBusyNodeKeepsPeers(t *testing.T) {
 	a := startNode(t, Config{Listen: "127.0.0.1:0", Node: "a", DeadAfter: deadAfter}, ha)
 	b := startNode(t, Config{Listen: "127.0.0.1:0", Node: "b", DeadAfter: deadAfter, Routes: []string{"nats://" + a.RouteAddr().String()}}, hb)
 	ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
+	waitFor(t, "b knows a (its key)", func() bool { return b.member("a") != nil })
 	const n = 3000 // 3 s of work at least: more than DeadAfter
 	for i := range n {
 		if err := b.SendRequest("a", &Request{W: uint64(i + 1), Requester: "r", Target: "p1", Frame: []byte{1}}); err != nil {

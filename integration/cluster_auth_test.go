@@ -1,0 +1,199 @@
+package integration
+
+import (
+	"bytes"
+	"encoding/binary"
+	"net/url"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+
+	"github.com/m2md/m2md/cluster"
+	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+	"github.com/m2md/m2md/security"
+)
+
+// TestClusterForgeryRefused: a NATS client on the cluster's NATS but
+// without a node's key - a plain client of an existing NATS deployment
+// (--nats-url), or one on a rogue server that joined the embedded routes
+// with the cluster password - reads every cluster subject while alice
+// asks bob (another node) over an aead session, then announces acme/bob,
+// injects a forged request from alice's node as "ceo", and replays every
+// message it captured. It reads no request or reply text; bob is not
+// replaced and gets nothing forged or replayed, alice no second reply;
+// every drop is counted, and the two nodes go on serving.
+func TestClusterForgeryRefused(t *testing.T) {
+	orgs := func(c *daemon.Config) { c.OrgSecrets = map[string]security.Secret{"acme": testMaster} }
+	for _, mode := range []string{"external", "embedded"} {
+		t.Run(mode, func(t *testing.T) {
+			var nodes []*testDaemon
+			var attacker string
+			if mode == "external" {
+				_, natsURL := startNATS(t)
+				for range 2 {
+					nodes = append(nodes, startDaemon(t, func(c *daemon.Config) {
+						c.Cluster = cluster.Config{URLs: []string{natsURL}}
+						orgs(c)
+					}))
+				}
+				waitMesh(t, nodes)
+				attacker = natsURL
+			} else {
+				const user, password = "m2md", "correct horse battery staple"
+				nodes = startCluster(t, 2, func(c *cluster.Config) { c.User, c.Password = user, password }, orgs)
+				attacker = rogueServer(t, nodes[0].Cluster().RouteAddr.String(), user, password)
+			}
+			forgeAndReplay(t, nodes, attacker)
+		})
+	}
+}
+
+// rogueServer runs a nats-server that joins the embedded routes at route
+// with the cluster's password (stolen: the routes carry no more than it)
+// and returns its client URL.
+func rogueServer(t *testing.T, route, user, password string) string {
+	t.Helper()
+	s, err := server.NewServer(&server.Options{
+		Host: "127.0.0.1", Port: server.RANDOM_PORT, NoLog: true, NoSigs: true, MaxPayload: cluster.MaxMessage,
+		Cluster: server.ClusterOpts{Name: cluster.DefaultName, Host: "127.0.0.1", Port: server.RANDOM_PORT, Username: user, Password: password},
+		Routes:  []*url.URL{{Scheme: "nats", Host: route, User: url.UserPassword(user, password)}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start()
+	t.Cleanup(func() { s.Shutdown(); s.WaitForShutdown() })
+	if !s.ReadyForConnections(10 * time.Second) {
+		t.Fatal("rogue nats-server did not start")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for s.NumRoutes() < 2 { // to both nodes: NATS gossips the mesh
+		if time.Now().After(deadline) {
+			t.Fatalf("rogue server has %d routes, want 2", s.NumRoutes())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return "nats://" + s.Addr().String()
+}
+
+func forgeAndReplay(t *testing.T, nodes []*testDaemon, natsURL string) {
+	nc, err := nats.Connect(natsURL, nats.MaxReconnects(0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	var mu sync.Mutex
+	var captured []*nats.Msg
+	sub, err := nc.Subscribe("m2md.>", func(m *nats.Msg) { mu.Lock(); captured = append(captured, m); mu.Unlock() })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Unsubscribe()
+	countSealed := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		n := 0
+		for _, m := range captured {
+			if len(m.Data) > 0 && m.Data[0] == 0x09 {
+				n++
+			}
+		}
+		return n
+	}
+	// The subscription's interest reaches every server before the
+	// attacker hears the nodes' heartbeats.
+	waitUntil(t, "the attacker hears heartbeats", func() bool { mu.Lock(); defer mu.Unlock(); return len(captured) >= 4 })
+
+	a, b := nodes[0], nodes[1]
+	cc := func(id string) negotiate.ClientConfig {
+		return negotiate.ClientConfig{AgentID: id, Org: "acme", AgentKey: agentKey(t, testMaster, "acme", id), Security: frame.SecurityAEAD}
+	}
+	bob := mustDialRaw(t, b, "ws", cc("bob"))
+	alice := mustDialRaw(t, a, "ws", cc("alice"))
+	waitAgentAt(t, a, "acme", "bob", b)
+
+	secret := []byte(`{"model":"gpt-4o","messages":[{"role":"user","content":"the launch code is swordfish-7431"}]}`)
+	answer := []byte(`{"choices":[{"message":{"role":"assistant","content":"noted: swordfish-7431"}}]}`)
+	_, id := alice.request("bob", secret)
+	got := bob.recvData(5 * time.Second)
+	if !bytes.Equal(got.body, secret) || got.peer != "alice" {
+		t.Fatalf("bob got peer %q err %v", got.peer, got.err)
+	}
+	bob.reply(got.ch, got.hdr.RequestID, true, answer)
+	if back := alice.recvData(5 * time.Second); back.hdr.RequestID != id || !bytes.Equal(back.body, answer) {
+		t.Fatalf("alice got id %d code %q", back.hdr.RequestID, back.code)
+	}
+	waitUntil(t, "the attacker captures the request and the reply", func() bool { return countSealed() >= 2 })
+	mu.Lock()
+	old := append([]*nats.Msg(nil), captured...)
+	mu.Unlock()
+	for _, m := range old {
+		if bytes.Contains(m.Data, []byte("swordfish")) {
+			t.Fatalf("a NATS client read request or reply text on %s", m.Subject)
+		}
+	}
+
+	// Forgeries: bob announced by a node of the attacker's making, a
+	// request in the clear from a's node id as "ceo", and one in a seal
+	// that is not a's.
+	announce := []byte("\x03" + `{"t":"up","node":"evil","inc":"x","seq":1,"agent":{"org":"acme","id":"bob","session":"s1","node":"evil","stamp":9000000000000000000}}`)
+	req := []byte{0x01}
+	req = binary.BigEndian.AppendUint64(req, 1<<40)
+	req = binary.BigEndian.AppendUint64(req, 7)
+	req = append(req, 0)
+	for _, s := range []string{a.Cluster().Node, "acme", "ceo", "bob"} {
+		req = append(append(req, byte(len(s))), s...)
+	}
+	req = append(req, secret...)
+	sealed := []byte{0x09}
+	sealed = binary.BigEndian.AppendUint64(sealed, 1<<40)
+	sealed = append(append(sealed, byte(len(a.Cluster().Node))), a.Cluster().Node...)
+	sealed = append(sealed, bytes.Repeat([]byte{0x5a}, 64)...)
+	bSubj := "m2md.m2md.n." + b.Cluster().Node
+	for _, m := range []*nats.Msg{{Subject: "m2md.m2md.ctl", Data: announce}, {Subject: bSubj, Data: req}, {Subject: bSubj, Data: sealed}} {
+		if err := nc.PublishMsg(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Replays: everything captured, to where it went.
+	for _, m := range old {
+		if err := nc.Publish(m.Subject, m.Data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	for _, reason := range []string{"malformed", "bad_signature", "replayed"} {
+		waitMetric(t, b, 1, "m2md_cluster_dropped_total", "reason="+reason)
+	}
+	waitMetric(t, a, 1, "m2md_cluster_dropped_total", "reason=replayed")
+	bob.expectSilence(300 * time.Millisecond)
+	alice.expectSilence(100 * time.Millisecond)
+	if !b.SessionOpen(bob.sess.ID) {
+		t.Fatal("the real bob was replaced")
+	}
+	waitAgentAt(t, a, "acme", "bob", b)
+	waitAgentAt(t, b, "acme", "bob", b)
+	roundTrip(t, alice, bob)
+	if n := a.Cluster().Nodes; n != 1 {
+		t.Fatalf("node a hears %d nodes, want 1 (no node of the attacker's making)", n)
+	}
+}
+
+// waitUntil polls cond for up to 10 s.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting until %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
