@@ -197,3 +197,58 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// nodeRecorder is a cluster.Handler for a bare cluster node in a test.
+type nodeRecorder struct {
+	mu      sync.Mutex
+	up      []cluster.Agent
+	replies []cluster.Reply
+}
+
+func (r *nodeRecorder) AgentUp(a cluster.Agent) { r.mu.Lock(); r.up = append(r.up, a); r.mu.Unlock() }
+func (r *nodeRecorder) AgentDown(cluster.Agent) {}
+func (r *nodeRecorder) NodeDown(string)         {}
+func (r *nodeRecorder) Request(*cluster.Request) {
+}
+func (r *nodeRecorder) Reply(p *cluster.Reply) {
+	c := *p
+	c.Frame = bytes.Clone(p.Frame)
+	r.mu.Lock()
+	r.replies = append(r.replies, c)
+	r.mu.Unlock()
+}
+func (r *nodeRecorder) Cancel(*cluster.Cancel) {}
+func (r *nodeRecorder) Notice(*cluster.Notice) {}
+func (r *nodeRecorder) Lost(*cluster.Lost)     {}
+
+// TestClusterStrangerRefused: a node that a daemon declared dead (it heard
+// nothing from it for a second) while that node still hears the daemon -
+// a one-way partition - sends a request for one of the daemon's agents.
+// The daemon does not count it as a member, so it refuses the request with
+// an error reply rather than deliver it: the provider gets nothing, and the
+// requester's node gets its answer instead of waiting.
+func TestClusterStrangerRefused(t *testing.T) {
+	_, natsURL := startNATS(t)
+	a := startDaemon(t, func(c *daemon.Config) { c.Cluster = cluster.Config{URLs: []string{natsURL}} })
+	prov := mustDialRaw(t, a, "ws", negotiate.ClientConfig{AgentID: "sprov"})
+	h := &nodeRecorder{}
+	// Node b says it is alive once, at its start, and then not for ten
+	// seconds: a declares it dead after one.
+	b, err := cluster.Start(cluster.Config{URLs: []string{natsURL}, Node: "quiet", Heartbeat: 10 * time.Second, DeadAfter: 30 * time.Second}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	waitUntil(t, "b learns sprov", func() bool { h.mu.Lock(); defer h.mu.Unlock(); return len(h.up) == 1 })
+	waitMetric(t, a, 1, "m2md_cluster_nodes_down_total")
+	if err := b.SendRequest(a.Cluster().Node, &cluster.Request{W: 1, Requester: "remote-req", Target: "sprov", Frame: chatFrame(t, 1)}); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "b gets its answer", func() bool { h.mu.Lock(); defer h.mu.Unlock(); return len(h.replies) == 1 })
+	r := h.replies[0]
+	body, err := frame.AppendDecode(nil, r.Frame, frame.Limits{})
+	if err != nil || r.W != 1 || !r.End || r.N != cluster.Unnumbered || !bytes.Contains(body, []byte("agent_gone")) {
+		t.Fatalf("b got reply w %d end %v n %d body %q (%v), want the final error agent_gone", r.W, r.End, r.N, body, err)
+	}
+	prov.expectSilence(200 * time.Millisecond)
+}
