@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/internal/daemontest"
 	"github.com/m2md/m2md/negotiate"
 )
@@ -13,7 +14,16 @@ import (
 // (--cluster-tls-cert/-key/-ca) form the cluster and route across it; a node
 // without a certificate from that CA never joins.
 func TestClusterRouteTLS(t *testing.T) {
-	withTLS := newClusterPKI(t).issue(t, "node", time.Now(), 0, "")
+	// One certificate per node, naming it: the cluster authenticates each
+	// node's messages with its certificate.
+	pki := newClusterPKI(t)
+	ids := []string{"tls-a", "tls-b"}
+	next := 0
+	withTLS := func(c *cluster.Config) {
+		c.Node = ids[next]
+		next++
+		pki.issue(t, c.Node, time.Now(), 0, "")(c)
+	}
 	nodes := startCluster(t, 2, withTLS, nil)
 	prov := mustDialRaw(t, nodes[1], "ws", negotiate.ClientConfig{AgentID: "tprov", Models: []string{"gpt-4o"}})
 	req := mustDialRaw(t, nodes[0], "ws", negotiate.ClientConfig{AgentID: "treq"})
