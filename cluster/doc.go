@@ -52,10 +52,20 @@
 //
 // Requests and replies are binary (wire.go). A request carries the
 // requesting node's id for it (w) and the provider's agent id; every reply
-// and error echoes w. Frames travel as the receiving daemon verified them
-// and are protected again by the delivering daemon with the receiving
-// session's keys; in transit they are as safe as the NATS connections
-// (mutual TLS beyond loopback).
+// and error echoes w. Frames travel as the receiving daemon verified them,
+// sealed under the key of the two nodes, and are protected again by the
+// delivering daemon with the receiving session's keys.
+//
+// # Authentication
+//
+// No message is taken on the word of NATS (auth.go): control messages are
+// signed with the node's certificate key (Config.Cert, whose CommonName is
+// the node id, verified against Config.CA), data messages are encrypted
+// and authenticated under a key per pair of nodes and direction, from the
+// X25519 keys the control messages carry, and every message's counter is
+// taken once. A node speaks only for itself and for agents of the orgs
+// whose secret it holds (Config.OrgKey). What fails is dropped, counted
+// by reason (Stats.Dropped) and never reaches the Handler.
 //
 // Handler methods run on the one dispatch goroutine and must not block.
 // A node never stalls NATS for the others, and keeps the promise that a
