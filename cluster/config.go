@@ -78,8 +78,8 @@ type Config struct {
 	// one cluster must use the same. Default "m2md".
 	Name string
 	// Node is this node's id on the cluster (subject-safe: [A-Za-z0-9_-]).
-	// Default: a random id, new at every start, so a restarted node is a new
-	// node to the others.
+	// Default: the CommonName of Cert; without Cert, a random id, new at
+	// every start, so a restarted node is a new node to the others.
 	Node string
 	// Heartbeat is how often the node says it is alive; DeadAfter is how
 	// long without a heartbeat before the others declare it dead and end
@@ -154,6 +154,12 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if !subjectSafe(c.Name) {
 		return c, fmt.Errorf("cluster: name %q: use letters, digits, '-' and '_' only", c.Name)
+	}
+	if c.Node == "" && c.Cert != nil && len(c.Cert.Certificate) > 0 {
+		// The certificate names the node (auth.go): its id follows it.
+		if leaf, err := x509.ParseCertificate(c.Cert.Certificate[0]); err == nil {
+			c.Node = leaf.Subject.CommonName
+		}
 	}
 	if c.Node == "" {
 		c.Node = randomID()
