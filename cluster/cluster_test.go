@@ -503,6 +503,11 @@ func TestVoid(t *testing.T) {
 		Routes: []string{"nats://" + a.RouteAddr().String()}}, hb)
 	ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
 	hb.wait(t, "b hears a", func() bool { return b.Stats().Nodes.Load() == 1 })
+	// Until a has b's agents it asks b for them again every DeadAfter, and
+	// b answers under the lock held below: once a has heard of b's agent,
+	// it asks no more.
+	b.Announce(Agent{ID: "p1", Session: "s1", Stamp: 1})
+	ha.wait(t, "a hears of b's agent", func() bool { return len(ha.up) == 1 })
 	b.mu.Lock() // b's heartbeats wait for it: a stops hearing b
 	var unlock sync.Once
 	defer unlock.Do(b.mu.Unlock) // before the cleanups close b

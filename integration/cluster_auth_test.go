@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -110,6 +111,14 @@ func forgeAndReplay(t *testing.T, nodes []*testDaemon, natsURL string) {
 	waitUntil(t, "the attacker hears heartbeats", func() bool { mu.Lock(); defer mu.Unlock(); return len(captured) >= 4 })
 
 	a, b := nodes[0], nodes[1]
+	// Every reason is on /metrics from the start, at zero, so that an
+	// alert on its rate sees the first forgery.
+	_, body := adminGet(t, b, "/metrics")
+	for _, r := range cluster.DropReasons() {
+		if !strings.Contains(body, `m2md_cluster_dropped_total{reason="`+r.String()+`"} 0`) {
+			t.Fatalf("/metrics lacks m2md_cluster_dropped_total{reason=%q} at zero", r)
+		}
+	}
 	cc := func(id string) negotiate.ClientConfig {
 		return negotiate.ClientConfig{AgentID: id, Org: "acme", AgentKey: agentKey(t, testMaster, "acme", id), Security: frame.SecurityAEAD}
 	}
