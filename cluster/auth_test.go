@@ -3,7 +3,9 @@ package cluster
 import (
 	"bytes"
 	"crypto/rand"
+	"crypto/x509"
 	"encoding/binary"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -237,4 +239,22 @@ func processCPU() time.Duration {
 	var ru syscall.Rusage
 	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// TestNodeFollowsCertificate: a node's id is its certificate's CommonName.
+// Without --cluster-node it is taken from the certificate; another id is
+// refused at start, since every other node would drop this node's messages
+// as speaking for a node its certificate does not name.
+func TestNodeFollowsCertificate(t *testing.T) {
+	cert, err := ephemeralCert("node-7")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Config{Listen: "127.0.0.1:0", Cert: cert, CA: x509.NewCertPool()}.withDefaults()
+	if err != nil || got.Node != "node-7" {
+		t.Fatalf("node %q, err %v; want node-7 from the certificate", got.Node, err)
+	}
+	if _, err := (Config{Listen: "127.0.0.1:0", Cert: cert, CA: x509.NewCertPool(), Node: "node-8"}).withDefaults(); err == nil || !strings.Contains(err.Error(), "--cluster-node") {
+		t.Fatalf("a node id other than the certificate's was taken (err %v)", err)
+	}
 }

@@ -155,10 +155,18 @@ func (c Config) withDefaults() (Config, error) {
 	if !subjectSafe(c.Name) {
 		return c, fmt.Errorf("cluster: name %q: use letters, digits, '-' and '_' only", c.Name)
 	}
-	if c.Node == "" && c.Cert != nil && len(c.Cert.Certificate) > 0 {
-		// The certificate names the node (auth.go): its id follows it.
-		if leaf, err := x509.ParseCertificate(c.Cert.Certificate[0]); err == nil {
-			c.Node = leaf.Subject.CommonName
+	if c.Cert != nil && len(c.Cert.Certificate) > 0 {
+		// The certificate names the node (auth.go): its id follows it, and
+		// another id would have every other node refuse this one's messages.
+		leaf, err := x509.ParseCertificate(c.Cert.Certificate[0])
+		if err != nil {
+			return c, fmt.Errorf("cluster: --cluster-tls-cert: %w", err)
+		}
+		switch cn := leaf.Subject.CommonName; {
+		case c.Node == "":
+			c.Node = cn
+		case c.Node != cn:
+			return c, fmt.Errorf("cluster: --cluster-node %q is not the CommonName %q of --cluster-tls-cert: the other nodes know a node by its certificate; drop --cluster-node or issue the certificate for it (m2md cert node --name %s)", c.Node, cn, c.Node)
 		}
 	}
 	if c.Node == "" {
