@@ -203,13 +203,34 @@ func escapeRune(r rune) []byte {
 // model; ok is false when doc has none. Everything else stays byte for
 // byte.
 func replaceModel(doc []byte, model string) ([]byte, bool) {
+	start, end, ok := topLevelScalar(doc, "model")
+	if !ok || doc[start] != '"' {
+		return nil, false
+	}
+	enc, _ := json.Marshal(model)
+	return spliceValue(doc, start, end, enc), true
+}
+
+// spliceValue returns doc with doc[start:end] replaced by val.
+func spliceValue(doc []byte, start, end int, val []byte) []byte {
+	out := make([]byte, 0, len(doc)-(end-start)+len(val))
+	out = append(out, doc[:start]...)
+	out = append(out, val...)
+	return append(out, doc[end:]...)
+}
+
+// topLevelScalar finds the value of the top-level key of the JSON object
+// doc when it is a scalar (string, number, boolean or null): its bytes are
+// doc[start:end]. ok is false when doc is no object, has no such key, or
+// its value is an object or array.
+func topLevelScalar(doc []byte, key string) (start, end int, ok bool) {
 	dec := json.NewDecoder(bytes.NewReader(doc))
 	depth := 0
 	expectKey := false
 	for {
 		tok, err := dec.Token()
 		if err != nil {
-			return nil, false
+			return 0, 0, false
 		}
 		switch t := tok.(type) {
 		case json.Delim:
@@ -223,26 +244,24 @@ func replaceModel(doc []byte, model string) ([]byte, bool) {
 			continue
 		case string:
 			if depth == 1 && expectKey {
-				if t != "model" {
+				if t != key {
 					expectKey = false
 					continue
 				}
-				start := dec.InputOffset()
+				after := int(dec.InputOffset())
 				val, err := dec.Token()
 				if err != nil {
-					return nil, false
+					return 0, 0, false
 				}
-				if _, ok := val.(string); !ok {
-					return nil, false
+				if _, isDelim := val.(json.Delim); isDelim {
+					return 0, 0, false
 				}
-				end := dec.InputOffset()
-				// The value starts after the colon (and any spaces).
-				vstart := start + int64(bytes.IndexByte(doc[start:end], '"'))
-				enc, _ := json.Marshal(model)
-				out := make([]byte, 0, len(doc)-int(end-vstart)+len(enc))
-				out = append(out, doc[:vstart]...)
-				out = append(out, enc...)
-				return append(out, doc[end:]...), true
+				end := int(dec.InputOffset())
+				// The value starts after the colon and any spaces.
+				start := after + bytes.IndexFunc(doc[after:end], func(r rune) bool {
+					return r != ':' && r != ' ' && r != '\t' && r != '\r' && r != '\n'
+				})
+				return start, end, true
 			}
 		}
 		if depth == 1 {

@@ -1,0 +1,398 @@
+package bench
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/m2md/m2md/openai/ingress"
+)
+
+// Defaults of OpenAIConfig.
+const (
+	// DefaultOpenAIURL is where `m2md serve` answers OpenAI requests.
+	DefaultOpenAIURL = "http://" + ingress.DefaultAddr + "/v1"
+	// DefaultOpenAIConnections is the closed loop's requests in flight: the
+	// 32 connections gateway benchmarks commonly use.
+	DefaultOpenAIConnections = 32
+	// DefaultOpenAITimeout is long enough for a real model's answer, which
+	// can take tens of seconds; a mock answers in microseconds either way.
+	DefaultOpenAITimeout = 60 * time.Second
+	// DefaultSlice is how long each endpoint of a comparison is loaded
+	// before the other takes its turn.
+	DefaultSlice = time.Second
+	// DefaultMaxResponseBytes bounds a response body, streamed or not.
+	DefaultMaxResponseBytes = 16 << 20
+)
+
+// OpenAIConfig describes a load benchmark of an OpenAI-compatible chat
+// completions endpoint. The zero value is a working default: `m2md serve`'s
+// endpoint on this machine, the built-in 1 KB chat request, a closed loop of
+// 32 connections, answers not streamed, 10 s measured after 2 s of warm-up.
+type OpenAIConfig struct {
+	// URL is the endpoint's base URL as the SDKs take it
+	// (http://host:port/v1); requests go to URL/chat/completions. A URL
+	// that already ends in /chat/completions is used as it is. Default
+	// DefaultOpenAIURL.
+	URL string
+	// Compare is a second base URL measured in the same run: the two take
+	// turns, Slice at a time, so that both see the same machine conditions
+	// and never load it together. Empty: none.
+	Compare string
+	// APIKey, when set, is sent as a bearer token to URL, and to Compare
+	// unless CompareAPIKey is set.
+	APIKey        string
+	CompareAPIKey string
+
+	// Requests are chat completion requests (JSON objects with
+	// "messages"), sent in turn; default the built-in 1 KB request.
+	Requests []Payload
+	// Model, when set, replaces each request's top-level "model".
+	Model string
+	// Stream asks for streamed answers ("stream": true in every request;
+	// without it "stream" is set to false where a request has it). The
+	// report then has the time to the first chunk beside the time to the
+	// last.
+	Stream bool
+
+	// Connections is the closed loop's requests in flight, each on a
+	// connection of its own; in the open loop it bounds the connections
+	// open to an endpoint. Default 32.
+	Connections int
+	// Rate, when positive, runs an open loop: this many requests per
+	// second on a fixed schedule, latency measured from each request's
+	// intended send time (coordinated omission, package doc). MaxInFlight
+	// bounds the requests waiting for answers (default 4096); beyond it
+	// sending waits, and the wait counts in the latency.
+	Rate        float64
+	MaxInFlight int
+
+	Duration time.Duration // measured time per endpoint; default 10 s
+	Warmup   time.Duration // sent but not measured, per endpoint; default 2 s
+	// Slice is each endpoint's turn with Compare; default 1 s. Without
+	// Compare the measurement is one slice.
+	Slice time.Duration
+	// Timeout gives up on a request without its full answer; default 60 s.
+	Timeout time.Duration
+	// MaxResponseBytes bounds each answer's body; default 16 MiB.
+	MaxResponseBytes int64
+
+	// CommandLine is recorded in the report.
+	CommandLine string
+}
+
+func (c *OpenAIConfig) withDefaults() (OpenAIConfig, error) {
+	cfg := *c
+	if cfg.URL == "" {
+		cfg.URL = DefaultOpenAIURL
+	}
+	if cfg.CompareAPIKey == "" {
+		cfg.CompareAPIKey = cfg.APIKey
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&cfg.Duration, DefaultDuration)
+	def(&cfg.Warmup, DefaultWarmup)
+	def(&cfg.Slice, DefaultSlice)
+	def(&cfg.Timeout, DefaultOpenAITimeout)
+	if cfg.Connections == 0 {
+		cfg.Connections = DefaultOpenAIConnections
+	}
+	if cfg.MaxInFlight == 0 {
+		cfg.MaxInFlight = DefaultMaxInFlight
+	}
+	if cfg.MaxResponseBytes == 0 {
+		cfg.MaxResponseBytes = DefaultMaxResponseBytes
+	}
+	switch {
+	case cfg.Duration < 0 || cfg.Duration > MaxDuration || cfg.Warmup < 0 || cfg.Warmup > MaxDuration:
+		return cfg, fmt.Errorf("bench: OpenAIConfig.Duration and Warmup must be between 0 and %s", MaxDuration)
+	case cfg.Slice < 10*time.Millisecond || cfg.Slice > MaxDuration:
+		return cfg, fmt.Errorf("bench: OpenAIConfig.Slice must be between 10ms and %s", MaxDuration)
+	case cfg.Connections < 1 || cfg.Connections > 10_000:
+		return cfg, errors.New("bench: OpenAIConfig.Connections must be 1 to 10000")
+	case cfg.MaxInFlight < 1 || cfg.MaxInFlight > 1_000_000:
+		return cfg, errors.New("bench: OpenAIConfig.MaxInFlight must be 1 to 1000000")
+	case cfg.Rate < 0 || cfg.Rate > 10_000_000:
+		return cfg, errors.New("bench: OpenAIConfig.Rate must be 0 (closed loop) to 10000000 per second")
+	case cfg.Timeout <= 0 || cfg.Timeout > 10*time.Minute:
+		return cfg, errors.New("bench: OpenAIConfig.Timeout must be above 0 and at most 10 minutes")
+	case cfg.MaxResponseBytes < 1:
+		return cfg, errors.New("bench: OpenAIConfig.MaxResponseBytes must be positive")
+	}
+	for _, u := range []*string{&cfg.URL, &cfg.Compare} {
+		if *u == "" {
+			continue
+		}
+		full, err := chatCompletionsURL(*u)
+		if err != nil {
+			return cfg, err
+		}
+		*u = full
+	}
+	if len(cfg.Requests) == 0 {
+		p, err := BuiltinPayload(Size1KB)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Requests = []Payload{p}
+	}
+	for _, p := range cfg.Requests {
+		if !IsChatRequest(p.JSON) {
+			return cfg, fmt.Errorf("%w: %s is not a chat completion request (a JSON object with \"messages\")", ErrPayload, p.Name)
+		}
+	}
+	return cfg, nil
+}
+
+// chatCompletionsURL is base's chat completions URL.
+func chatCompletionsURL(base string) (string, error) {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("bench: %q is not an http:// or https:// base URL such as %s", base, DefaultOpenAIURL)
+	}
+	if strings.HasSuffix(u.Path, "/chat/completions") {
+		return u.String(), nil
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + "/chat/completions"
+	return u.String(), nil
+}
+
+// IsChatRequest reports whether doc is a chat completion request: a JSON
+// object with a "messages" array.
+func IsChatRequest(doc []byte) bool {
+	var req struct {
+		Messages []json.RawMessage `json:"messages"`
+	}
+	return json.Unmarshal(doc, &req) == nil && req.Messages != nil
+}
+
+// ChatRequests keeps the chat completion requests of payloads (a corpus
+// also holds responses, stream chunks and embeddings requests).
+func ChatRequests(payloads []Payload) []Payload {
+	var out []Payload
+	for _, p := range payloads {
+		if IsChatRequest(p.JSON) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// openAIBodies are the request bodies as sent: model replaced, stream set.
+func openAIBodies(cfg *OpenAIConfig) [][]byte {
+	bodies := make([][]byte, len(cfg.Requests))
+	for i, p := range cfg.Requests {
+		b := p.JSON
+		if cfg.Model != "" {
+			if r, ok := replaceModel(b, cfg.Model); ok {
+				b = r
+			}
+		}
+		bodies[i] = setStream(b, cfg.Stream)
+	}
+	return bodies
+}
+
+// setStream returns the chat request doc with "stream" set to on; a request
+// without "stream" is already not streamed and stays as it is.
+func setStream(doc []byte, on bool) []byte {
+	val := []byte("false")
+	if on {
+		val = []byte("true")
+	}
+	if start, end, ok := topLevelScalar(doc, "stream"); ok {
+		return spliceValue(doc, start, end, val)
+	}
+	if !on {
+		return doc
+	}
+	open := strings.IndexByte(string(doc), '{')
+	return spliceValue(doc, open+1, open+1, []byte(`"stream":true,`))
+}
+
+// RunOpenAI runs the benchmark cfg describes. It returns an error only
+// when the run could not be set up; failed requests are counted in the
+// report (OpenAIReport.Check).
+func RunOpenAI(ctx context.Context, cfg OpenAIConfig) (*OpenAIReport, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	bodies := openAIBodies(&cfg)
+	clk := newClock()
+	targets := []*openAITarget{newOpenAITarget(&cfg, cfg.URL, cfg.APIKey, clk)}
+	if cfg.Compare != "" {
+		targets = append(targets, newOpenAITarget(&cfg, cfg.Compare, cfg.CompareAPIKey, clk))
+	}
+	defer func() {
+		for _, t := range targets {
+			t.client.CloseIdleConnections()
+		}
+	}()
+	rep := &OpenAIReport{Config: openAIRunInfo(&cfg, bodies), Machine: machine()}
+
+	// Every slice ends, and every request in it within Timeout: this only
+	// bounds what nothing else would, such as a stuck pacer.
+	slices := 1
+	if cfg.Compare != "" {
+		slices = int((cfg.Duration + cfg.Slice - 1) / cfg.Slice)
+	}
+	hard := time.Duration(len(targets))*(cfg.Warmup+cfg.Duration+time.Duration(slices+1)*(cfg.Timeout+time.Second)) + time.Minute
+	ctx, cancel := context.WithTimeout(ctx, hard)
+	defer cancel()
+
+	var next int
+	for _, t := range targets {
+		t.load(ctx, &cfg, bodies, &next, cfg.Warmup)
+	}
+	winStart := clk.now()
+	for _, t := range targets {
+		// The window has no end: requests are only sent in slices.
+		t.rec.setWindow(winStart, 1<<62, time.Hour)
+	}
+	for left := cfg.Duration; left > 0 && ctx.Err() == nil; left -= cfg.Slice {
+		d := left
+		if cfg.Compare != "" {
+			d = min(left, cfg.Slice)
+		}
+		for _, t := range targets {
+			t.measured += t.load(ctx, &cfg, bodies, &next, d)
+		}
+	}
+	rep.Target = targets[0].result()
+	if len(targets) > 1 {
+		c := targets[1].result()
+		rep.Compare = &c
+		rep.Ratios = openAIRatiosOf(&rep.Target, &c)
+	}
+	rep.Machine.LoadAvgEnd = loadAvg()
+	return rep, nil
+}
+
+// openAITarget is one endpoint under load.
+type openAITarget struct {
+	url, key string
+	client   *http.Client
+	clk      clock
+	rec      *recorder
+	stream   bool
+	maxBody  int64
+	timeout  time.Duration
+	// first holds the time to the first chunk of streamed answers.
+	first    *latencyRecorder
+	measured time.Duration
+}
+
+func newOpenAITarget(cfg *OpenAIConfig, u, key string, clk clock) *openAITarget {
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.MaxConnsPerHost = cfg.Connections
+	tr.MaxIdleConns = cfg.Connections
+	tr.MaxIdleConnsPerHost = cfg.Connections
+	// The generator stays out of the measurement's way: no transparent
+	// compression to undo, no HTTP/2 where the clients measured use 1.1.
+	tr.DisableCompression = true
+	tr.ForceAttemptHTTP2 = false
+	tr.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	rec := newRecorder(clk)
+	rec.open = cfg.Rate > 0
+	return &openAITarget{
+		url: u, key: key, clk: clk, rec: rec, stream: cfg.Stream,
+		maxBody: cfg.MaxResponseBytes, timeout: cfg.Timeout,
+		client: &http.Client{Transport: tr},
+		first:  newLatencyRecorder(),
+	}
+}
+
+// load sends requests to t for d (closed or open loop, as cfg says) and
+// waits for the last of them; it returns the time from the first request
+// to the end of the last, over which the slice's requests were served.
+func (t *openAITarget) load(ctx context.Context, cfg *OpenAIConfig, bodies [][]byte, next *int, d time.Duration) time.Duration {
+	if d <= 0 || ctx.Err() != nil {
+		return 0
+	}
+	var mu sync.Mutex
+	body := func() []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		b := bodies[*next%len(bodies)]
+		*next++
+		return b
+	}
+	start := t.clk.now()
+	stop := start + int64(d)
+	if cfg.Rate > 0 {
+		sem := make(chan struct{}, cfg.MaxInFlight)
+		var wg sync.WaitGroup
+		runPaced(cfg.Rate, func(precise bool) {
+			p := newPacer(precise)
+			defer p.stop()
+			openLoop(ctx, t.clk, p, start, stop, cfg.Rate, func(ctx context.Context) error {
+				select {
+				case sem <- struct{}{}:
+					return nil
+				case <-ctx.Done():
+					return ctx.Err()
+				}
+			}, func(intended int64) {
+				b := body()
+				wg.Go(func() {
+					defer func() { <-sem }()
+					t.do(ctx, intended, b)
+				})
+			})
+		})
+		wg.Wait()
+	} else {
+		closedLoop(ctx, t.clk, cfg.Connections, stop, func(ctx context.Context, _ int, intended int64) bool {
+			if reason := t.do(ctx, intended, body()); reason == reasonConnection {
+				// A refused or dropped connection fails at once: pause
+				// rather than count thousands of failures for one cause.
+				select {
+				case <-time.After(10 * time.Millisecond):
+				case <-ctx.Done():
+				}
+			}
+			return true
+		})
+	}
+	return time.Duration(t.clk.now() - start)
+}
+
+func (t *openAITarget) result() OpenAIResult {
+	res := t.rec.result()
+	t.rec.mu.Lock()
+	bytes := t.rec.bytesOut + t.rec.bytesIn
+	t.rec.mu.Unlock()
+	out := OpenAIResult{
+		URL:                  t.url,
+		DurationS:            t.measured.Seconds(),
+		Requests:             res.RoundTrips,
+		Latency:              res.Latency,
+		SendLagP50US:         res.SendLagP50US,
+		SendLagP99US:         res.SendLagP99US,
+		Errors:               res.Errors,
+		ErrorsByReason:       res.ErrorsByReason,
+		WarmupErrors:         res.WarmupErrors,
+		WarmupErrorsByReason: res.WarmupErrorsByReason,
+	}
+	if t.stream {
+		l := t.first.summary()
+		out.FirstChunk = &l
+	}
+	if s := t.measured.Seconds(); s > 0 {
+		out.RequestsPerSec = float64(out.Requests) / s
+		out.MBPerSec = float64(bytes) / s / 1e6
+	}
+	return out
+}
