@@ -1,13 +1,15 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -114,31 +116,39 @@ func (c *OpenAIConfig) withDefaults() (OpenAIConfig, error) {
 	if cfg.MaxResponseBytes == 0 {
 		cfg.MaxResponseBytes = DefaultMaxResponseBytes
 	}
-	switch {
-	case cfg.Duration < 0 || cfg.Duration > MaxDuration || cfg.Warmup < 0 || cfg.Warmup > MaxDuration:
-		return cfg, fmt.Errorf("bench: OpenAIConfig.Duration and Warmup must be between 0 and %s", MaxDuration)
-	case cfg.Slice < 10*time.Millisecond || cfg.Slice > MaxDuration:
-		return cfg, fmt.Errorf("bench: OpenAIConfig.Slice must be between 10ms and %s", MaxDuration)
-	case cfg.Connections < 1 || cfg.Connections > 10_000:
-		return cfg, errors.New("bench: OpenAIConfig.Connections must be 1 to 10000")
-	case cfg.MaxInFlight < 1 || cfg.MaxInFlight > 1_000_000:
-		return cfg, errors.New("bench: OpenAIConfig.MaxInFlight must be 1 to 1000000")
-	case cfg.Rate < 0 || cfg.Rate > 10_000_000:
-		return cfg, errors.New("bench: OpenAIConfig.Rate must be 0 (closed loop) to 10000000 per second")
-	case cfg.Timeout <= 0 || cfg.Timeout > 10*time.Minute:
-		return cfg, errors.New("bench: OpenAIConfig.Timeout must be above 0 and at most 10 minutes")
-	case cfg.MaxResponseBytes < 1:
-		return cfg, errors.New("bench: OpenAIConfig.MaxResponseBytes must be positive")
+	bad := func(field, format string, args ...any) (OpenAIConfig, error) {
+		return cfg, &OpenAIConfigError{Field: field, Reason: fmt.Sprintf(format, args...)}
 	}
-	for _, u := range []*string{&cfg.URL, &cfg.Compare} {
-		if *u == "" {
+	switch {
+	case cfg.Duration < 0 || cfg.Duration > MaxDuration:
+		return bad("Duration", "must be between 0 and %s", MaxDuration)
+	case cfg.Warmup < 0 || cfg.Warmup > MaxDuration:
+		return bad("Warmup", "must be between 0 and %s", MaxDuration)
+	case cfg.Slice < 10*time.Millisecond || cfg.Slice > MaxDuration:
+		return bad("Slice", "must be between 10ms and %s", MaxDuration)
+	case cfg.Connections < 1 || cfg.Connections > 10_000:
+		return bad("Connections", "must be 1 to 10000")
+	case cfg.MaxInFlight < 1 || cfg.MaxInFlight > 1_000_000:
+		return bad("MaxInFlight", "must be 1 to 1000000")
+	case cfg.Rate < 0 || cfg.Rate > 10_000_000:
+		return bad("Rate", "must be 0 (closed loop) to 10000000 per second")
+	case cfg.Timeout <= 0 || cfg.Timeout > 10*time.Minute:
+		return bad("Timeout", "must be above 0 and at most 10m")
+	case cfg.MaxResponseBytes < 1:
+		return bad("MaxResponseBytes", "must be positive")
+	}
+	for _, u := range []struct {
+		field string
+		url   *string
+	}{{"URL", &cfg.URL}, {"Compare", &cfg.Compare}} {
+		if *u.url == "" {
 			continue
 		}
-		full, err := chatCompletionsURL(*u)
+		full, err := chatCompletionsURL(*u.url)
 		if err != nil {
-			return cfg, err
+			return bad(u.field, "%v", err)
 		}
-		*u = full
+		*u.url = full
 	}
 	if len(cfg.Requests) == 0 {
 		p, err := BuiltinPayload(Size1KB)
@@ -155,11 +165,21 @@ func (c *OpenAIConfig) withDefaults() (OpenAIConfig, error) {
 	return cfg, nil
 }
 
+// OpenAIConfigError reports an OpenAIConfig field out of its range.
+type OpenAIConfigError struct {
+	Field  string // the OpenAIConfig field
+	Reason string
+}
+
+func (e *OpenAIConfigError) Error() string {
+	return "bench: OpenAIConfig." + e.Field + " " + e.Reason
+}
+
 // chatCompletionsURL is base's chat completions URL.
 func chatCompletionsURL(base string) (string, error) {
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return "", fmt.Errorf("bench: %q is not an http:// or https:// base URL such as %s", base, DefaultOpenAIURL)
+		return "", fmt.Errorf("%q is not an http:// or https:// base URL such as %s", base, DefaultOpenAIURL)
 	}
 	if strings.HasSuffix(u.Path, "/chat/completions") {
 		return u.String(), nil
@@ -252,14 +272,20 @@ func RunOpenAI(ctx context.Context, cfg OpenAIConfig) (*OpenAIReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, hard)
 	defer cancel()
 
+	// Until the warm-up ends, every request is before a window that has
+	// not begun, so its failures count as the warm-up's. Then the window
+	// opens with no end: requests are only sent in slices.
+	const never = 1 << 62
+	for _, t := range targets {
+		t.rec.setWindow(never, never+1, time.Hour)
+	}
 	var next int
 	for _, t := range targets {
 		t.load(ctx, &cfg, bodies, &next, cfg.Warmup)
 	}
 	winStart := clk.now()
 	for _, t := range targets {
-		// The window has no end: requests are only sent in slices.
-		t.rec.setWindow(winStart, 1<<62, time.Hour)
+		t.rec.setWindow(winStart, never, time.Hour)
 	}
 	for left := cfg.Duration; left > 0 && ctx.Err() == nil; left -= cfg.Slice {
 		d := left
@@ -395,4 +421,42 @@ func (t *openAITarget) result() OpenAIResult {
 		out.MBPerSec = float64(bytes) / s / 1e6
 	}
 	return out
+}
+
+// maxRequestsFile bounds a requests file, checked before it is read.
+const maxRequestsFile = 256 << 20
+
+// LoadRequests reads chat completion requests from a file: one JSON
+// document, or JSON Lines (one request a line; blank lines are skipped).
+func LoadRequests(path string) ([]Payload, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrPayload, err)
+	}
+	if fi.Size() > maxRequestsFile {
+		return nil, fmt.Errorf("%w: %s is %d bytes, more than the %d a requests file may have", ErrPayload, path, fi.Size(), maxRequestsFile)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrPayload, err)
+	}
+	name := filepath.Base(path)
+	if json.Valid(b) {
+		return []Payload{{Name: name, JSON: bytes.TrimSpace(b)}}, nil
+	}
+	var out []Payload
+	for i, line := range bytes.Split(b, []byte("\n")) {
+		line = bytes.TrimSpace(line)
+		if len(line) == 0 {
+			continue
+		}
+		if !json.Valid(line) {
+			return nil, fmt.Errorf("%w: %s line %d is not JSON (want one JSON document, or one request a line)", ErrPayload, path, i+1)
+		}
+		out = append(out, Payload{Name: fmt.Sprintf("%s:%d", name, i+1), JSON: line})
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%w: %s holds no request", ErrPayload, path)
+	}
+	return out, nil
 }

@@ -291,6 +291,9 @@ func TestOpenAIErrors(t *testing.T) {
 			if r.Requests != 0 || r.Errors == 0 || r.ErrorsByReason[tc.reason] != r.Errors {
 				t.Fatalf("requests %d, errors %d %v; want every one %s", r.Requests, r.Errors, r.ErrorsByReason, tc.reason)
 			}
+			if r.WarmupErrors == 0 || r.WarmupErrorsByReason[tc.reason] != r.WarmupErrors {
+				t.Errorf("warm-up errors %d %v; want every one %s", r.WarmupErrors, r.WarmupErrorsByReason, tc.reason)
+			}
 			err := rep.Check()
 			if !errors.Is(err, ErrMostlyFailed) || !strings.Contains(err.Error(), tc.reason) {
 				t.Errorf("Check = %v", err)

@@ -25,11 +25,13 @@ import (
 func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
 		printBenchUsage(stderr)
-		return usagef("missing subcommand: load, codec, conversation or table")
+		return usagef("missing subcommand: load, openai, codec, conversation or table")
 	}
 	switch args[0] {
 	case "load":
 		return runBenchLoad(args[1:], stdout, stderr)
+	case "openai":
+		return runBenchOpenAI(args[1:], stdout, stderr)
 	case "codec":
 		return runBenchCodec(args[1:], stdout, stderr)
 	case "table":
@@ -42,13 +44,15 @@ func runBench(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return helpError{buf.String()}
 	}
 	printBenchUsage(stderr)
-	return usagef("unknown subcommand %q (want load, codec, conversation or table)", args[0])
+	return usagef("unknown subcommand %q (want load, openai, codec, conversation or table)", args[0])
 }
 
 func printBenchUsage(w io.Writer) {
-	fmt.Fprintln(w, "Usage: m2md bench <load|codec|conversation|table> [flags]")
+	fmt.Fprintln(w, "Usage: m2md bench <load|openai|codec|conversation|table> [flags]")
 	fmt.Fprintln(w, "\n  load   routed request/response round trips through a daemon (in-process unless --url),")
 	fmt.Fprintln(w, "         optionally against a bare relay baseline (--baseline)")
+	fmt.Fprintln(w, "  openai load on an OpenAI-compatible chat endpoint (m2md serve's or any other), optionally")
+	fmt.Fprintln(w, "         beside a second one (--compare), with time to first chunk when streamed")
 	fmt.Fprintln(w, "  codec  bytes, cl100k tokens and encode/decode time of every wire form, per corpus file")
 	fmt.Fprintln(w, "  conversation  multi-turn conversations replayed turn by turn, with and without deltas")
 	fmt.Fprintln(w, "  table  one Markdown table row per 'bench load --json' report given")
