@@ -157,11 +157,11 @@ func (r *OpenAIReport) WriteTable(w io.Writer) error {
 	if c.Mode == "open" {
 		load = fmt.Sprintf("open loop, %s req/s (at most %d in flight, %d connections)", thousands(c.Rate), c.MaxInFlight, c.Connections)
 	}
-	answers := "not streamed"
+	answers := "answers not streamed"
 	if c.Stream {
-		answers = "streamed"
+		answers = "answers streamed"
 	}
-	fmt.Fprintf(w, "%s; %s answers; request %s (%.0f B); %s measured per endpoint after %s warm-up",
+	fmt.Fprintf(w, "%s; %s; request %s (%.0f B); %s measured per endpoint after %s warm-up",
 		load, answers, c.Request, c.RequestBytesMean, secs(c.DurationS), secs(c.WarmupS))
 	if c.SliceS > 0 {
 		fmt.Fprintf(w, ", in alternating slices of %s", secs(c.SliceS))

@@ -24,11 +24,12 @@ func runBenchOpenAI(args []string, stdout, stderr io.Writer) error {
 	var (
 		cfg                   bench.OpenAIConfig
 		corpus, file, payload string
-		jsonOut               string
+		jsonOut, keyEnv       string
 	)
 	fs.StringVar(&cfg.URL, "url", bench.DefaultOpenAIURL, "base `URL` of the endpoint, as the SDKs take it (requests go to URL/chat/completions)")
 	fs.StringVar(&cfg.Compare, "compare", "", "base `URL` of a second endpoint to run in the same run, in alternating slices, with the ratios")
-	fs.StringVar(&cfg.APIKey, "api-key", "", "`key` sent as a bearer token")
+	fs.StringVar(&cfg.APIKey, "api-key", "", "`key` sent as a bearer token (--api-key-env keeps it out of the process list)")
+	fs.StringVar(&keyEnv, "api-key-env", "", "environment `variable` holding the key sent as a bearer token")
 	fs.StringVar(&cfg.CompareAPIKey, "compare-api-key", "", "`key` for --compare, if not --api-key")
 	fs.StringVar(&corpus, "corpus", "", "`folder` whose chat completion requests (*.json) are sent in turn, such as testdata/corpus")
 	fs.StringVar(&file, "file", "", "`file` of requests: one JSON document, or one request a line")
@@ -61,6 +62,14 @@ func runBenchOpenAI(args []string, stdout, stderr io.Writer) error {
 		return usagef("--timeout must be above 0")
 	case cfg.MaxResponseBytes < 1:
 		return usagef("--max-response-bytes must be at least 1")
+	}
+	if keyEnv != "" {
+		if cfg.APIKey != "" {
+			return usagef("give --api-key or --api-key-env, not both")
+		}
+		if cfg.APIKey = os.Getenv(keyEnv); cfg.APIKey == "" {
+			return usagef("--api-key-env %s: the variable is empty or not set", keyEnv)
+		}
 	}
 	if corpus != "" && file != "" {
 		return usagef("give --corpus or --file, not both")

@@ -56,7 +56,8 @@ func TestBenchOpenAI(t *testing.T) {
 	a, b := &sync32{want: "sk-a"}, &sync32{want: "sk-b"}
 	sa, sb := openAIStub(t, a), openAIStub(t, b)
 	out := filepath.Join(t.TempDir(), "openai.json")
-	code, stdout, stderr := benchCLI(t, "openai", "--url", sa.URL+"/v1", "--compare", sb.URL+"/v1", "--api-key", "sk-a", "--compare-api-key=sk-b",
+	t.Setenv("BENCH_TEST_KEY", "sk-a")
+	code, stdout, stderr := benchCLI(t, "openai", "--url", sa.URL+"/v1", "--compare", sb.URL+"/v1", "--api-key-env", "BENCH_TEST_KEY", "--compare-api-key=sk-b",
 		"--stream", "--connections", "2", "--duration", "400ms", "--warmup", "50ms", "--slice", "100ms", "--json", out)
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
@@ -122,6 +123,7 @@ func TestBenchOpenAIUsage(t *testing.T) {
 		{[]string{"--slice", "1ms", "--compare", closed.URL}, exitUsage, "--slice"},
 		{[]string{"--corpus", "a", "--file", "b"}, exitUsage, "--corpus or --file"},
 		{[]string{"--payload", "3KB"}, exitUsage, "--payload"},
+		{[]string{"--api-key-env", "M2MD_BENCH_NO_SUCH_VARIABLE"}, exitUsage, "--api-key-env"},
 		{[]string{"--file", filepath.Join(t.TempDir(), "none.jsonl")}, exitBadInput, "none.jsonl"},
 		// A server that fails every request: the figures describe the
 		// failure, and the exit status says so.
@@ -133,5 +135,12 @@ func TestBenchOpenAIUsage(t *testing.T) {
 		if code != tc.code || !strings.Contains(stderr, tc.want) {
 			t.Errorf("bench openai %v: exit %d, %q; want %d naming %s", tc.args, code, stderr, tc.code, tc.want)
 		}
+	}
+}
+
+func TestRedactKeys(t *testing.T) {
+	got := strings.Join(redactKeys([]string{"--api-key", "sk-1", "--url", "u", "-compare-api-key=sk-2", "--api-key-env", "V"}), " ")
+	if want := "--api-key REDACTED --url u -compare-api-key=REDACTED --api-key-env REDACTED"; got != want {
+		t.Errorf("redactKeys = %q, want %q", got, want)
 	}
 }
