@@ -179,6 +179,12 @@ func TestOpenAIStream(t *testing.T) {
 	if min := float64((first + last).Microseconds()) * 0.999; r.Latency.P50US < min {
 		t.Errorf("last chunk p50 %.0f µs, want at least %s", r.Latency.P50US, first+last)
 	}
+	// Every answer ends at least `last` after its first chunk, so each
+	// percentile of the one is at least that above the other's (to the
+	// histograms' 0.1%).
+	if gap := r.Latency.P50US - r.FirstChunk.P50US; gap < float64(last.Microseconds())-0.002*r.Latency.P50US {
+		t.Errorf("first chunk p50 %.0f µs, last %.0f µs: want the first measured at the first chunk, %s before the last", r.FirstChunk.P50US, r.Latency.P50US, last)
+	}
 	if r.FirstChunk.Count != r.Requests {
 		t.Errorf("%d first chunks for %d requests", r.FirstChunk.Count, r.Requests)
 	}
