@@ -218,6 +218,11 @@ func TestOpenAICompare(t *testing.T) {
 	if q := rep.Ratios; q.RequestsPerSec <= 0 || q.P50 <= 0 || q.FirstChunkP50 <= 0 {
 		t.Errorf("ratios %+v", q)
 	}
+	ta, tb := rep.Target, rep.Compare
+	if q := rep.Ratios; q.AddedP50US != ta.Latency.P50US-tb.Latency.P50US || q.AddedP99US != ta.Latency.P99US-tb.Latency.P99US ||
+		q.AddedFirstChunkP50US != ta.FirstChunk.P50US-tb.FirstChunk.P50US || q.P99 != ta.Latency.P99US/tb.Latency.P99US {
+		t.Errorf("ratios %+v of %+v and %+v", q, ta, tb)
+	}
 	// Warm-up A, warm-up B, then four slices each: A B A B A B A B.
 	type arrival struct {
 		at time.Time
