@@ -1,5 +1,6 @@
 // Package bench measures m2md the way users do: the load generator behind
-// `m2md bench load` and the codec comparison behind `m2md bench codec`.
+// `m2md bench load`, the OpenAI endpoint load behind `m2md bench openai`
+// and the codec comparison behind `m2md bench codec`.
 //
 // # Load
 //
@@ -61,6 +62,19 @@
 // Everything runs on loopback unless a Target says otherwise, and every run
 // ends: measurement and warm-up are bounded, requests time out, and a hard
 // deadline covers set-up and tear-down.
+//
+// # OpenAI-compatible endpoints
+//
+// RunOpenAI loads an OpenAI-compatible chat completions endpoint over HTTP,
+// wherever it runs (`m2md serve`'s, a model server's, another gateway's),
+// with the same closed and open loops, pacing, intended-time latency and
+// HDR histograms as the load benchmark; streamed answers are timed to the
+// first chunk and to data: [DONE]. OpenAIConfig.Compare measures a second
+// endpoint in the same run, the two taking turns in slices of time so that
+// they see the same machine without loading it together. Every answer is
+// read in full and checked (status, a chat completion's "choices", each
+// stream event's JSON, the closing [DONE]); what fails counts as an error
+// by kind, never as a fast answer.
 //
 // # Codec comparison
 //
