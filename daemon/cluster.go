@@ -215,10 +215,8 @@ func (cs *clusterState) AgentDown(a cluster.Agent) {
 		}
 	}
 	n.mu.Unlock()
-	for _, o := range cs.srv.router.Remove(proxy.rs) {
-		o.Requester.Value().sendError(transport.ChannelID(o.Channel), o.RequestID, 0, negotiate.CodeAgentGone,
-			"provider "+a.ID+" is gone: its session on node "+a.Node+" ended or the node is unreachable", a.ID)
-	}
+	cs.srv.endOrphans(cs.srv.router.Remove(proxy.rs), a.ID, failoverNodeGone,
+		"is gone (its session on node "+a.Node+" ended or the node is unreachable)")
 }
 
 // NodeDown forgets a node whose agents are already down: the requests it

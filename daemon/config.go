@@ -21,7 +21,7 @@ import (
 // to every client that lists them in HELLO (docs/protocol.md §3.6).
 func Features() []negotiate.Feature { return slices.Clone(features) }
 
-var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureDelta, negotiate.FeatureTNSealed, negotiate.FeatureBatch, negotiate.FeatureCompact, negotiate.FeatureSharedStream}
+var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureDelta, negotiate.FeatureTNSealed, negotiate.FeatureBatch, negotiate.FeatureCompact, negotiate.FeatureSharedStream, negotiate.FeatureOnce}
 
 // The daemon's own defaults. Every one is a Config field and an `m2md
 // serve` flag. The protocol's defaults and ranges (max_payload, the
@@ -44,6 +44,17 @@ const (
 	DefaultSlowGrace       = 5 * time.Second
 	DefaultMaxOutstanding  = 1024
 	DefaultQUICIdleTimeout = 30 * time.Second
+	// DefaultBusyPingAfter and DefaultBusyPongTimeout check a provider
+	// that holds requests (liveness.go): its requesters learn of its death
+	// within their sum and the liveness scan's period, about 4.3 s, while an
+	// idle session keeps the long keepalive (PingInterval, QUICIdleTimeout)
+	// and rides out outages of 20 s and more.
+	DefaultBusyPingAfter   = time.Second
+	DefaultBusyPongTimeout = 3 * time.Second
+	// DefaultFailoverBytes bounds the request frames kept for failover
+	// (failover.go): 2,048 requests of 32 KiB in flight at once, a small
+	// part of what the send queues may hold.
+	DefaultFailoverBytes = 64 << 20
 	DefaultMessageTimeout  = 30 * time.Second
 	// DefaultMaxHandshakes and DefaultMaxHandshakesPerIP bound the TCP
 	// connections not yet through HELLO. Handshakes take milliseconds, so
@@ -74,7 +85,8 @@ const (
 // One rule for every number: zero means the documented default, and a
 // negative value is an error (ErrConfig), except for the limits that can be
 // turned off (MaxSessionsPerIP, NewSessionsPerMinute, MessagesPerMinute,
-// BytesPerSecond), where -1 (any negative value) means unlimited.
+// BytesPerSecond, FailoverBytes), where -1 (any negative value) means
+// unlimited (for FailoverBytes: off).
 type Config struct {
 	// QUICAddr is the UDP address for QUIC. "-" disables QUIC.
 	QUICAddr string
@@ -148,8 +160,27 @@ type Config struct {
 	// QUICIdleTimeout is how soon a QUIC agent that has vanished (killed,
 	// unplugged) is noticed; keep-alive packets every fifth of it keep a
 	// live but quiet agent's connection, and its NAT binding, up. Default
-	// 30 s (transport.Config.IdleTimeout says why).
+	// 30 s (transport.Config.IdleTimeout says why). It governs idle
+	// sessions only: a provider holding requests is checked much sooner
+	// (BusyPingAfter).
 	QUICIdleTimeout time.Duration
+	// BusyPingAfter and BusyPongTimeout are the liveness check of a
+	// session that holds deliveries (requests routed to it and not yet
+	// ended): after BusyPingAfter without any message from it the daemon
+	// sends PING, and a session from which nothing has arrived within
+	// BusyPongTimeout of that PING is taken for dead and closed, so that
+	// its requests fail over or end (docs/protocol.md §3.4). A live
+	// agent's reader answers PING at once, however long its model takes.
+	// Defaults 1 s and 3 s.
+	BusyPingAfter, BusyPongTimeout time.Duration
+	// FailoverBytes bounds, in bytes over all sessions, the copies of
+	// request frames the daemon keeps to deliver a request once more to
+	// another provider when its provider is lost before replying
+	// (docs/protocol.md §4, "Failover"). A copy lives from routing to the
+	// request's first reply. A request that finds the budget spent is
+	// delivered all the same, without a copy: if its provider is lost it
+	// ends with agent_gone. Default 64 MiB; -1 turns failover off.
+	FailoverBytes int
 
 	// MaxHandshakes bounds the TCP (WebSocket) connections that have not
 	// completed HELLO, MaxHandshakesPerIP those from one source address.
@@ -306,6 +337,8 @@ func (c Config) withDefaults() (Config, error) {
 		{"slow-consumer-grace", &c.SlowConsumerGrace, DefaultSlowGrace},
 		{"message-timeout", &c.MessageTimeout, DefaultMessageTimeout},
 		{"quic-idle-timeout", &c.QUICIdleTimeout, DefaultQUICIdleTimeout},
+		{"busy-ping-after", &c.BusyPingAfter, DefaultBusyPingAfter},
+		{"busy-pong-timeout", &c.BusyPongTimeout, DefaultBusyPongTimeout},
 	} {
 		if err := orDefault(f.name, f.p, f.def); err != nil {
 			return c, err
@@ -320,6 +353,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.NewSessionsPerMinute == 0 {
 		c.NewSessionsPerMinute = DefaultNewSessionsPerMinute
+	}
+	if c.FailoverBytes == 0 {
+		c.FailoverBytes = DefaultFailoverBytes
 	}
 	if c.MinSecurity > frame.SecurityAEAD {
 		return c, fmt.Errorf("%w: unknown minimum security mode %d", ErrConfig, c.MinSecurity)

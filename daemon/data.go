@@ -97,9 +97,13 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 	}
 	if d.Provider.Value().remote != nil {
 		se.forwardRemote(dh, fr, format, d, start)
-		return
+	} else {
+		srv.deliverRequest(d, se.agent, se.takesBatches(), fr, format, start)
 	}
-	srv.deliverRequest(d, se.agent, se.takesBatches(), fr, format, start)
+	if mayFailover(dh, &req, format) {
+		// After the delivery: one that failed has ended, and keeps nothing.
+		srv.keepForFailover(d, fr, format, h.Model, start)
+	}
 }
 
 // deliverRequest hands a routed request to its (local) provider, addressed

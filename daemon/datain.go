@@ -47,6 +47,11 @@ func readData(in *dataIn, msg []byte, ch uint32, recv *negotiate.Sealer, params 
 		// the feature sends a batch (docs/protocol.md §4.4).
 		return refusal{protocol: true, message: "BATCH flag on a request, or in a session without feature batch"}
 	}
+	if dh.IsOnce() && !params.Has(negotiate.FeatureOnce) {
+		// An unknown flag bit where the feature was not negotiated
+		// (docs/protocol.md §4, "Failover").
+		return refusal{protocol: true, message: "ONCE flag in a session without feature once"}
+	}
 	in.dh = dh
 	form, err := negotiate.ReadFrameForm(fr)
 	if err != nil {

@@ -132,6 +132,10 @@ type metrics struct {
 	sessionsClosed    *prometheus.CounterVec
 	limited           *prometheus.CounterVec
 	cancels           *prometheus.CounterVec
+	failovers         *prometheus.CounterVec
+	// failoverNotKept counts requests not kept for failover because
+	// Config.FailoverBytes was spent.
+	failoverNotKept prometheus.Counter
 	// deltaRoutes is resolved per result: the hot path adds to a Counter.
 	deltaRoutes [3]prometheus.Counter // affinity, spread, base_missing
 	// deltaReplies counts reply deltas delivered (docs/protocol.md §4.3).
@@ -188,6 +192,12 @@ func newMetrics() *metrics {
 		cancels: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "m2md_cancels_total", Help: "CANCELs received from requesters, by result: forwarded to the provider, forwarded_remote (to the provider's cluster node), remote_lost (its node is gone), provider_without_cancel (its late replies are dropped), provider_queue_full, not_outstanding (the request had ended).",
 		}, []string{"result"}),
+		failovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "m2md_failovers_total", Help: "Requests delivered once more to another provider because theirs was lost before replying, by how it was lost: disconnected (its connection ended without CLOSE), closed (it closed, was replaced or closed by the daemon), unresponsive (it held requests and did not answer PING), node_gone (its cluster node reported it gone or is unreachable).",
+		}, []string{"reason"}),
+		failoverNotKept: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "m2md_failover_not_kept_total", Help: "Requests routed by model that were not kept for failover because --failover-bytes was spent: their provider's loss ends them with agent_gone.",
+		}),
 		sessionsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "m2md_sessions_closed_total", Help: "Sessions ended, by CLOSE reason in lower case (disconnected: the connection went away without one).",
 		}, []string{"reason"}),
@@ -213,6 +223,7 @@ func newMetrics() *metrics {
 	preset(m.sessionsClosed, closeReasons)
 	preset(m.limited, limitLabels)
 	preset(m.cancels, cancelResults)
+	preset(m.failovers, failoverReasons)
 	deltaRoutes := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "m2md_delta_routes_total", Help: "Requests naming a base document (feature delta), by result: affinity (went to the provider that received the base), spread (that provider was gone, or too loaded for a full request: the least loaded took it), base_missing (a delta whose base's provider is gone: the requester resends the full document).",
 	}, []string{"result"})
@@ -229,6 +240,7 @@ func newMetrics() *metrics {
 		m.sessions, m.sessionsTotal, m.handshakeFailures, m.handshakeSeconds,
 		m.framesIn, m.framesOut, m.writeBatches, m.bytesIn, m.bytesOut,
 		m.routingFailures, m.framesRefused, m.queueDrops, m.routingSeconds, m.sessionsClosed, m.limited, m.cancels,
+		m.failovers, m.failoverNotKept,
 		deltaRoutes, m.deltaReplies,
 	)
 	return m

@@ -67,6 +67,10 @@ type Server struct {
 	stopHandshakes context.CancelFunc
 
 	quicAddr, wsAddr, wssAddr, adminAddr net.Addr
+	// keptBytes is what the frames kept for failover hold (failover.go).
+	keptBytes atomic.Int64
+	// epoch is the origin of mono: it carries a monotonic clock reading.
+	epoch time.Time
 }
 
 // New checks cfg, prepares TLS (creating the development certificate if no
@@ -116,6 +120,7 @@ func New(cfg Config) (*Server, error) {
 		adm:      newAdmission(cfg.MaxSessionsPerIP, cfg.NewSessionsPerMinute, cfg.openBurst()),
 		limitLog: newLogOnce(time.Minute),
 		pool:     newWriterPool(),
+		epoch:    time.Now(),
 	}
 	if err := s.setupTLS(); err != nil {
 		return nil, err
@@ -241,6 +246,11 @@ func (s *Server) Run(ctx context.Context) error {
 	go func() {
 		defer ls.wg.Done()
 		s.pool.retire(runCtx)
+	}()
+	ls.wg.Add(1)
+	go func() {
+		defer ls.wg.Done()
+		s.checkLiveness(runCtx.Done())
 	}()
 	// Ready once every goroutine of a running daemon exists: tests count
 	// goroutines from this moment to find leaks.

@@ -93,6 +93,14 @@ type session struct {
 	stallMark  atomic.Uint64
 	progress   transport.WriteProgress // nil if the connection does not report it
 	rates      sessionRates            // touched by the reader only
+	// lastRecv is when the last message arrived (Server.mono), probeSent
+	// when the liveness check PINGed the session, 0 if no probe is
+	// outstanding (liveness.go).
+	lastRecv, probeSent atomic.Int64
+	// lostReason is why the session's deliveries are failed over
+	// (failover.go) when it ends: a failoverReason; unset means its agent
+	// disconnected.
+	lostReason atomic.Value
 	// releaseAddr gives back the source address's connection slot
 	// (admission); serveConn calls it too, and only the first call counts.
 	releaseAddr func()
@@ -238,6 +246,7 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 		ctrl:      make(chan outMsg, 8),
 		rates:     newSessionRates(s.cfg.MessagesPerMinute, s.cfg.BytesPerSecond, p.MaxPayload),
 	}
+	se.lastRecv.Store(s.mono(time.Now()))
 	se.log = log.With().Str("session", neg.ID).Str("agent", neg.AgentID).Logger()
 	if k := time.Duration(s.cfg.timeScale); k > 1 {
 		p.SessionTimeout, p.PingInterval, p.PongTimeout = p.SessionTimeout/k, p.PingInterval/k, p.PongTimeout/k
@@ -324,11 +333,7 @@ func (se *session) run() {
 	if se.srv.cluster != nil {
 		se.srv.cluster.unregister(se)
 	}
-	for _, o := range orphans {
-		se.srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeAgentGone)).Inc()
-		o.Requester.Value().sendError(transport.ChannelID(o.Channel), o.RequestID, 0, negotiate.CodeAgentGone,
-			"provider "+se.agent+" disconnected before its final reply", se.agent)
-	}
+	se.srv.endOrphans(orphans, se.agent, se.failoverReason(), "disconnected")
 	se.cancel()
 	se.conn.Close()
 	se.stopWriter()
@@ -363,7 +368,8 @@ func (se *session) readLoop() {
 			se.protocolError("unknown message kind")
 			continue
 		}
-		now := time.Now() // one clock reading per message: rates, state machine, routing time
+		now := time.Now() // one clock reading per message: rates, state machine, routing time, liveness
+		se.lastRecv.Store(se.srv.mono(now))
 		if limit := se.rates.allow(now, len(msg.Data)); limit != "" {
 			se.srv.limitHit(limit, se.conn.RemoteAddr(), se.neg.ID)
 			if kind == negotiate.KindData {

@@ -24,15 +24,24 @@ const (
 	// reply (never with FlagEnd), the frame's JSON is an array of stream
 	// chunks (AppendBatch, SplitBatch).
 	FlagBatch DataFlags = 1 << 3
+	// FlagOnce (feature once, docs/protocol.md §4, "Failover"): on a
+	// request from a requester, the daemon must not deliver it again to
+	// another provider when its provider is lost before replying. Never
+	// on a reply.
+	FlagOnce DataFlags = 1 << 4
 
-	knownDataFlags = FlagReply | FlagEnd | FlagNotice | FlagBatch
+	knownDataFlags = FlagReply | FlagEnd | FlagNotice | FlagBatch | FlagOnce
 )
 
 func (f DataFlags) valid() bool {
 	return f&^knownDataFlags == 0 && (f&FlagEnd == 0 || f&FlagReply != 0) &&
 		(f&FlagNotice == 0 || f&(FlagReply|FlagEnd) == FlagReply|FlagEnd) &&
-		(f&FlagBatch == 0 || f&FlagEnd == 0)
+		(f&FlagBatch == 0 || f&FlagEnd == 0) &&
+		(f&FlagOnce == 0 || f&FlagReply == 0)
 }
+
+// IsOnce reports FlagOnce.
+func (h *DataHeader) IsOnce() bool { return h.Flags&FlagOnce != 0 }
 
 // DATA header limits.
 const (

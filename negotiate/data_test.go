@@ -40,6 +40,8 @@ func TestDataRoundTrip(t *testing.T) {
 		{"notice", FlagReply | FlagEnd | FlagNotice, 7, "", "02070700"},
 		{"batch-taking delivery", FlagBatch, 77, "ingress", "02084d07696e6772657373"},
 		{"batch reply", FlagReply | FlagBatch, 5, "", "02090500"},
+		{"once request", FlagOnce, 9, "", "02100900"},
+		{"once request taking batches", FlagOnce | FlagBatch, 9, "", "02180900"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			msg, err := AppendData([]byte("prefix"), tc.flags, tc.id, tc.peer, frame)
@@ -58,7 +60,7 @@ func TestDataRoundTrip(t *testing.T) {
 			if h.Flags != tc.flags || h.RequestID != tc.id || string(h.Peer) != tc.peer || !bytes.Equal(f, frame) {
 				t.Fatalf("parsed %+v frame %d bytes", h, len(f))
 			}
-			if h.IsReply() != (tc.flags&FlagReply != 0) || h.IsEnd() != (tc.flags&FlagEnd != 0) || h.IsNotice() != (tc.flags&FlagNotice != 0) || h.IsBatch() != (tc.flags&FlagBatch != 0) {
+			if h.IsReply() != (tc.flags&FlagReply != 0) || h.IsEnd() != (tc.flags&FlagEnd != 0) || h.IsNotice() != (tc.flags&FlagNotice != 0) || h.IsBatch() != (tc.flags&FlagBatch != 0) || h.IsOnce() != (tc.flags&FlagOnce != 0) {
 				t.Fatal("flag accessors")
 			}
 		})
@@ -77,7 +79,9 @@ func TestParseDataRejects(t *testing.T) {
 		{"no flags", "02", ErrBadDataHeader},
 		{"unknown flag bit", "0204010023", ErrBadDataHeader},
 		{"high flag bit", "0280010023", ErrBadDataHeader},
-		{"unknown flag bit 4", "0210010023", ErrBadDataHeader},
+		{"unknown flag bit 5", "0220010023", ErrBadDataHeader},
+		{"ONCE on a reply", "0211010023", ErrBadDataHeader},
+		{"ONCE on a final reply", "0213010023", ErrBadDataHeader},
 		{"BATCH with END", "020b010023", ErrBadDataHeader},
 		{"BATCH with NOTICE", "020f010023", ErrBadDataHeader},
 		{"END without REPLY", "0202010023", ErrBadDataHeader},

@@ -26,6 +26,11 @@ const (
 	// extension block naming their document and its base, and whose payload
 	// may be a delta against that base (docs/protocol.md §4.3).
 	FeatureDelta Feature = "delta"
+	// FeatureOnce: the ONCE flag of a request (FlagOnce): the daemon
+	// delivers it to one provider at most, and does not deliver it again
+	// to another when that provider is lost before its first reply
+	// (docs/protocol.md §4, "Failover").
+	FeatureOnce Feature = "once"
 	// FeatureSharedStream: on QUIC, a sender may keep any number of
 	// requests outstanding on one data stream (docs/protocol.md §1); each
 	// side then sends all its requests on one stream it opened

@@ -113,11 +113,27 @@ type Reply[S any] struct {
 
 // Orphan is a request whose provider left before its final reply: the
 // daemon sends Requester an agent_gone error reply with RequestID on
-// Channel. The request id is already free for reuse.
+// Channel, or routes the request again (failover) when Kept holds it. The
+// request id is already free for reuse.
 type Orphan[S any] struct {
 	Requester *Session[S]
 	RequestID uint64
 	Channel   uint64
+	// Replies is how many replies to the request were routed before its
+	// provider left.
+	Replies uint32
+	// Kept is what the daemon attached with Keep, nil if nothing or if a
+	// reply was routed: the caller owns it now and must Drop it.
+	Kept Kept
+}
+
+// Kept is what the daemon keeps beside a delivery to deliver its request
+// again if the provider is lost before replying (Keep).
+type Kept interface {
+	// Drop lets go of it. The router calls it, under a lock, when the
+	// delivery's first reply is routed or the delivery ends otherwise
+	// (END, Abort, Cancel); it must be quick and must not call the router.
+	Drop()
 }
 
 // namespace is one org's agents and models.
@@ -287,10 +303,11 @@ func (r *Router[S]) close(s *Session[S]) []Orphan[S] {
 		// A requester that left too has nobody to tell; its request ids
 		// are gone with it.
 		if sl.requester.closed.Load() {
+			sl.dropKept()
 			continue
 		}
 		sl.requester.release(sl.requestID)
-		orphans = append(orphans, Orphan[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel})
+		orphans = append(orphans, Orphan[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, Replies: sl.replies, Kept: sl.kept})
 	}
 	r.failures[ErrAgentGone].Add(uint64(len(orphans)))
 	return orphans
@@ -384,6 +401,15 @@ func (ns *namespace[S]) required(requester *Session[S], req *Request, max int) (
 // reply delta (Reply.Ext).
 func (r *Router[S]) SetProviderChannel(provider *Session[S], deliveryID, channel uint64, ext bool) {
 	provider.setProviderChannel(deliveryID, channel, ext, r.shift)
+}
+
+// Keep attaches k to delivery deliveryID of provider until the delivery's
+// first reply is routed or it ends (then k.Drop is called), or until the
+// provider is removed (then the Orphan carries it). It reports false, and
+// keeps nothing, when the delivery has ended, already has a reply, or
+// already keeps something: the caller then drops k itself.
+func (r *Router[S]) Keep(provider *Session[S], deliveryID uint64, k Kept) bool {
+	return provider.keep(deliveryID, k, r.shift)
 }
 
 // Cancelled is a request that Cancel ended: the daemon sends Provider a

@@ -72,6 +72,9 @@ type slot[S any] struct {
 	ext bool
 	// replies counts the replies routed so far (Reply.N).
 	replies uint32
+	// kept is what the daemon keeps to deliver the request again (Keep),
+	// until the first reply or the delivery's end.
+	kept Kept
 }
 
 // Value returns the value the daemon registered the session with.
@@ -196,6 +199,7 @@ func (s *Session[S]) deliver(req *Session[S], requestID, channel uint64, start t
 	sl.provChannel = 0
 	sl.ext = false
 	sl.replies = 0
+	sl.kept = nil
 	s.outstanding.Add(1)
 	return sl.id, nil
 }
@@ -214,6 +218,7 @@ func (s *Session[S]) lookup(id uint64, end bool, shift uint) (Reply[S], time.Dur
 	}
 	rep := Reply[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, End: end, Ext: sl.ext, N: sl.replies}
 	sl.replies++
+	sl.dropKept() // a reply has reached the requester's way: never deliver it again
 	start := sl.start
 	if end {
 		s.freeLocked(sl, i, shift)
@@ -231,11 +236,32 @@ func (s *Session[S]) slotLocked(id uint64, shift uint) (*slot[S], uint32) {
 }
 
 func (s *Session[S]) freeLocked(sl *slot[S], i uint32, shift uint) {
+	sl.dropKept()
 	sl.id = 0
 	sl.requester = nil // let a departed requester be collected
 	sl.gen = (sl.gen + 1) & (^uint64(0) >> shift)
 	s.free = append(s.free, i)
 	s.outstanding.Add(-1)
+}
+
+// dropKept lets go of what was kept for the delivery.
+func (sl *slot[S]) dropKept() {
+	if sl.kept != nil {
+		sl.kept.Drop()
+		sl.kept = nil
+	}
+}
+
+// keep attaches k to delivery id if no reply has been routed for it yet.
+func (s *Session[S]) keep(id uint64, k Kept, shift uint) bool {
+	s.provMu.Lock()
+	defer s.provMu.Unlock()
+	sl, _ := s.slotLocked(id, shift)
+	if sl == nil || sl.replies > 0 || sl.kept != nil {
+		return false
+	}
+	sl.kept = k
+	return true
 }
 
 // setProviderChannel records the channel of delivery id and whether it

@@ -1,0 +1,230 @@
+package integration
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/negotiate"
+)
+
+// TestBusyProviderVanished: with default settings, a provider holding a
+// request whose machine vanishes (a relay black-holes its traffic both
+// ways: no FIN, no RST, no QUIC CONNECTION_CLOSE) is noticed by the busy
+// liveness check, and its requester gets agent_gone within 5 s, on both
+// transports. Before the check, QUIC took the 30 s idle timeout and
+// WebSocket the 90 s keepalive.
+func TestBusyProviderVanished(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			d := startDaemon(t, nil)
+			path := newFaultPath(t, d, tr)
+			prov := path.dialRaw(t, d, negotiate.ClientConfig{AgentID: "vanish-prov", Models: []string{"gpt-4o"}})
+			req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "vanish-req"})
+			_, id := req.request("", corpus(t, "req-chat-tiny-07.json"))
+			prov.recvDataAnswering(10 * time.Second)
+			start := time.Now()
+			path.dark(true)
+			r := req.recvDataAnswering(30 * time.Second)
+			el := time.Since(start)
+			t.Logf("%s: agent_gone %v after the provider vanished", tr, el)
+			if r.code != "agent_gone" || r.hdr.RequestID != id || !r.hdr.IsEnd() {
+				t.Fatalf("got code %q for request %d, want agent_gone for %d", r.code, r.hdr.RequestID, id)
+			}
+			if el > 5*time.Second {
+				t.Fatalf("agent_gone after %v, want within 5 s", el)
+			}
+			waitMetric(t, d, 1, "m2md_sessions_closed_total", "reason=timeout")
+			path.dark(false) // so that the agent's cleanup need not wait out a closing handshake
+		})
+	}
+}
+
+// TestBusyProviderOneWay: a provider whose traffic to the daemon is
+// black-holed while it still hears the daemon (a one-way partition) does
+// not answer PING as far as the daemon can tell, and is given up on as
+// one that vanished.
+func TestBusyProviderOneWay(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, fastLiveness)
+	relay := newTCPRelay(t, d.WSAddr())
+	path := &faultPath{tr: "ws", tcp: relay}
+	prov := path.dialRaw(t, d, negotiate.ClientConfig{AgentID: "oneway-prov", Models: []string{"gpt-4o"}})
+	req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "oneway-req"})
+	_, id := req.request("", corpus(t, "req-chat-tiny-07.json"))
+	prov.recvDataAnswering(10 * time.Second)
+	relay.darkUp.Store(true)
+	// The provider goes on answering PINGs; none reaches the daemon.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			if _, _, err := prov.recvOrPong(10 * time.Second); err != nil {
+				return
+			}
+		}
+	}()
+	req.expectError(10*time.Second, id, "agent_gone", false)
+	prov.conn.Close()
+	<-done
+}
+
+// TestSlowProviderNotDead: a provider whose model takes longer than the
+// liveness check's whole bound to answer, but whose reader answers PING,
+// keeps its session and delivers its answer.
+func TestSlowProviderNotDead(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			d := startDaemon(t, fastLiveness)
+			prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "slow-prov", Models: []string{"gpt-4o"}})
+			req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "slow-req"})
+			_, id := req.request("", corpus(t, "req-chat-tiny-07.json"))
+			dl := prov.recvDataAnswering(10 * time.Second)
+			// Think for four times the check's bound, answering PINGs.
+			pings := 0
+			for end := time.Now().Add(4 * (busyPingAfter + busyPongTimeout)); time.Now().Before(end); {
+				if _, cm, err := prov.recvOrPong(time.Until(end)); err == nil && cm != nil && cm.Type == negotiate.TypePing {
+					pings++
+				}
+			}
+			if pings == 0 {
+				t.Fatal("the daemon never PINGed a silent provider holding a request")
+			}
+			prov.reply(dl.ch, dl.hdr.RequestID, true, corpus(t, "resp-chat-01.json"))
+			r := req.recvDataAnswering(10 * time.Second)
+			if r.code != "" || r.hdr.RequestID != id || !r.hdr.IsEnd() {
+				t.Fatalf("got code %q for request %d, want the answer to %d", r.code, r.hdr.RequestID, id)
+			}
+			if n := metric(t, d, "m2md_sessions_closed_total", "reason=timeout"); n != 0 {
+				t.Fatalf("%v sessions closed for silence", n)
+			}
+		})
+	}
+}
+
+// TestFailoverBeforeFirstByte: a request whose provider is lost before it
+// replied is delivered to another provider of the model and answered
+// there; the requester sees only the answer. After a reply it ends with
+// agent_gone saying how much was delivered, and a request marked ONCE is
+// never delivered twice.
+func TestFailoverBeforeFirstByte(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		lose   func(p *rawAgent, path *faultPath)
+		reason string
+	}{
+		{"killed", func(p *rawAgent, _ *faultPath) { p.conn.Close() }, "disconnected"},
+		{"vanished", func(_ *rawAgent, path *faultPath) { path.dark(true) }, "unresponsive"},
+	} {
+		for _, tr := range transports {
+			t.Run(tc.name+"/"+tr, func(t *testing.T) {
+				t.Parallel()
+				d := startDaemon(t, fastLiveness)
+				path := newFaultPath(t, d, tr)
+				first := path.dialRaw(t, d, negotiate.ClientConfig{AgentID: "fo-first", Models: []string{"gpt-4o"}})
+				req := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "fo-req"})
+				ch, id := req.request("", corpus(t, "req-chat-1k-01.json"))
+				dl := first.recvDataAnswering(10 * time.Second)
+				second := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "fo-second", Models: []string{"gpt-4o"}})
+				tc.lose(first, path)
+				again := second.recvDataAnswering(10 * time.Second)
+				if string(again.body) != string(dl.body) || again.peer != "fo-req" || again.hdr.IsReply() {
+					t.Fatalf("second provider got %q from %q, want the request from fo-req", again.body, again.peer)
+				}
+				second.reply(again.ch, again.hdr.RequestID, true, corpus(t, "resp-chat-01.json"))
+				r := req.recvDataAnswering(10 * time.Second)
+				if r.code != "" || r.hdr.RequestID != id || r.ch != ch || !r.hdr.IsEnd() || r.peer != "fo-second" {
+					t.Fatalf("requester got code %q for request %d from %q", r.code, r.hdr.RequestID, r.peer)
+				}
+				req.expectSilence(100 * time.Millisecond)
+				waitMetric(t, d, 1, "m2md_failovers_total", "reason="+tc.reason)
+				path.dark(false)
+			})
+		}
+	}
+	t.Run("after first byte", func(t *testing.T) {
+		t.Parallel()
+		d := startDaemon(t, fastLiveness)
+		first := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "fb-first", Models: []string{"gpt-4o"}})
+		req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "fb-req"})
+		_, id := req.request("", corpus(t, "req-stream-01.json"))
+		dl := first.recvDataAnswering(10 * time.Second)
+		second := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "fb-second", Models: []string{"gpt-4o"}})
+		first.reply(dl.ch, dl.hdr.RequestID, false, chunk("fb", 0))
+		if r := req.recvDataAnswering(10 * time.Second); r.code != "" || r.hdr.IsEnd() {
+			t.Fatalf("first chunk: code %q flags %v", r.code, r.hdr.Flags)
+		}
+		first.conn.Close()
+		r := req.expectError(10*time.Second, id, "agent_gone", false)
+		if !strings.Contains(string(r.body), "after 1 of its replies") {
+			t.Fatalf("agent_gone message %s does not say how much was delivered", r.body)
+		}
+		second.expectSilence(200 * time.Millisecond)
+		if n := metric(t, d, "m2md_failovers_total"); n != 0 {
+			t.Fatalf("%v failovers after the first byte", n)
+		}
+	})
+	t.Run("once", func(t *testing.T) {
+		t.Parallel()
+		d := startDaemon(t, fastLiveness)
+		first := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "once-first", Models: []string{"gpt-4o"}})
+		req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "once-req", Features: []negotiate.Feature{negotiate.FeatureOnce}})
+		if !req.sess.Params.Has(negotiate.FeatureOnce) {
+			t.Fatal("the daemon did not grant feature once")
+		}
+		fr, err := frame.AppendEncode(nil, corpus(t, "req-chat-tiny-07.json"), frame.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.mustSend(0, negotiate.FlagOnce, 1, "", req.protect(0, fr))
+		first.recvDataAnswering(10 * time.Second)
+		second := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "once-second", Models: []string{"gpt-4o"}})
+		first.conn.Close()
+		req.expectError(10*time.Second, 1, "agent_gone", false)
+		second.expectSilence(200 * time.Millisecond)
+		if n := metric(t, d, "m2md_failovers_total"); n != 0 {
+			t.Fatalf("%v failovers of a request marked ONCE", n)
+		}
+	})
+	t.Run("once without the feature", func(t *testing.T) {
+		t.Parallel()
+		d := startDaemon(t, nil)
+		req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "once-nofeat"})
+		fr, err := frame.AppendEncode(nil, corpus(t, "req-chat-tiny-07.json"), frame.Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.mustSend(0, negotiate.FlagOnce, 1, "", req.protect(0, fr))
+		req.expectClose(5*time.Second, negotiate.ReasonError)
+	})
+}
+
+// The liveness check's settings in the tests that do not measure the
+// defaults: short, so the suite stays fast.
+const (
+	busyPingAfter   = 200 * time.Millisecond
+	busyPongTimeout = 800 * time.Millisecond
+)
+
+func fastLiveness(c *daemon.Config) {
+	c.BusyPingAfter, c.BusyPongTimeout = busyPingAfter, busyPongTimeout
+}
+
+// recvOrPong receives one message within timeout, answering a PING with
+// PONG as an agent's reader does; it returns what recv returns, with a
+// control message's error cleared.
+func (a *rawAgent) recvOrPong(timeout time.Duration) (*received, *negotiate.ControlMessage, error) {
+	r, cm, err := a.recv(timeout)
+	if errors.Is(err, errControl) {
+		if cm.Type == negotiate.TypePing {
+			a.sendControl(negotiate.AppendPong(nil, a.sess.ID, time.Now()))
+		}
+		return nil, cm, nil
+	}
+	return r, cm, err
+}
