@@ -54,8 +54,8 @@ const (
 	// DefaultFailoverBytes bounds the request frames kept for failover
 	// (failover.go): 2,048 requests of 32 KiB in flight at once, a small
 	// part of what the send queues may hold.
-	DefaultFailoverBytes = 64 << 20
-	DefaultMessageTimeout  = 30 * time.Second
+	DefaultFailoverBytes  = 64 << 20
+	DefaultMessageTimeout = 30 * time.Second
 	// DefaultMaxHandshakes and DefaultMaxHandshakesPerIP bound the TCP
 	// connections not yet through HELLO. Handshakes take milliseconds, so
 	// even every session of a full daemon reconnecting at once stays far
