@@ -66,7 +66,8 @@ type Client struct {
 // first failure: a dial or TLS error, a *negotiate.RejectError (match with
 // errors.Is against negotiate.ErrSecurityPolicy, …), an ACCEPT that does not
 // match the HELLO (negotiate.ErrBadAccept, negotiate.ErrAuthDowngrade).
-// Dial does not retry; Options.Reconnect applies once connected.
+// Dial does not retry unless Options.WaitForDaemon; Options.Reconnect
+// applies once connected.
 //
 // url may list several daemons separated by commas (the nodes of a cluster,
 // docs/operations.md): Dial tries each once, in order, and returns the
@@ -108,17 +109,34 @@ func newClient(cfg *config) *Client {
 // run establishes the first session and starts the supervisor.
 func (c *Client) run(ctx context.Context) error {
 	var errs []error
-	for range c.cfg.targets {
-		s, err := c.connect(ctx) // moves on to the next URL when it fails
-		if err == nil {
-			c.sess = s
-			s.start()
-			c.supervisor.Add(1)
-			go c.supervise(s)
-			return nil
+	for attempt := 0; ; attempt++ {
+		errs = errs[:0]
+		for range c.cfg.targets {
+			s, err := c.connect(ctx) // moves on to the next URL when it fails
+			if err == nil {
+				c.sess = s
+				s.start()
+				c.supervisor.Add(1)
+				go c.supervise(s)
+				return nil
+			}
+			errs = append(errs, err)
+			if ctx.Err() != nil {
+				break
+			}
 		}
-		errs = append(errs, err)
+		if !c.cfg.WaitForDaemon || ctx.Err() != nil || permanent(errs[len(errs)-1]) {
+			break
+		}
+		c.log.Warn().Err(errs[len(errs)-1]).Int("attempt", attempt+1).Msg("no daemon accepted a session yet; retrying")
+		t := time.NewTimer(backoff(attempt, c.cfg.ReconnectMin, c.cfg.ReconnectMax))
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
 		if ctx.Err() != nil {
+			errs = append(errs, ctx.Err())
 			break
 		}
 	}

@@ -31,7 +31,17 @@ var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureDel
 const (
 	DefaultMaxConcurrentHandlers = 256
 	DefaultReconnectMin          = 100 * time.Millisecond
-	DefaultReconnectMax          = 30 * time.Second
+	// DefaultReconnectMax is short so that agents are back within
+	// seconds of their daemon: a restarted daemon sees its providers
+	// again within 1.5 s of accepting. Attempts are drawn from the upper
+	// half of the delay, so 1,000 agents cut off together come back
+	// spread over 0.75 s, within the daemon's handshake bounds
+	// (--max-handshakes); a refused dial of a daemon that is down costs
+	// next to nothing.
+	DefaultReconnectMax = 1500 * time.Millisecond
+	// DefaultBusyPingAfter and DefaultBusyPongTimeout: Options.BusyPingAfter.
+	DefaultBusyPingAfter   = time.Second
+	DefaultBusyPongTimeout = 3 * time.Second
 	DefaultMaxResponseSize       = 16 << 20
 	// DefaultStreamBuffer bounds the bytes of replies waiting in one
 	// Stream for Recv.
@@ -109,7 +119,7 @@ type Options struct {
 	// Reconnect re-establishes the session after it ends (the connection
 	// dropped, CLOSE SERVER_SHUTDOWN, TIMEOUT, ERROR, NORMAL), waiting an
 	// exponentially growing, jittered delay between ReconnectMin (default
-	// 100 ms) and ReconnectMax (default 30 s) before each attempt. The new
+	// 100 ms) and ReconnectMax (default 1.5 s) before each attempt. The new
 	// HELLO registers Models again. Never after CLOSE REPLACED (another
 	// session took this agent id) or a REJECT that cannot change
 	// (VERSION_MISMATCH, NO_COMMON_ALGORITHM). Requests in flight when the
@@ -118,6 +128,22 @@ type Options struct {
 	Reconnect    bool
 	ReconnectMin time.Duration
 	ReconnectMax time.Duration
+	// WaitForDaemon makes Dial keep trying, with the same backoff, until
+	// a session is established, ctx ends, or a failure that retrying
+	// cannot change (a REJECT for version or algorithms, a configuration
+	// error): an agent started before its daemon waits for it. Without
+	// it Dial tries each daemon URL once.
+	WaitForDaemon bool
+
+	// BusyPingAfter and BusyPongTimeout check the daemon while requests
+	// wait for replies (docs/protocol.md §3.4, "Sessions that hold
+	// requests"): after BusyPingAfter without any message from the daemon
+	// the client sends PING, and when nothing arrives within
+	// BusyPongTimeout of it the session is given up for dead. Its requests
+	// fail with ErrConnectionLost and, with Reconnect, the next daemon URL
+	// is tried at once. An idle session keeps the protocol's long
+	// keepalive. Defaults 1 s and 3 s.
+	BusyPingAfter, BusyPongTimeout time.Duration
 
 	// MaxResponseSize bounds what Do collects for one request (all stream
 	// chunks and the final reply). Default 16 MiB.
@@ -239,6 +265,12 @@ func newConfig(rawURL string, o Options) (*config, error) {
 	}
 	if c.ReconnectMax < c.ReconnectMin {
 		c.ReconnectMax = c.ReconnectMin
+	}
+	if c.BusyPingAfter <= 0 {
+		c.BusyPingAfter = DefaultBusyPingAfter
+	}
+	if c.BusyPongTimeout <= 0 {
+		c.BusyPongTimeout = DefaultBusyPongTimeout
 	}
 	if c.MaxResponseSize <= 0 {
 		c.MaxResponseSize = DefaultMaxResponseSize

@@ -46,6 +46,7 @@ func (s *session) readLoop() {
 			}
 			return
 		}
+		s.heard()
 		kind, err := negotiate.MessageKind(msg.Data)
 		switch {
 		case err != nil:

@@ -30,6 +30,9 @@ const closeAckGrace = time.Second
 var (
 	errKeepalive = errors.New("client: daemon did not answer PING (session timed out)")
 	errNoAck     = errors.New("client: CLOSE not acknowledged within 5 s")
+	// errUnresponsive ends a session whose daemon did not answer PING
+	// while requests waited (checkBusy).
+	errUnresponsive = errors.New("client: daemon did not answer PING while requests waited: taken for dead")
 )
 
 // session is one connection and its established m2md session. The reader
@@ -80,6 +83,14 @@ type session struct {
 	done       chan struct{}
 
 	wg sync.WaitGroup // reader and timer
+
+	// born is the origin of lastRecv and probeSent: nanoseconds on the
+	// monotonic clock since the session began. lastRecv is when the reader
+	// last received a message, probeSent when checkBusy PINGed (0: no
+	// probe outstanding); owned by the timer goroutine besides lastRecv.
+	born      time.Time
+	lastRecv  atomic.Int64
+	probeSent int64
 }
 
 // channel is one channel's send side: sealing and writing a frame happen
@@ -262,6 +273,7 @@ func (c *Client) accept(conn transport.Conn, m *negotiate.Machine, hs *negotiate
 		transport.ShareDataChannel(conn)
 	}
 	s.log = c.log.With().Str("session", ns.ID).Str("transport", s.info.Transport).Logger()
+	s.born = time.Now()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	return s, nil
 }
@@ -483,6 +495,15 @@ func (s *session) timerLoop() {
 		if !deadline.IsZero() {
 			wait = max(time.Until(deadline), time.Millisecond)
 		}
+		if s.waiting() {
+			if err := s.checkBusy(); err != nil {
+				s.end(err)
+				return
+			}
+			wait = min(wait, s.busyPeriod())
+		} else {
+			s.probeSent = 0
+		}
 		t.Reset(wait)
 		select {
 		case <-s.ctx.Done():
@@ -491,6 +512,54 @@ func (s *session) timerLoop() {
 		case <-t.C:
 		}
 	}
+}
+
+// waiting reports whether requests of this session wait for replies.
+func (s *session) waiting() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.calls) > 0
+}
+
+// heard records that a message arrived.
+func (s *session) heard() { s.lastRecv.Store(int64(time.Since(s.born))) }
+
+// busyPeriod is how often checkBusy runs while requests wait.
+func (s *session) busyPeriod() time.Duration {
+	return min(s.c.cfg.BusyPingAfter, s.c.cfg.BusyPongTimeout) / 4
+}
+
+// checkBusy is the client's side of docs/protocol.md §3.4, "Sessions
+// that hold requests": while requests wait, a daemon silent for
+// BusyPingAfter is PINGed, and one from which nothing arrives within
+// BusyPongTimeout of that PING is taken for dead (the error returned):
+// the session ends, its requests fail at once, and the client moves on to
+// its next daemon URL instead of waiting out the protocol's 90 s keepalive.
+// Run by the timer goroutine only.
+func (s *session) checkBusy() error {
+	now := int64(time.Since(s.born))
+	last := s.lastRecv.Load()
+	if s.probeSent != 0 && last >= s.probeSent {
+		s.probeSent = 0
+	}
+	cfg := &s.c.cfg.Options
+	switch {
+	case s.probeSent == 0 && now-last >= int64(cfg.BusyPingAfter):
+		s.ctrlMu.Lock()
+		var err error
+		if s.m.CanSend(negotiate.KindControl, negotiate.TypePing) == nil {
+			err = s.sendControlLocked(negotiate.AppendPing(nil, s.info.ID, time.Now()))
+		}
+		s.ctrlMu.Unlock()
+		if err != nil {
+			return err
+		}
+		s.probeSent = now
+	case s.probeSent != 0 && now-s.probeSent >= int64(cfg.BusyPongTimeout):
+		s.log.Warn().Dur("pong_timeout", cfg.BusyPongTimeout).Msg("daemon did not answer PING while requests waited: session given up")
+		return errUnresponsive
+	}
+	return nil
 }
 
 // channel returns the send state of channel id.
@@ -516,6 +585,9 @@ func (s *session) addCall(cl *call) error {
 		return lostError(s.cause)
 	}
 	s.calls[cl.id] = cl
+	if len(s.calls) == 1 {
+		s.pokeTimer() // the daemon is now checked harder (checkBusy)
+	}
 	return nil
 }
 

@@ -77,9 +77,18 @@ func (se *session) checkBusy(now int64) {
 	cfg := &se.srv.cfg
 	switch {
 	case probe == 0 && now-se.lastRecv.Load() >= int64(cfg.BusyPingAfter):
+		se.probeMark.Store(se.bytesWritten())
 		se.probeSent.Store(now)
 		se.sendControl(negotiate.AppendPing(nil, se.neg.ID, time.Now()), false)
 	case probe != 0 && now-probe >= int64(cfg.BusyPongTimeout):
+		if w := se.bytesWritten(); w-se.probeMark.Load() > probeProgress {
+			// The agent is taking what the writer sends (a large delivery
+			// over a slow link, which the PING waits behind): alive. Its
+			// flow control gives no credit once it is gone, so this ends.
+			se.probeMark.Store(w)
+			se.probeSent.Store(now)
+			return
+		}
 		se.unresponsive()
 	}
 }
@@ -101,3 +110,8 @@ func (se *session) unresponsive() {
 	// CloseTimeout) after it has ended the session's reads.
 	go se.conn.Close()
 }
+
+// probeProgress is how many bytes the connection must have taken since
+// the probe for a silent agent to count as alive: more than the PING
+// itself, which the kernel takes from a vanished peer's TCP connection too.
+const probeProgress = 4 << 10

@@ -97,6 +97,9 @@ type session struct {
 	// when the liveness check PINGed the session, 0 if no probe is
 	// outstanding (liveness.go).
 	lastRecv, probeSent atomic.Int64
+	// probeMark is the connection's progress (bytesWritten) when the probe
+	// was sent or last renewed.
+	probeMark atomic.Uint64
 	// lostReason is why the session's deliveries are failed over
 	// (failover.go) when it ends: a failoverReason; unset means its agent
 	// disconnected.

@@ -90,7 +90,7 @@ func runDemoProvider(args []string, stdout, stderr io.Writer) error {
 	if opt.Logger, err = af.log.logger(stderr); err != nil {
 		return err
 	}
-	opt.Models, opt.Reconnect = demoModels, true
+	opt.Models, opt.Reconnect, opt.WaitForDaemon = demoModels, true, true
 	agent := opt.AgentID
 	opt.Handler = client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
 		answer := fmt.Sprintf("This is %s answering a %d-byte request for %s from %s.", agent, len(req.Body), req.Model, req.From)

@@ -62,7 +62,7 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opt.Reconnect, opt.Handler, opt.Logger = true, up, logger
+	opt.Reconnect, opt.WaitForDaemon, opt.Handler, opt.Logger = true, true, up, logger
 	opt.MaxConcurrentHandlers = max(client.DefaultMaxConcurrentHandlers, cfg.Concurrency)
 	// A provider only: it keeps bases for the deltas it is sent, and no
 	// history of requests, which it never sends.
