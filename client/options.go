@@ -42,7 +42,7 @@ const (
 	// DefaultBusyPingAfter and DefaultBusyPongTimeout: Options.BusyPingAfter.
 	DefaultBusyPingAfter   = time.Second
 	DefaultBusyPongTimeout = 3 * time.Second
-	DefaultMaxResponseSize       = 16 << 20
+	DefaultMaxResponseSize = 16 << 20
 	// DefaultStreamBuffer bounds the bytes of replies waiting in one
 	// Stream for Recv.
 	DefaultStreamBuffer = 32 << 20
