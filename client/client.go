@@ -56,6 +56,9 @@ type Client struct {
 	nextTarget atomic.Int32
 
 	supervisor sync.WaitGroup
+	// closers counts connections of sessions given up for dead, closing in
+	// the background (session.end).
+	closers sync.WaitGroup
 	closeOnce  sync.Once
 	closeErr   error
 }
@@ -333,6 +336,7 @@ func (c *Client) Close() error {
 			s.wg.Wait()
 		}
 		c.supervisor.Wait()
+		c.closers.Wait()
 		c.finish(ErrClosed)
 		c.waitHandlers()
 		c.cfg.wipe()

@@ -369,7 +369,18 @@ func (s *session) end(cause error) {
 	for _, d := range deliveries {
 		d.cancel(lost)
 	}
-	s.conn.Close()
+	if errors.Is(cause, errUnresponsive) {
+		// The daemon is taken for dead: closing its connection waits for a
+		// closing handshake (up to the transport's CloseTimeout) that will
+		// not come, and the next daemon URL should not wait for it.
+		s.c.closers.Add(1)
+		go func() {
+			defer s.c.closers.Done()
+			s.conn.Close()
+		}()
+	} else {
+		s.conn.Close()
+	}
 	s.log.Info().Err(cause).Msg("session ended")
 	close(s.done)
 }
