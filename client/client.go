@@ -58,9 +58,9 @@ type Client struct {
 	supervisor sync.WaitGroup
 	// closers counts connections of sessions given up for dead, closing in
 	// the background (session.end).
-	closers sync.WaitGroup
-	closeOnce  sync.Once
-	closeErr   error
+	closers   sync.WaitGroup
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // Dial connects to the daemon at url and completes the handshake:
