@@ -14,13 +14,20 @@ import (
 	"github.com/rs/zerolog"
 )
 
-// Defaults. A dead node is noticed within DefaultDeadAfter plus one
-// DefaultHeartbeat, which keeps the promise that requests in flight to its
-// agents end with agent_gone within 2 s.
+// Defaults. The failure detector is a fixed timeout: a node not heard for
+// DeadAfter is dead. A dead node is noticed within DefaultDeadAfter plus
+// one DefaultHeartbeat (4.25 s), which keeps the promise that requests in
+// flight to its agents fail over or end within 5 s, while a node that
+// gets no CPU for 3 s (a long GC pause, a noisy neighbour, a SIGSTOP) and
+// then resumes is not declared dead: its first heartbeat after the pause
+// arrives within 3.25 s of its last. An adaptive detector (phi accrual)
+// would give no such bound: after a quiet spell it suspects sooner, after
+// a noisy one later, and the promise is about fixed times. The daemon's
+// busy check (daemon/liveness.go) watches each agent; this watches nodes.
 const (
 	DefaultName      = "m2md"
 	DefaultHeartbeat = 250 * time.Millisecond
-	DefaultDeadAfter = time.Second
+	DefaultDeadAfter = 4 * time.Second
 	// DefaultInbox is how many cluster messages may wait for this node's
 	// dispatcher before requests and replies are answered with an error
 	// instead of delivered (Config.Inbox).
@@ -83,7 +90,7 @@ type Config struct {
 	Node string
 	// Heartbeat is how often the node says it is alive; DeadAfter is how
 	// long without a heartbeat before the others declare it dead and end
-	// the requests in flight to its agents. Defaults 250 ms and 1 s.
+	// the requests in flight to its agents. Defaults 250 ms and 4 s.
 	Heartbeat, DeadAfter time.Duration
 	// Inbox bounds the messages waiting for this node's dispatcher
 	// (m2md serve --cluster-inbox). A request or reply that finds Inbox

@@ -228,3 +228,49 @@ func (a *rawAgent) recvOrPong(timeout time.Duration) (*received, *negotiate.Cont
 	}
 	return r, cm, err
 }
+
+// TestClusterNodeStallAndLoss: with the cluster's default failure detector
+// (heartbeats every 250 ms, dead after 4 s), a node whose link to its peer
+// stalls for 3 s (its route held, as a process stopped with SIGSTOP and
+// continued holds it) is not declared dead; once its link is black-holed
+// for good, the peer declares it dead within 5 s and the request its
+// provider held fails over to a provider of the model on the peer.
+func TestClusterNodeStallAndLoss(t *testing.T) {
+	t.Parallel()
+	a := startDaemon(t, clusterConfig(nil, nil))
+	relay := newTCPRelay(t, a.Cluster().RouteAddr)
+	b := startDaemon(t, clusterConfig([]string{"nats://" + relay.ln.Addr().String()}, nil))
+	nodes := []*testDaemon{a, b}
+	waitMesh(t, nodes)
+
+	relay.hold.Store(true)
+	time.Sleep(3 * time.Second)
+	relay.hold.Store(false)
+	time.Sleep(time.Second) // the heartbeats held back arrive
+	for _, d := range nodes {
+		if n := metric(t, d, "m2md_cluster_nodes_down_total"); n != 0 || d.Cluster().Nodes != 1 {
+			t.Fatalf("node %s declared %v nodes dead over a 3 s stall (hears %d)", d.Cluster().Node, n, d.Cluster().Nodes)
+		}
+	}
+
+	bprov := mustDialRaw(t, b, "ws", negotiate.ClientConfig{AgentID: "stall-bprov", Models: []string{"gpt-4o"}})
+	waitAgentAt(t, a, "", "stall-bprov", b)
+	req := mustDialRaw(t, a, "ws", negotiate.ClientConfig{AgentID: "stall-req"})
+	_, id := req.request("", corpus(t, "req-chat-tiny-07.json"))
+	bprov.recvDataAnswering(10 * time.Second)
+	aprov := mustDialRaw(t, a, "ws", negotiate.ClientConfig{AgentID: "stall-aprov", Models: []string{"gpt-4o"}})
+	start := time.Now()
+	relay.dark(true)
+	dl := aprov.recvDataAnswering(15 * time.Second)
+	el := time.Since(start)
+	t.Logf("request failed over %v after node %s was cut off", el, b.Cluster().Node)
+	if el > 5*time.Second {
+		t.Fatalf("failed over after %v, want within 5 s", el)
+	}
+	aprov.reply(dl.ch, dl.hdr.RequestID, true, corpus(t, "resp-chat-01.json"))
+	if r := req.recvDataAnswering(10 * time.Second); r.code != "" || r.hdr.RequestID != id || r.peer != "stall-aprov" {
+		t.Fatalf("requester got code %q for %d from %q", r.code, r.hdr.RequestID, r.peer)
+	}
+	waitMetric(t, a, 1, "m2md_failovers_total", "reason=node_gone")
+	relay.dark(false)
+}

@@ -26,7 +26,11 @@ type tcpRelay struct {
 	target   string
 	darkUp   atomic.Bool
 	darkDown atomic.Bool
-	delay    atomic.Int64 // nanoseconds
+	// hold stops the relay reading either side: bytes wait in the
+	// kernels' buffers and flow on, whole and in order, when it is
+	// cleared (a stalled path or process; dark loses them instead).
+	hold  atomic.Bool
+	delay atomic.Int64 // nanoseconds
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -63,6 +67,7 @@ func newTCPRelay(t testing.TB, target net.Addr) *tcpRelay {
 	}()
 	t.Cleanup(func() {
 		ln.Close()
+		r.hold.Store(false)
 		r.cut()
 		r.wg.Wait()
 	})
@@ -76,6 +81,9 @@ func (r *tcpRelay) pump(dst, src net.Conn, dark *atomic.Bool) {
 	defer dst.Close()
 	buf := make([]byte, 32<<10)
 	for {
+		for r.hold.Load() {
+			time.Sleep(5 * time.Millisecond)
+		}
 		n, err := src.Read(buf)
 		if n > 0 && !dark.Load() {
 			if d := time.Duration(r.delay.Load()); d > 0 {
