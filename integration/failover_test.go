@@ -274,3 +274,41 @@ func TestClusterNodeStallAndLoss(t *testing.T) {
 	waitMetric(t, a, 1, "m2md_failovers_total", "reason=node_gone")
 	relay.dark(false)
 }
+
+// TestIdleSessionSurvivesOutage: an idle provider's session outlives 20 s
+// in which nothing passes either way (a relay black-holes its traffic: a
+// Wi-Fi roam, a partition, a NAT rebinding), on both transports with the
+// default settings, and carries a request afterwards without
+// reconnecting: the busy check that gives up on a silent provider holding
+// requests within seconds leaves idle sessions alone. With the former 5 s
+// --quic-idle-timeout the QUIC connection died in it.
+func TestIdleSessionSurvivesOutage(t *testing.T) {
+	const outage = 20 * time.Second
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			d := startDaemon(t, nil)
+			path := newFaultPath(t, d, tr)
+			prov := path.dialRaw(t, d, negotiate.ClientConfig{AgentID: "outage-prov", Models: []string{"gpt-4o"}})
+			req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "outage-req"})
+			path.dark(true)
+			time.Sleep(outage)
+			path.dark(false)
+			ch, id := req.request("", corpus(t, "req-chat-tiny-07.json"))
+			dl := prov.recvDataAnswering(10 * time.Second)
+			if dl.hdr.RequestID == 0 || dl.hdr.IsReply() {
+				t.Fatalf("delivery after the outage: %+v", dl.hdr)
+			}
+			prov.reply(dl.ch, dl.hdr.RequestID, true, corpus(t, "resp-chat-01.json"))
+			r := req.recvDataAnswering(10 * time.Second)
+			if r.code != "" || !r.hdr.IsEnd() || r.hdr.RequestID != id || r.ch != ch {
+				t.Fatalf("reply after the outage: code %q flags %v id %d", r.code, r.hdr.Flags, r.hdr.RequestID)
+			}
+			for _, reason := range []string{"disconnected", "timeout"} {
+				if n := metric(t, d, "m2md_sessions_closed_total", "reason="+reason); n != 0 {
+					t.Fatalf("%v sessions ended (%s) during the outage", n, reason)
+				}
+			}
+		})
+	}
+}
