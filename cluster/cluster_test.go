@@ -538,9 +538,10 @@ func dropped(c *Cluster) int {
 // its peer's heartbeats, queued behind the burst, and declares nobody dead.
 func TestBusyNodeKeepsPeers(t *testing.T) {
 	ha, hb := &recorder{slow: time.Millisecond}, &recorder{}
-	// DeadAfter above the default: what is tested is a dispatcher busy for
-	// longer than DeadAfter, not how long a loaded machine may starve the
-	// heartbeat goroutines (at the default 1 s this failed once at load 9).
+	// DeadAfter below the burst's 3 s of work, so that the dispatcher is
+	// busy for longer than DeadAfter, and not so short that a loaded
+	// machine starving the heartbeat goroutines decides (at 1 s this
+	// failed once at load 9).
 	const deadAfter = 2500 * time.Millisecond
 	a := startNode(t, Config{Listen: "127.0.0.1:0", Node: "a", DeadAfter: deadAfter}, ha)
 	b := startNode(t, Config{Listen: "127.0.0.1:0", Node: "b", DeadAfter: deadAfter, Routes: []string{"nats://" + a.RouteAddr().String()}}, hb)

@@ -24,8 +24,8 @@ type clusterOutcome struct {
 
 // TestClusterNodeKilled: three nodes; a requester on A routes by model to
 // providers on B and C, each holding requests for a while. B dies without a
-// word (Crash). Requests in flight to its provider end with agent_gone
-// within 2 s, never hang; the provider reconnects to C (the next of its
+// word (Crash). Requests in flight to its provider fail over to a
+// provider of the model or end with agent_gone within 5 s, never hang; the provider reconnects to C (the next of its
 // URLs) and serves again; a new node started in B's place joins, and a
 // provider on it is reached from A.
 func TestClusterNodeKilled(t *testing.T) {
@@ -120,26 +120,30 @@ func TestClusterNodeKilled(t *testing.T) {
 	waitCount("kprov-1", before+10, "after moving to C")
 	moved := time.Now()
 	// Wait until every worker is past the requests it had in flight at the
-	// kill (bounded: they must end within 2 s, checked below).
+	// kill (bounded: they must end within 5 s, checked below).
 	for w := range current {
-		for current[w].Load() < killed.UnixNano() && time.Since(killed) < 5*time.Second {
+		for current[w].Load() < killed.UnixNano() && time.Since(killed) < 8*time.Second {
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
 
-	// Every request that started before the kill and failed failed with
-	// agent_gone (its provider's node is gone) within 2 s of the kill.
+	// Every request in flight at the kill was answered (failed over to a
+	// provider on C: none had a reply yet, they are held 150 ms) or failed
+	// with agent_gone (its provider's node is gone), within 5 s of the
+	// kill.
 	mu.Lock()
 	var gone int
 	for _, o := range outcomes {
-		if o.err == nil || o.start.After(killed) {
+		if o.start.After(killed) || o.end.Before(killed) {
 			continue
 		}
-		if code := remoteCode(o.err); code != negotiate.CodeAgentGone {
-			t.Errorf("request in flight at the kill: %v, want agent_gone", o.err)
+		if o.err != nil {
+			if code := remoteCode(o.err); code != negotiate.CodeAgentGone {
+				t.Errorf("request in flight at the kill: %v, want agent_gone", o.err)
+			}
 		}
-		if late := o.end.Sub(killed); late > 2*time.Second {
-			t.Errorf("request in flight at the kill ended %v after it, want within 2 s", late)
+		if late := o.end.Sub(killed); late > 5*time.Second {
+			t.Errorf("request in flight at the kill ended %v after it, want within 5 s", late)
 		}
 		gone++
 	}
@@ -153,7 +157,7 @@ func TestClusterNodeKilled(t *testing.T) {
 				t.Errorf("request after the kill: %v", o.err)
 			}
 		}
-		if d := o.end.Sub(o.start); d > 2500*time.Millisecond {
+		if d := o.end.Sub(o.start); d > 5500*time.Millisecond {
 			t.Errorf("a request took %v", d)
 		}
 	}
@@ -161,7 +165,7 @@ func TestClusterNodeKilled(t *testing.T) {
 	if gone == 0 {
 		t.Error("no request was in flight to the killed node: the test proves nothing")
 	}
-	t.Logf("%d requests in flight to the killed node ended with agent_gone; provider back after %v", gone, moved.Sub(killed))
+	t.Logf("%d requests in flight at the kill ended (failed over or agent_gone); provider back after %v; %v failovers", gone, moved.Sub(killed), metric(t, a, "m2md_failovers_total"))
 
 	// A node restarted in B's place joins the cluster and is used.
 	b2 := startDaemon(t, func(cfg *daemon.Config) {
