@@ -41,6 +41,10 @@ func TestConfigZeroIsDefault(t *testing.T) {
 		{"PongTimeout", c.PongTimeout, negotiate.DefaultPongTimeout},
 		{"ShutdownGrace", c.ShutdownGrace, DefaultShutdownGrace},
 		{"SlowConsumerGrace", c.SlowConsumerGrace, DefaultSlowGrace},
+		{"BusyPingAfter", c.BusyPingAfter, DefaultBusyPingAfter},
+		{"BusyPongTimeout", c.BusyPongTimeout, DefaultBusyPongTimeout},
+		{"FailoverBytes", c.FailoverBytes, DefaultFailoverBytes},
+		{"QUICIdleTimeout", c.QUICIdleTimeout, DefaultQUICIdleTimeout},
 	} {
 		if tc.got != tc.want {
 			t.Errorf("%s = %v, want %v", tc.name, tc.got, tc.want)
@@ -60,6 +64,9 @@ func TestConfigNegativeAndOutOfRange(t *testing.T) {
 		{"max sessions -1", Config{MaxSessions: -1}, false},
 		{"max outstanding -1", Config{MaxOutstanding: -1}, false},
 		{"send queue -1", Config{SendQueueLen: -1}, false},
+		{"busy ping after -1s", Config{BusyPingAfter: -time.Second}, false},
+		{"busy pong timeout -1s", Config{BusyPongTimeout: -time.Second}, false},
+		{"failover bytes -1: off", Config{FailoverBytes: -1}, true},
 		{"hello timeout -1s", Config{HelloTimeout: -time.Second}, false},
 		{"shutdown grace -1s", Config{ShutdownGrace: -time.Second}, false},
 		{"max payload -1", Config{MaxPayload: -1}, false},
