@@ -77,6 +77,8 @@ func FuzzReadData(f *testing.F) {
 		}
 	}
 	f.Add(byte(0), byte(0), uint32(0), byte(0), []byte{0x02, 0x08, 0x01, 0x00, 0x00})
+	f.Add(byte(0), byte(16), uint32(4), byte(1), append(hdr(negotiate.FlagOnce, 5, ""), m2m...))
+	f.Add(byte(2), byte(0), uint32(4), byte(1), append(hdr(negotiate.FlagOnce, 5, ""), m2m...))
 	f.Add(byte(2), byte(2), uint32(4), byte(1), append(hdr(negotiate.FlagReply|negotiate.FlagBatch, 77, ""), m2m...))
 	f.Add(byte(0), byte(2), uint32(4), byte(0), append(hdr(negotiate.FlagReply|negotiate.FlagBatch, 77, ""), 0x00, 0x81, 0x01))
 	f.Fuzz(func(t *testing.T, mode, features byte, ch uint32, seal byte, msg []byte) {
@@ -98,6 +100,9 @@ func FuzzReadData(f *testing.F) {
 		}
 		if features&2 != 0 {
 			params.Features = append(params.Features, negotiate.FeatureBatch)
+		}
+		if features&16 != 0 {
+			params.Features = append(params.Features, negotiate.FeatureOnce)
 		}
 		if features&8 != 0 {
 			params.Features = append(params.Features, negotiate.FeatureCompact)
@@ -128,8 +133,11 @@ func FuzzReadData(f *testing.F) {
 		// BATCH is the daemon's to set on a request, and a batch reply
 		// needs the feature (docs/protocol.md §4.4).
 		badBatch := perr == nil && dh.IsBatch() && (!dh.IsReply() || !params.Has(negotiate.FeatureBatch))
-		if ref.protocol != (perr != nil || badBatch) {
-			t.Fatalf("protocol error %v, ParseData %v, BATCH misused %v", ref.protocol, perr, badBatch)
+		// ONCE is an unknown bit without feature once (docs/protocol.md
+		// §4, "Failover").
+		badOnce := perr == nil && dh.IsOnce() && !params.Has(negotiate.FeatureOnce)
+		if ref.protocol != (perr != nil || badBatch || badOnce) {
+			t.Fatalf("protocol error %v, ParseData %v, BATCH misused %v, ONCE misused %v", ref.protocol, perr, badBatch, badOnce)
 		}
 		if ref.protocol {
 			if ref.code != "" || after != before {

@@ -182,14 +182,14 @@ func FuzzParseData(f *testing.F) {
 		flags DataFlags
 		id    uint64
 		peer  string
-	}{{0, 1, ""}, {FlagReply, 300, "alice"}, {FlagReply | FlagEnd, math.MaxUint64, strings.Repeat("x", 128)}} {
+	}{{0, 1, ""}, {FlagReply, 300, "alice"}, {FlagReply | FlagEnd, math.MaxUint64, strings.Repeat("x", 128)}, {FlagOnce, 5, ""}} {
 		msg, err := AppendData(nil, seed.flags, seed.id, seed.peer, frame)
 		if err != nil {
 			f.Fatal(err)
 		}
 		f.Add(msg)
 	}
-	for _, s := range []string{"", "02", "0200", "020080", "0200810000", "0200ffffffffffffffffff0200", "0202010023", "02000105616c69636523"} {
+	for _, s := range []string{"", "02", "0200", "020080", "0200810000", "0200ffffffffffffffffff0200", "0202010023", "02000105616c69636523", "0211010023", "0218010023"} {
 		f.Add(unhex(f, s))
 	}
 	f.Fuzz(func(t *testing.T, msg []byte) {
