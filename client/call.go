@@ -18,6 +18,18 @@ type CallOption func(*callOptions)
 type callOptions struct {
 	to          string
 	tokenNative bool
+	once        bool
+}
+
+// Once marks the request ONCE (feature once, docs/protocol.md §4,
+// "Failover"): the daemon delivers it to one provider at most, and does
+// not deliver it again to another when that provider is lost before
+// replying; the request then fails with agent_gone. Use it for requests
+// that must not run twice (they act on the world, or cost too much). The
+// session must have negotiated feature once; if it has not, the request
+// is not sent and the error wraps negotiate.ErrConfig.
+func Once() CallOption {
+	return func(o *callOptions) { o.once = true }
 }
 
 // TokenNative sends the request as a TokenNative frame (BPE token ids in
@@ -417,8 +429,15 @@ func (c *Client) start(ctx context.Context, payload []byte, raw bool, opts []Cal
 	if err != nil {
 		return nil, err
 	}
+	var flags negotiate.DataFlags
+	if co.once {
+		if !s.info.Params.Has(negotiate.FeatureOnce) {
+			return nil, fmt.Errorf("%w: Once: the daemon did not negotiate feature once (an older daemon, or --disable-features once), so it cannot be told not to resend", negotiate.ErrConfig)
+		}
+		flags = negotiate.FlagOnce
+	}
 	id := c.newRequestID()
-	o, err := newOutgoing(0, id, co.to, len(payload))
+	o, err := newOutgoing(flags, id, co.to, len(payload))
 	if err != nil {
 		return nil, err
 	}

@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
@@ -310,5 +312,47 @@ func TestIdleSessionSurvivesOutage(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestClientOnce: a Go client's request sent with client.Once is never
+// delivered to a second provider: its provider lost, it fails with
+// agent_gone while another provider of the model sits idle. Sent
+// without, the same loss is invisible to the caller.
+func TestClientOnce(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, nil)
+	c := dialClient(t, d.url("ws"), client.Options{AgentID: "co-req"})
+	for _, once := range []bool{true, false} {
+		first := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "co-first", Models: []string{"gpt-4o"}})
+		var opts []client.CallOption
+		if once {
+			opts = append(opts, client.Once())
+		}
+		errc := make(chan error, 1)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			_, err := c.Do(ctx, corpus(t, "req-chat-tiny-07.json"), opts...)
+			errc <- err
+		}()
+		first.recvDataAnswering(10 * time.Second)
+		second := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "co-second", Models: []string{"gpt-4o"}})
+		first.conn.Close()
+		if once {
+			second.expectSilence(200 * time.Millisecond)
+		} else {
+			dl := second.recvDataAnswering(10 * time.Second)
+			second.reply(dl.ch, dl.hdr.RequestID, true, corpus(t, "resp-chat-01.json"))
+		}
+		err := <-errc
+		if once && remoteCode(err) != negotiate.CodeAgentGone {
+			t.Fatalf("Once: %v, want agent_gone", err)
+		}
+		if !once && err != nil {
+			t.Fatalf("without Once: %v, want the second provider's answer", err)
+		}
+		second.conn.Close()
+		waitSessions(t, d, 1)
 	}
 }
