@@ -17,8 +17,8 @@ import (
 // tcpRelay stands between WebSocket agents and the daemon on loopback, as
 // a network path does, and can fail as one: darkUp black-holes what the
 // agents send, darkDown what the daemon sends (both: a machine that
-// vanished without a FIN or RST), delay holds each chunk that long, and
-// cut closes every relayed connection at once (a path cut mid-message).
+// vanished without a FIN or RST), hold stalls both ways without losing a
+// byte, and cut closes every relayed connection at once.
 // A black-holed chunk is read and dropped, so neither side's TCP sees
 // anything but silence.
 type tcpRelay struct {
@@ -29,8 +29,7 @@ type tcpRelay struct {
 	// hold stops the relay reading either side: bytes wait in the
 	// kernels' buffers and flow on, whole and in order, when it is
 	// cleared (a stalled path or process; dark loses them instead).
-	hold  atomic.Bool
-	delay atomic.Int64 // nanoseconds
+	hold atomic.Bool
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -86,9 +85,6 @@ func (r *tcpRelay) pump(dst, src net.Conn, dark *atomic.Bool) {
 		}
 		n, err := src.Read(buf)
 		if n > 0 && !dark.Load() {
-			if d := time.Duration(r.delay.Load()); d > 0 {
-				time.Sleep(d)
-			}
 			if _, werr := dst.Write(buf[:n]); werr != nil {
 				return
 			}
