@@ -28,9 +28,6 @@ const (
 	// CodeBadUpstreamReply: the upstream's answer is not what the OpenAI API
 	// promises (not JSON, too large, a stream without [DONE]).
 	CodeBadUpstreamReply negotiate.ErrorCode = "bad_upstream_reply"
-	// CodeUnsupportedEndpoint: the request is neither a chat completion nor
-	// an embeddings request.
-	CodeUnsupportedEndpoint negotiate.ErrorCode = "unsupported_endpoint"
 
 	upstreamHTTPPrefix = "upstream_http_"
 	retryAfterInfix    = "_retry_after_"
@@ -107,7 +104,7 @@ func StatusFor(code negotiate.ErrorCode) Status {
 	switch code {
 	case negotiate.CodeNoRoute, negotiate.CodeUnknownAgent:
 		return Status{http.StatusNotFound, "invalid_request_error", "model_not_found", false}
-	case negotiate.CodeBadFrame, negotiate.CodeTooLarge, CodeUnsupportedEndpoint:
+	case negotiate.CodeBadFrame, negotiate.CodeTooLarge:
 		return Status{http.StatusBadRequest, "invalid_request_error", string(code), false}
 	case negotiate.CodeRateLimited, negotiate.CodeTooManyRequests:
 		return Status{http.StatusTooManyRequests, "rate_limit_error", string(code), true}

@@ -10,30 +10,39 @@ import (
 )
 
 func TestStatusFor(t *testing.T) {
+	// The types are OpenAI's (what its client libraries branch on), written
+	// out here rather than taken from the code under test.
+	const (
+		invalid   = "invalid_request_error"
+		rateLimit = "rate_limit_error"
+		server    = "server_error"
+	)
 	for _, tc := range []struct {
 		code   negotiate.ErrorCode
 		status int
+		typ    string
 		oaCode string
 		retry  bool
 	}{
-		{negotiate.CodeNoRoute, 404, "model_not_found", false},
-		{negotiate.CodeUnknownAgent, 404, "model_not_found", false},
-		{negotiate.CodeAgentGone, 502, "agent_gone", false},
-		{negotiate.CodeRateLimited, 429, "rate_limited", true},
-		{negotiate.CodeTooManyRequests, 429, "too_many_requests", true},
-		{negotiate.CodeQueueFull, 503, "queue_full", true},
-		{negotiate.CodeProviderBusy, 503, "provider_busy", true},
-		{negotiate.CodeShutdown, 503, "shutdown", true},
-		{CodeUpstreamBusy, 503, "upstream_busy", true},
-		{CodeUpstreamTimeout, 504, "upstream_timeout", false},
-		{negotiate.CodeTooLarge, 400, "too_large", false},
-		{negotiate.CodeBadFrame, 400, "bad_frame", false},
-		{CodeUpstreamUnavailable, 502, "upstream_unavailable", false},
-		{"something_else", 502, "something_else", false},
+		{negotiate.CodeNoRoute, 404, invalid, "model_not_found", false},
+		{negotiate.CodeUnknownAgent, 404, invalid, "model_not_found", false},
+		{negotiate.CodeAgentGone, 502, server, "agent_gone", false},
+		{negotiate.CodeRateLimited, 429, rateLimit, "rate_limited", true},
+		{negotiate.CodeTooManyRequests, 429, rateLimit, "too_many_requests", true},
+		{negotiate.CodeQueueFull, 503, server, "queue_full", true},
+		{negotiate.CodeProviderBusy, 503, server, "provider_busy", true},
+		{negotiate.CodeShutdown, 503, server, "shutdown", true},
+		{CodeUpstreamBusy, 503, server, "upstream_busy", true},
+		{CodeUpstreamTimeout, 504, server, "upstream_timeout", false},
+		{negotiate.CodeTooLarge, 400, invalid, "too_large", false},
+		{negotiate.CodeBadFrame, 400, invalid, "bad_frame", false},
+		{CodeUpstreamUnavailable, 502, server, "upstream_unavailable", false},
+		{CodeBadUpstreamReply, 502, server, "bad_upstream_reply", false},
+		{"something_else", 502, server, "something_else", false},
 	} {
-		s := StatusFor(tc.code)
-		if s.HTTP != tc.status || s.Code != tc.oaCode || s.RetryAfter != tc.retry {
-			t.Errorf("%s: %+v", tc.code, s)
+		want := Status{HTTP: tc.status, Type: tc.typ, Code: tc.oaCode, RetryAfter: tc.retry}
+		if s := StatusFor(tc.code); s != want {
+			t.Errorf("%s: %+v, want %+v", tc.code, s, want)
 		}
 	}
 }
