@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 
@@ -96,6 +97,27 @@ func TestSealerNumbersAndChecks(t *testing.T) {
 				if !errors.Is(err, ErrReplay) || !errors.As(err, &se) || RefusalCode(err) != CodeReplay {
 					t.Fatalf("%s: %v", tc.name, err)
 				}
+			}
+			// A frame in step in everything but its channel: number 1,
+			// written for channel 8, arriving on channel 12 where 1 is the
+			// number expected. Only the channel can refuse it, and the
+			// error must say that is why.
+			other, _ := sealerPair(t, mode, 0)
+			first8 := seal(t, other, 8)
+			if recv.Expected(12) != 1 || sequenceOf(t, first8) != 1 {
+				t.Fatalf("setup: channel 12 expects %d, frame numbered %d", recv.Expected(12), sequenceOf(t, first8))
+			}
+			err := open(12, first8)
+			var se *SequenceError
+			if !errors.Is(err, ErrReplay) || !errors.As(err, &se) || RefusalCode(err) != CodeReplay {
+				t.Fatalf("frame for channel 8 opened on channel 12: %v", err)
+			}
+			if se.Channel != 12 || se.FrameChannel != 8 || se.Got != se.Want ||
+				!strings.Contains(err.Error(), "for channel 8 arrived on channel 12") {
+				t.Fatalf("refusal does not name the channel as its reason: %+v (%v)", se, err)
+			}
+			if recv.Expected(12) != 1 {
+				t.Fatalf("refused frame advanced channel 12 to %d", recv.Expected(12))
 			}
 			tampered := bytes.Clone(on4[1])
 			tampered[len(tampered)/2] ^= 1
