@@ -29,13 +29,59 @@ func TestNATSRunLeavesNothing(t *testing.T) {
 		if n == nil || n.RoundTrips == 0 || n.Errors != 0 || len(n.ProviderErrors) != 0 {
 			t.Fatalf("%s: NATS run %+v", tr, n)
 		}
-		if !strings.HasPrefix(n.Target, "in-process ") || natsUsesTLS(tr) != (natsName(n.Target) == "NATS (TLS)") {
-			t.Fatalf("%s: NATS target %q", tr, n.Target)
+		if want := wantNATSScheme[tr]; !strings.HasPrefix(n.Target, "in-process "+want) {
+			t.Fatalf("%s: NATS target %q, want in-process %s", tr, n.Target, want)
 		}
 	}
 	// quic-go and nats-server wind down a moment after their Close returns.
 	if left := leakcheck.Wait(leakcheck.Settle); len(left) > 0 {
 		t.Fatalf("%d goroutines left after the runs:\n\n%s", len(left), strings.Join(left, "\n\n"))
+	}
+}
+
+// wantNATSScheme is how the NATS comparison reaches its embedded server
+// beside each transport of the daemon's: over TLS beside the transports
+// that encrypt, so that both sides of the comparison pay for encryption.
+var wantNATSScheme = map[string]string{
+	TransportWS:   "nats://",
+	TransportWSS:  "tls://",
+	TransportQUIC: "tls://",
+}
+
+// TestNATSEmbeddedTLS: beside an encrypting transport, the embedded
+// nats-server's clients really speak TLS to it, as the server sees them.
+func TestNATSEmbeddedTLS(t *testing.T) {
+	certDir := t.TempDir()
+	for _, tr := range []string{TransportWS, TransportWSS, TransportQUIC} {
+		t.Run(tr, func(t *testing.T) {
+			want := wantNATSScheme[tr]
+			nt, err := startNATS(tr, certDir, 1024)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nt.stop()
+			if !strings.HasPrefix(nt.url, want) {
+				t.Fatalf("URL %q, want %s…", nt.url, want)
+			}
+			nc, err := nt.connect()
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer nc.Close()
+			if err := nc.Flush(); err != nil {
+				t.Fatal(err)
+			}
+			cz, err := nt.srv.Connz(nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cz.Conns) != 1 {
+				t.Fatalf("the server sees %d connections, want 1", len(cz.Conns))
+			}
+			if tlsSeen := cz.Conns[0].TLSVersion != ""; tlsSeen != (want == "tls://") {
+				t.Fatalf("the server saw TLS version %q on the connection", cz.Conns[0].TLSVersion)
+			}
+		})
 	}
 }
 
@@ -87,6 +133,20 @@ func TestNATSURL(t *testing.T) {
 			}
 			if n.Target != url || (natsName(n.Target) == "NATS (TLS)") != secure {
 				t.Fatalf("NATS target %q (%s), want %s", n.Target, natsName(n.Target), url)
+			}
+			// The server saw the run's connections (closed by now) over TLS
+			// exactly when the URL asked for it.
+			cz, err := srv.Connz(&server.ConnzOptions{State: server.ConnClosed})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(cz.Conns) == 0 {
+				t.Fatal("the server saw no connections")
+			}
+			for _, c := range cz.Conns {
+				if (c.TLSVersion != "") != secure {
+					t.Fatalf("connection %d (%s): TLS version %q", c.Cid, c.Name, c.TLSVersion)
+				}
 			}
 			vz, err := srv.Varz(nil)
 			if err != nil {
