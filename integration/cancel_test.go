@@ -237,6 +237,21 @@ func TestCancelWithoutFeatureIsProtocolError(t *testing.T) {
 	}
 }
 
+// A CANCEL on the QUIC control stream is a protocol error even in a
+// session that negotiated the feature, and even when it names a request
+// that is outstanding (docs/protocol.md §4.1): a CANCEL travels on its
+// request's stream, so that it cannot overtake the request.
+func TestCancelOnQUICControlStreamIsProtocolError(t *testing.T) {
+	d := startDaemon(t, nil)
+	cancelFeat := []negotiate.Feature{negotiate.FeatureCancel}
+	prov := mustDialRaw(t, d, "quic", negotiate.ClientConfig{AgentID: "ctlprov", Models: []string{"ctl"}, Features: cancelFeat})
+	req := mustDialRaw(t, d, "quic", negotiate.ClientConfig{AgentID: "ctlreq", Features: cancelFeat})
+	_, id := req.request("", []byte(`{"model":"ctl","messages":[{"role":"user","content":"x"}]}`))
+	prov.recvData(5 * time.Second)
+	req.sendCancel(transport.ControlChannel, id)
+	req.expectCloseError()
+}
+
 // expectCloseError waits for the daemon's CLOSE ERROR (a protocol error).
 func (a *rawAgent) expectCloseError() {
 	a.t.Helper()
