@@ -29,8 +29,23 @@ func TestReuseAllocatesNothing(t *testing.T) {
 	}
 }
 
+// TestPutForeignBufferIgnored: a buffer whose capacity is not one of the
+// classes' is left alone, and Get never hands it out, where a buffer of
+// the wrong size would be a slice shorter than asked for or memory shared
+// with its owner.
 func TestPutForeignBufferIgnored(t *testing.T) {
-	b := make([]byte, 10, 1000) // not a power of two: not ours
-	Put(&b)
 	Put(nil)
+	for _, c := range []int{256, 1000, 1536, 3 << 10, 1 << 26} {
+		b := make([]byte, 10, c)
+		Put(&b)
+		if len(b) != 10 {
+			t.Fatalf("cap %d: Put reset a foreign buffer to len %d", c, len(b))
+		}
+		for range 8 {
+			g := Get(min(c, 4<<10))
+			if cap(*g) > 0 && &(*g)[:1][0] == &b[0] {
+				t.Fatalf("cap %d: Get handed out a foreign buffer", c)
+			}
+		}
+	}
 }
