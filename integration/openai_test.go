@@ -571,8 +571,16 @@ func TestOpenAIErrors(t *testing.T) {
 		t.Fatalf("provider gone: %v", err)
 	}
 
-	// Provider busy (a full queue or no free slot): 503 with Retry-After.
-	busy := startEdges(t, "ws", frame.SecurityNone, nil, func(c *daemon.Config) { c.MaxOutstanding = 1 })
+	// At MaxOutstanding 1 a held request fills both the provider's
+	// deliveries and its API key's session's requests. Another key's
+	// request finds the provider busy: 503 provider_busy. The same key's
+	// finds its own session full: 429 too_many_requests. Both with
+	// Retry-After.
+	keys, err := ingress.ParseKeys(strings.NewReader("sk-hold-123456789 holder\nsk-other-12345678 other\n"), "keys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	busy := startEdges(t, "ws", frame.SecurityNone, keys, func(c *daemon.Config) { c.MaxOutstanding = 1 })
 	hold := make(chan struct{})
 	dialClient(t, busy.d.url("ws"), client.Options{
 		AgentID: "slowpoke", Models: []string{"slow-model"}, TLSConfig: busy.d.clientTLS(t),
@@ -584,22 +592,49 @@ func TestOpenAIErrors(t *testing.T) {
 			w.Respond([]byte(`{"ok":true}`))
 		}),
 	})
-	defer close(hold)
-	go func() {
-		if r, err := http.Post(busy.base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"slow-model","messages":[]}`)); err == nil {
-			io.Copy(io.Discard, r.Body)
-			r.Body.Close()
+	post := func(key string) (*http.Response, []byte, error) {
+		req, err := http.NewRequest("POST", busy.base+"/v1/chat/completions", strings.NewReader(`{"model":"slow-model","messages":[]}`))
+		if err != nil {
+			return nil, nil, err
 		}
-	}()
-	time.Sleep(200 * time.Millisecond)
-	r, err := http.Post(busy.base+"/v1/chat/completions", "application/json", strings.NewReader(`{"model":"slow-model","messages":[]}`))
-	if err != nil {
-		t.Fatal(err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+key)
+		r, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return nil, nil, err
+		}
+		defer r.Body.Close()
+		out, err := io.ReadAll(r.Body)
+		return r, out, err
 	}
-	out, _ := io.ReadAll(r.Body)
-	r.Body.Close()
-	if (r.StatusCode != 503 && r.StatusCode != 429) || r.Header.Get("Retry-After") == "" {
-		t.Fatalf("busy: HTTP %d Retry-After %q %s", r.StatusCode, r.Header.Get("Retry-After"), out)
+	held := make(chan error, 1)
+	go func() {
+		r, out, err := post("sk-hold-123456789")
+		if err == nil && r.StatusCode != 200 {
+			err = fmt.Errorf("held request: HTTP %d %s", r.StatusCode, out)
+		}
+		held <- err
+	}()
+	waitOutstanding(t, busy.d, 1)
+	for _, tc := range []struct {
+		key    string
+		status int
+		code   string
+	}{
+		{"sk-other-12345678", 503, "provider_busy"},
+		{"sk-hold-123456789", 429, "too_many_requests"},
+	} {
+		r, out, err := post(tc.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.StatusCode != tc.status || !bytes.Contains(out, []byte(`"code":"`+tc.code+`"`)) || r.Header.Get("Retry-After") == "" {
+			t.Fatalf("busy, key %s: HTTP %d Retry-After %q %s, want %d %s", tc.key, r.StatusCode, r.Header.Get("Retry-After"), out, tc.status, tc.code)
+		}
+	}
+	close(hold)
+	if err := <-held; err != nil {
+		t.Fatal(err)
 	}
 }
 
