@@ -17,6 +17,7 @@ import (
 
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/leakcheck"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
 )
@@ -59,8 +60,10 @@ var (
 	certDir   string
 )
 
+// TestMain fails the run if goroutines of m2md or its network libraries
+// outlive the tests, then removes the tests' certificates.
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := leakcheck.Main(m)
 	if certDir != "" {
 		os.RemoveAll(certDir)
 	}

@@ -1,9 +1,6 @@
 package transport
 
-import (
-	"os"
-	"testing"
-)
+import "os"
 
 var certDir string
 
@@ -11,12 +8,4 @@ func mkTemp() (string, error) {
 	d, err := os.MkdirTemp("", "m2md-transport-test-*")
 	certDir = d
 	return d, err
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if certDir != "" {
-		os.RemoveAll(certDir)
-	}
-	os.Exit(code)
 }

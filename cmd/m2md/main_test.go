@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/m2md/m2md/internal/leakcheck"
 	"github.com/m2md/m2md/internal/llama3vocab"
 	"github.com/m2md/m2md/internal/testkit"
 )
@@ -15,11 +16,13 @@ import (
 // TestMain runs this test binary as the m2md command when asCLIEnv is set,
 // so that tests start real m2md processes (each with its own working
 // directory, environment and signals) without building the binary.
+// Otherwise it runs the tests and fails the run if goroutines of m2md or
+// its network libraries outlive them.
 func TestMain(m *testing.M) {
 	if os.Getenv(asCLIEnv) == "1" {
 		os.Exit(run(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
 	}
-	os.Exit(m.Run())
+	os.Exit(leakcheck.Main(m))
 }
 
 func runCLI(t *testing.T, stdin []byte, args ...string) (code int, stdout, stderr []byte) {
