@@ -164,6 +164,32 @@ func TestSealerNoNumberBurned(t *testing.T) {
 	}
 }
 
+// TestSealerOpenTooShort: input too short to say what it is (empty, or
+// without a security byte) is refused with an error, in every mode and
+// with or without feature compact, and takes no number.
+func TestSealerOpenTooShort(t *testing.T) {
+	for _, mode := range []frame.Security{frame.SecurityNone, frame.SecurityHMAC, frame.SecurityAEAD} {
+		for _, compact := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s compact=%v", mode, compact), func(t *testing.T) {
+				_, recv := sealerPair(t, mode, 0)
+				if compact {
+					recv.EnableCompact()
+				}
+				for _, fr := range [][]byte{nil, {}, frameA(t)[:1], frameA(t)[:frame.OffSecurity]} {
+					if _, err := recv.Open(4, fr); err == nil {
+						t.Fatalf("%d bytes opened", len(fr))
+					} else if mode == frame.SecurityNone && (!errors.Is(err, frame.ErrTruncated) || RefusalCode(err) != CodeBadFrame) {
+						t.Fatalf("%d bytes in mode none: %v", len(fr), err)
+					}
+				}
+				if recv.Expected(4) != 1 {
+					t.Fatalf("refused input took a number: next %d", recv.Expected(4))
+				}
+			})
+		}
+	}
+}
+
 // TestSealerModeNone: numbers are written but not checked; a protected
 // frame is refused.
 func TestSealerModeNone(t *testing.T) {
