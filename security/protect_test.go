@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/m2md/m2md/frame"
@@ -443,6 +444,19 @@ func TestMalformed(t *testing.T) {
 		}
 		if !errors.Is(err, tc.want) {
 			t.Errorf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	// The refusals of a short or inconsistent AEAD frame name the sizes they
+	// found: what the sender's developer needs to find the bug.
+	for _, tc := range []struct {
+		in  []byte
+		msg string
+	}{
+		{aeadFrame[:end+27], "27 bytes after the headers, an aead frame needs at least 36"},
+		{badLen, "decrypted payload_len 9 but 5 payload bytes follow"},
+	} {
+		if _, err := aead.Open(nil, tc.in); err == nil || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("%v, want it to say %q", err, tc.msg)
 		}
 	}
 	if _, err := NewFrameKey(frame.Security(7), key); !errors.Is(err, ErrUnknownMode) {
