@@ -284,14 +284,16 @@ func (c *Cluster) authControl(m *ctlMsg, body, sig []byte) bool {
 	}
 	msg := c.signed(body)
 	mem := c.member(m.Node)
+	// The cheap checks come first: a replayed or forged message must cost
+	// a map lookup, not a signature verification.
 	if mem != nil && mem.inc == m.Inc {
 		switch {
 		case !bytes.Equal(mem.leaf, m.Cert[0]):
 			c.drop(DropBadCertificate, m.Node)
-		case !verify(mem.pub, msg, sig):
-			c.drop(DropBadSignature, m.Node)
 		case m.Ctr <= mem.ctr:
 			c.drop(DropReplayed, m.Node)
+		case !verify(mem.pub, msg, sig):
+			c.drop(DropBadSignature, m.Node)
 		default:
 			mem.ctr = m.Ctr
 			mem.lastAuth.Store(now.UnixNano())
@@ -303,7 +305,27 @@ func (c *Cluster) authControl(m *ctlMsg, body, sig []byte) bool {
 		c.drop(DropStale, m.Node) // an older incarnation than the one known
 		return false
 	}
-	leaf, err := c.verifyChain(m.Node, m.Cert, now)
+	if m.Born > now.Add(ctlWindow).UnixNano() {
+		// Born in the future would make every later incarnation of the
+		// node look older than this one.
+		c.drop(DropStale, m.Node)
+		return false
+	}
+	f, wasForgotten := c.forgotten[m.Node]
+	if wasForgotten {
+		switch {
+		case m.Inc == f.inc && m.Ctr <= f.ctr:
+			c.drop(DropReplayed, m.Node)
+			return false
+		case m.Inc != f.inc && m.Born <= f.born:
+			c.drop(DropStale, m.Node)
+			return false
+		}
+	}
+	// The leaf's signature before its chain: a forgery that copies a
+	// node's public certificate fails at one verification, not a chain
+	// build.
+	leaf, err := c.parseLeaf(m.Node, m.Cert[0])
 	if err != nil {
 		c.drop(DropBadCertificate, m.Node)
 		return false
@@ -312,39 +334,59 @@ func (c *Cluster) authControl(m *ctlMsg, body, sig []byte) bool {
 		c.drop(DropBadSignature, m.Node)
 		return false
 	}
+	if err := c.verifyChain(leaf, m.Cert, now); err != nil {
+		c.drop(DropBadCertificate, m.Node)
+		return false
+	}
 	nm, err := c.newMember(m, leaf)
 	if err != nil {
 		c.drop(DropMalformed, m.Node)
 		return false
 	}
+	// The message taken is the incarnation's first: its counter is the
+	// floor for the next, here and in noteHeard.
+	nm.ctr = m.Ctr
+	nm.heardCtr.Store(int64(m.Ctr))
+	if wasForgotten && f.inc == m.Inc {
+		// The same incarnation again derives the same pair keys: its data
+		// counter goes on from where it was, or every captured message of
+		// the pair would be taken a second time.
+		nm.rxN = f.rxN
+	}
+	delete(c.forgotten, m.Node) // the member now holds what it held
 	nm.lastAuth.Store(now.UnixNano())
 	c.members.Store(nm.node, nm)
 	return true
 }
 
-// verifyChain returns chain's leaf if it chains to Config.CA and names node
-// (any certificate naming node, without a CA).
-func (c *Cluster) verifyChain(node string, chain [][]byte, now time.Time) (*x509.Certificate, error) {
-	leaf, err := x509.ParseCertificate(chain[0])
+// parseLeaf returns the certificate der if it names node.
+func (c *Cluster) parseLeaf(node string, der []byte) (*x509.Certificate, error) {
+	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
 		return nil, err
 	}
 	if leaf.Subject.CommonName != node {
 		return nil, fmt.Errorf("certificate names %q", leaf.Subject.CommonName)
 	}
+	return leaf, nil
+}
+
+// verifyChain checks that leaf (chain[0]) chains to Config.CA through the
+// rest of chain (anything, without a CA).
+func (c *Cluster) verifyChain(leaf *x509.Certificate, chain [][]byte, now time.Time) error {
 	if c.cfg.CA == nil {
-		return leaf, nil
+		return nil
 	}
 	inter := x509.NewCertPool()
 	for _, der := range chain[1:] {
 		ic, err := x509.ParseCertificate(der)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		inter.AddCert(ic)
 	}
-	_, err = leaf.Verify(x509.VerifyOptions{Roots: c.cfg.CA, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
-	return leaf, err
+	_, err := leaf.Verify(x509.VerifyOptions{Roots: c.cfg.CA, Intermediates: inter, CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	return err
 }
 
 // newMember derives the pair's keys with the node of m.
@@ -379,8 +421,11 @@ func (c *Cluster) pairKey(shared []byte, from, fromInc, to, toInc string) (ciphe
 // authentic news from a known incarnation of its node (NATS client
 // goroutine): forged heartbeats must not keep a dead node alive.
 func (c *Cluster) heardFrom(m *ctlMsg, body, sig []byte) bool {
+	if m.To != "" && m.To != c.cfg.Node {
+		return false // another node's, copied here: not news of its sender
+	}
 	mem := c.member(m.Node)
-	if mem == nil || mem.inc != m.Inc || !bytes.Equal(mem.leaf, m.Cert[0]) {
+	if mem == nil || mem.inc != m.Inc || !bytes.Equal(mem.leaf, m.Cert[0]) || int64(m.Ctr) <= mem.heardCtr.Load() {
 		return false
 	}
 	if d := time.Since(time.UnixMilli(m.TS)); d > ctlWindow || d < -ctlWindow {
@@ -400,15 +445,56 @@ func (c *Cluster) heardFrom(m *ctlMsg, body, sig []byte) bool {
 	}
 }
 
+// maxForgotten bounds the counters kept of forgotten identities: one per
+// node id that presented a valid certificate, so what fills it is what the
+// CA issued (or, without a CA, what loopback trusts anyway).
+const maxForgotten = 4096
+
+// forgotten is what is kept of an identity forgetMembers let go: enough
+// to refuse what it sent before if the same incarnation is heard again.
+type forgotten struct {
+	inc      string
+	born     int64
+	ctr, rxN uint64
+	forgotAt int64
+}
+
 // forgetMembers drops the identities of nodes that are not members and
-// have sent nothing authentic for memberHorizon (dispatcher only).
+// have sent nothing authentic for memberHorizon, keeping their counters
+// (dispatcher only).
 func (c *Cluster) forgetMembers(now time.Time) {
 	c.members.Range(func(k, v any) bool {
-		if _, ok := c.peers[k.(string)]; !ok && now.Sub(time.Unix(0, v.(*member).lastAuth.Load())) > memberHorizon {
-			c.members.Delete(k)
+		mem := v.(*member)
+		if _, ok := c.peers[k.(string)]; ok || now.Sub(time.Unix(0, mem.lastAuth.Load())) <= memberHorizon {
+			return true
 		}
+		if c.forgotten == nil {
+			c.forgotten = make(map[string]forgotten)
+		}
+		if _, ok := c.forgotten[mem.node]; !ok && len(c.forgotten) >= maxForgotten {
+			c.evictForgotten()
+		}
+		ctr := mem.ctr
+		if h := uint64(mem.heardCtr.Load()); h > ctr {
+			ctr = h
+		}
+		c.forgotten[mem.node] = forgotten{inc: mem.inc, born: mem.born, ctr: ctr, rxN: mem.rxN, forgotAt: now.UnixNano()}
+		c.members.Delete(k)
 		return true
 	})
+}
+
+// evictForgotten makes room in the full table by letting go of the entry
+// forgotten longest ago.
+func (c *Cluster) evictForgotten() {
+	var oldest string
+	var at int64
+	for node, f := range c.forgotten {
+		if oldest == "" || f.forgotAt < at {
+			oldest, at = node, f.forgotAt
+		}
+	}
+	delete(c.forgotten, oldest)
 }
 
 // Sealed data messages:

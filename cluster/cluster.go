@@ -88,6 +88,10 @@ type Cluster struct {
 	ctlMu      sync.Mutex
 	ctlCtr     uint64
 	dropLogged atomic.Int64 // unix nanoseconds of the last drop logged
+	// forgotten keeps the counters of identities forgetMembers let go
+	// (node id -> forgotten; dispatcher only), so that hearing the same
+	// incarnation again does not start its counters from 0 (auth.go).
+	forgotten map[string]forgotten
 
 	mu    sync.Mutex // local and seq; held while publishing events so seq order is publish order
 	seq   uint64
@@ -838,6 +842,9 @@ func (c *Cluster) sendSnapshot(to string) {
 // noteHeard runs on the NATS client's goroutine for the second
 // subscription to the control subject, as control messages arrive.
 func (c *Cluster) noteHeard(m *nats.Msg) {
+	if len(m.Data) > maxControl {
+		return // counted by take
+	}
 	var cm ctlMsg
 	body, sig, err := decodeControl(m.Data, &cm)
 	if err != nil || !c.heardFrom(&cm, body, sig) {

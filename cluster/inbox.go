@@ -12,15 +12,19 @@ package cluster
 // each message on into the inbox, counting its bytes: it keeps up with the
 // NATS reader, and arrive holds little more than the message in hand.
 //
-// A request or reply that finds Config.Inbox messages or Config.InboxBytes
+// What is neither sealed nor a control message is dropped on arrival
+// (no node sends it), and so is a control message over maxControl. A
+// request or reply that finds Config.Inbox messages or Config.InboxBytes
 // bytes waiting is shed there and then: it is cut to its header (its frame
 // is let go at once, before it waits) and handed to the Handler marked
-// Shed, to be answered with an error. Control messages are never shed.
-// Beyond Inbox+Headroom messages waiting, what arrives is dropped, as NATS
-// drops what its channel cannot take, and its sender learns it from the
-// sequence numbers (seq.go). So what waits holds at most InboxBytes of
-// messages, plus the one that crossed the bound (at most MaxMessage), the
-// control messages and the headers of what was shed.
+// Shed, to be answered with an error. Control messages are not shed, but
+// one over maxControlOver (a snapshot) is dropped at the bounds, and asked
+// for again later. Beyond Inbox+Headroom messages waiting, what arrives is
+// dropped, as NATS drops what its channel cannot take, and its sender
+// learns it from the sequence numbers (seq.go). So what waits holds at
+// most InboxBytes of messages, plus the one that crossed the bound (at
+// most MaxMessage), and at most Inbox+Headroom control messages of at most
+// maxControlOver each and headers of what was shed.
 
 // inMsg is a message waiting for the dispatcher.
 type inMsg struct {
@@ -59,9 +63,27 @@ func (c *Cluster) receive() {
 // the others): only what is inside tells a request from a cancel, and the
 // frame is what must be let go.
 func (c *Cluster) take(b []byte) {
+	// Nothing here is authenticated yet: what no node sends (anything but
+	// a sealed or a control message) and what no node sends this large is
+	// let go before it waits, or it would wait whole past the bounds.
+	if len(b) == 0 || (b[0] != kindSealed && b[0] != kindControl) {
+		c.drop(DropBadSignature, "") // data that is not sealed
+		return
+	}
+	if b[0] == kindControl && len(b) > maxControl {
+		c.drop(DropMalformed, "")
+		return
+	}
 	in := inMsg{data: b}
 	if len(c.inbox) >= c.cfg.Inbox || c.stats.InboxBytes.Load() >= int64(c.cfg.InboxBytes) {
-		if len(b) > 0 && b[0] == kindSealed {
+		if b[0] == kindControl {
+			if len(b) > maxControlOver {
+				// A snapshot waits for room: its node asks again
+				// (checkPeers) once it has waited DeadAfter.
+				c.overflow.Add(1)
+				return
+			}
+		} else {
 			inner, m, n, ok := c.open(b)
 			if !ok {
 				return
@@ -86,6 +108,16 @@ func (c *Cluster) take(b []byte) {
 		c.overflow.Add(1)
 	}
 }
+
+// maxControl is the largest control message taken: a snapshot of every
+// agent of a node (DefaultMaxSessions of them, each up to a few hundred
+// bytes with its models) fits, with room, and nothing larger is decoded.
+const maxControl = 8 << 20
+
+// maxControlOver is the largest control message taken while the inbox is
+// at its bounds: heartbeats and agent events are far smaller, so that what
+// waits beyond InboxBytes is at most Inbox+Headroom messages this small.
+const maxControlOver = 64 << 10
 
 // cutFrame returns a copy of request or reply b without its frame but for
 // the frame's first byte, so that it still decodes; false if b does not
