@@ -285,6 +285,14 @@ func (cs *clusterState) Request(r *cluster.Request) {
 		cs.refuse(r, negotiate.CodeAgentGone, fr)
 		return
 	}
+	if !cs.announced(r.From, r.Org, r.Requester) {
+		// A node speaks for the agents it announced (each with its org's
+		// proof), not for any org under any name.
+		cs.c.Stats().Dropped[cluster.DropForbidden].Add(1)
+		fr, _ := frame.AppendErrorFrame(nil, string(negotiate.CodeUnknownAgent), "node "+r.From+" has not announced agent "+r.Requester+" to node "+cs.c.Node()+": it cannot send requests as it")
+		cs.refuse(r, negotiate.CodeUnknownAgent, fr)
+		return
+	}
 	rq := cs.node(r.From).requester(srv, r.Org)
 	if rq == nil {
 		return // the node was declared dead: its requests are void
@@ -324,6 +332,16 @@ func (cs *clusterState) Request(r *cluster.Request) {
 		return
 	}
 	srv.deliverRequest(d, r.Requester, false, r.Frame, frameFormat(r.Algo), start)
+}
+
+// announced reports whether node announced agent id of org (and is its
+// newest registration here): the only requester a request from node may
+// name.
+func (cs *clusterState) announced(node, org, id string) bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	a, ok := cs.newest[identity{org, id}]
+	return ok && a.Node == node
 }
 
 // refuse answers request r with the error frame fr (of code) without

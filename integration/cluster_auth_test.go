@@ -261,3 +261,62 @@ func TestClusterStrangerRefused(t *testing.T) {
 	}
 	prov.expectSilence(200 * time.Millisecond)
 }
+
+// TestClusterRequestOnlyAsAnnouncedAgent: a node (one that holds a
+// certificate and acme's secret, and announced acme/x) sends requests into
+// a daemon's node. The one as acme/x is delivered; one as x in globex (an
+// org whose secret it lacks) and one as acme/ceo (an agent it never
+// announced) are refused with an error reply, counted forbidden, and reach
+// no provider.
+func TestClusterRequestOnlyAsAnnouncedAgent(t *testing.T) {
+	globexMaster := []byte("fedcba9876543210fedcba9876543210")
+	_, natsURL := startNATS(t)
+	a := startDaemon(t, func(c *daemon.Config) {
+		c.Cluster = cluster.Config{URLs: []string{natsURL}}
+		c.OrgSecrets = map[string]security.Secret{"acme": testMaster, "globex": globexMaster}
+	})
+	prov := mustDialRaw(t, a, "ws", negotiate.ClientConfig{AgentID: "prov", Org: "acme", AgentKey: agentKey(t, testMaster, "acme", "prov")})
+	gprov := mustDialRaw(t, a, "ws", negotiate.ClientConfig{AgentID: "gprov", Org: "globex", AgentKey: agentKey(t, globexMaster, "globex", "gprov")})
+	acmeKey, err := cluster.OrgAnnounceKey(testMaster, "acme")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &nodeRecorder{}
+	rogue, err := cluster.Start(cluster.Config{URLs: []string{natsURL}, Node: "rogue", OrgKey: func(org string) []byte {
+		if org == "acme" {
+			return acmeKey[:]
+		}
+		return nil
+	}}, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rogue.Close()
+	rogue.Announce(cluster.Agent{Org: "acme", ID: "x", Session: "s1", Stamp: time.Now().UnixNano()})
+	waitUntil(t, "a learns acme/x at the rogue node", func() bool { n, ok := a.AgentNode("acme", "x"); return ok && n == "rogue" })
+	node := a.Cluster().Node
+	for i, r := range []cluster.Request{
+		{W: 1, Org: "globex", Requester: "x", Target: "gprov"},
+		{W: 2, Org: "acme", Requester: "ceo", Target: "prov"},
+		{W: 3, Org: "acme", Requester: "x", Target: "prov"},
+	} {
+		r.Frame = chatFrame(t, i)
+		if err := rogue.SendRequest(node, &r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := prov.recvData(5 * time.Second)
+	if got.err != nil || got.peer != "x" {
+		t.Fatalf("prov got peer %q (%v), want the request of x", got.peer, got.err)
+	}
+	waitUntil(t, "the rogue node gets two refusals", func() bool { h.mu.Lock(); defer h.mu.Unlock(); return len(h.replies) == 2 })
+	for _, r := range h.replies {
+		body, err := frame.AppendDecode(nil, r.Frame, frame.Limits{})
+		if err != nil || (r.W != 1 && r.W != 2) || !r.End || !bytes.Contains(body, []byte("unknown_agent")) {
+			t.Fatalf("rogue got reply w %d end %v body %q (%v), want the final error unknown_agent for w 1 or 2", r.W, r.End, body, err)
+		}
+	}
+	waitMetric(t, a, 2, "m2md_cluster_dropped_total", "reason=forbidden")
+	prov.expectSilence(200 * time.Millisecond)
+	gprov.expectSilence(10 * time.Millisecond)
+}
