@@ -40,9 +40,13 @@ import (
 // CommonName is the node id the message claims, the signature verifies, ts
 // is within ctlWindow of its own clock, the counter is above the last it
 // took from that incarnation, and - for an incarnation it has not seen -
-// born is later than that of the incarnation it knows. The first message
-// of an incarnation verifies the chain; the ones after it are checked
-// against the certificate then taken (one signature verification each).
+// born is later than that of the incarnation it knows and not in the
+// future. The first message of an incarnation verifies the chain (after
+// its signature: a forgery costs one verification) and sets the counter;
+// the ones after it are checked against the certificate then taken, the
+// counter first (one signature verification each, none for a replay). An
+// identity forgotten (forgetMembers) leaves its counters behind, so that
+// the same incarnation heard again takes nothing it took before.
 //
 // From the two nodes' X25519 keys each pair of incarnations derives one
 // key per direction (HKDF-SHA256 over the X25519 secret, bound to the

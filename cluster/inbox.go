@@ -78,8 +78,8 @@ func (c *Cluster) take(b []byte) {
 	if len(c.inbox) >= c.cfg.Inbox || c.stats.InboxBytes.Load() >= int64(c.cfg.InboxBytes) {
 		if b[0] == kindControl {
 			if len(b) > maxControlOver {
-				// A snapshot waits for room: its node asks again
-				// (checkPeers) once it has waited DeadAfter.
+				// A snapshot waits for room: this node asks for it
+				// again (checkPeers) once it has waited DeadAfter.
 				c.overflow.Add(1)
 				return
 			}
