@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -56,9 +57,11 @@ type Config struct {
 	// bytes. Default 16 MiB.
 	MaxResponse int
 	// Models, when set, are the only models served: a request whose body
-	// names another is refused before it reaches the server. Whatever
-	// Models holds, a body's model must be the one its frame was routed
-	// by.
+	// names another is refused before it reaches the server. When empty,
+	// the models served are those the last call of Upstream.Models
+	// discovered; until then a request addressed to the agent (routed by
+	// no model) is refused. Whatever Models holds, a body's model must be
+	// the one its frame was routed by.
 	Models []string
 	// Logger gets one line per failed request; never bodies or the key.
 	Logger zerolog.Logger
@@ -68,8 +71,8 @@ type Config struct {
 type Upstream struct {
 	cfg    Config
 	base   string
-	shown  string // base as logs and errors show it: credentials redacted
-	models map[string]bool
+	shown  string                          // base as logs and errors show it: credentials redacted
+	served atomic.Pointer[map[string]bool] // nil: not known yet
 	http   *http.Client
 	tr     *http.Transport
 	sem    chan struct{}
@@ -101,24 +104,20 @@ func New(cfg Config) (*Upstream, error) {
 	tr.MaxIdleConnsPerHost = cfg.Concurrency
 	tr.MaxConnsPerHost = cfg.Concurrency
 	tr.ResponseHeaderTimeout = cfg.FirstByteTimeout
-	var models map[string]bool
-	if len(cfg.Models) > 0 {
-		models = map[string]bool{}
-		for _, m := range cfg.Models {
-			models[m] = true
-		}
-	}
-	return &Upstream{
-		cfg:    cfg,
-		base:   strings.TrimRight(cfg.BaseURL, "/"),
-		shown:  strings.TrimRight(redact(u), "/"),
-		models: models,
+	up := &Upstream{
+		cfg:   cfg,
+		base:  strings.TrimRight(cfg.BaseURL, "/"),
+		shown: strings.TrimRight(redact(u), "/"),
 		// A redirect is refused, never followed: it would carry the key
 		// and the body to wherever the server points.
 		http: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect }},
 		tr:   tr,
 		sem:  make(chan struct{}, cfg.Concurrency),
-	}, nil
+	}
+	if len(cfg.Models) > 0 {
+		up.serve(cfg.Models)
+	}
+	return up, nil
 }
 
 // errRedirect: the server answered with a redirect.
@@ -159,7 +158,9 @@ func scrub(err error) error {
 // Close closes the idle connections to the server.
 func (u *Upstream) Close() { u.tr.CloseIdleConnections() }
 
-// Models asks the server's GET /models for the ids of its models.
+// Models asks the server's GET /models for the ids of its models. Without
+// Config.Models, they become the models served: a request naming another
+// is refused.
 func (u *Upstream) Models(ctx context.Context) ([]string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.base+"/models", nil)
 	if err != nil {
@@ -190,6 +191,9 @@ func (u *Upstream) Models(ctx context.Context) ([]string, error) {
 	}
 	if len(ids) == 0 {
 		return nil, fmt.Errorf("upstream: GET %s/models lists no model; give --models", u.shown)
+	}
+	if len(u.cfg.Models) == 0 {
+		u.serve(ids)
 	}
 	return ids, nil
 }

@@ -102,6 +102,7 @@ func TestModelChecked(t *testing.T) {
 		{"last duplicate names another", nil, "gpt-4o", `{"model":"gpt-4o","model":"o3-pro","messages":[]}`, negotiate.CodeBadFrame},
 		{"addressed, unlisted model", []string{"gpt-4o"}, "", `{"model":"o3-pro","messages":[]}`, negotiate.CodeNoRoute},
 		{"no model", nil, "gpt-4o", `{"messages":[]}`, negotiate.CodeBadFrame},
+		{"addressed, models unknown", nil, "", `{"model":"o3-pro","messages":[]}`, negotiate.CodeNoRoute},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			u := newUpstream(t, Config{BaseURL: srv.URL + "/v1", Models: tc.models})
@@ -113,6 +114,39 @@ func TestModelChecked(t *testing.T) {
 				t.Fatalf("code %q (%s), server reached %v; want code %q", r.code, r.message, reached, tc.code)
 			}
 		})
+	}
+}
+
+// Without Config.Models, the models GET /models lists are the only ones
+// served: a request addressed to the agent (routed by no model) naming
+// another never reaches the server.
+func TestModelCheckedDiscovered(t *testing.T) {
+	srv := newServer(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/models") {
+			io.WriteString(w, `{"data":[{"id":"cheap"}]}`)
+			return
+		}
+		answer(w, r)
+	})
+	u := newUpstream(t, Config{BaseURL: srv.URL + "/v1"})
+	if _, err := u.Models(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		routed, model string
+		code          negotiate.ErrorCode
+	}{
+		{"", "cheap", ""},
+		{"cheap", "cheap", ""},
+		{"", "expensive", negotiate.CodeNoRoute},
+		{"expensive", "expensive", negotiate.CodeNoRoute},
+	} {
+		before := srv.count()
+		var r replies
+		u.ServeM2M(context.Background(), &client.Request{From: "a", Model: tc.routed, Body: []byte(`{"model":"` + tc.model + `","messages":[]}`)}, &r)
+		if reached := srv.count() > before; r.code != tc.code || reached != (tc.code == "") {
+			t.Errorf("routed %q, body %q: code %q (%s), server reached %v; want code %q", tc.routed, tc.model, r.code, r.message, reached, tc.code)
+		}
 	}
 }
 
