@@ -203,7 +203,8 @@ func startEdges(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys
 
 // startEdgesWith is startEdges with the ingress serving through its own
 // Serve under limits, as m2md serve runs it, when limits is not nil.
-func startEdgesWith(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys, mutate func(*daemon.Config), limits *ingress.Limits) *edges {
+// Each of configure changes the ingress's Config before it starts.
+func startEdgesWith(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys, mutate func(*daemon.Config), limits *ingress.Limits, configure ...func(*ingress.Config)) *edges {
 	t.Helper()
 	e := &edges{d: startDaemon(t, mutate), upstream: newTestUpstream(t)}
 	up, err := upstream.New(upstream.Config{
@@ -218,7 +219,7 @@ func startEdgesWith(t *testing.T, tr string, mode frame.Security, keys *ingress.
 	e.agent = dialClient(t, e.d.url(tr), client.Options{
 		AgentID: "upstream-" + tr, Models: edgeModels, Handler: up, Security: mode, TLSConfig: e.d.clientTLS(t),
 	})
-	e.in, e.base = serveIngressWith(t, e.d, tr, mode, keys, limits)
+	e.in, e.base = serveIngressWith(t, e.d, tr, mode, keys, limits, configure...)
 	return e
 }
 
@@ -232,7 +233,7 @@ func serveIngress(t *testing.T, d *testDaemon, tr string, mode frame.Security, k
 
 // serveIngressWith is serveIngress; with limits, the ingress serves
 // through its own Serve (connection caps, idle deadline) under them.
-func serveIngressWith(t *testing.T, d *testDaemon, tr string, mode frame.Security, keys *ingress.Keys, limits *ingress.Limits) (*ingress.Ingress, string) {
+func serveIngressWith(t *testing.T, d *testDaemon, tr string, mode frame.Security, keys *ingress.Keys, limits *ingress.Limits, configure ...func(*ingress.Config)) (*ingress.Ingress, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -240,12 +241,16 @@ func serveIngressWith(t *testing.T, d *testDaemon, tr string, mode frame.Securit
 	if limits != nil {
 		lim = *limits
 	}
-	in, err := ingress.New(ctx, ingress.Config{
+	cfg := ingress.Config{
 		Keys: keys, Models: d.Models, Node: d.Cluster().Node, Logger: testLogger(t), Limits: lim,
 		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
 			return client.Dial(ctx, d.url(tr), client.Options{AgentID: id.AgentID, Security: mode, TLSConfig: d.clientTLS(t), Reconnect: true})
 		},
-	})
+	}
+	for _, f := range configure {
+		f(&cfg)
+	}
+	in, err := ingress.New(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -711,6 +716,26 @@ func TestOpenAICancelMidStream(t *testing.T) {
 // A stream that fails after its chunks arrived together: the HTTP client
 // gets every chunk, in order, then the error as an event, and no [DONE]
 // (the ingress writes the events it holds before the error).
+// Config.Timeout bounds each wait for a reply, not a whole stream: a
+// stream whose chunks keep coming outlives it.
+func TestOpenAIStreamOutlivesTimeout(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	e := startEdgesWith(t, "quic", frame.SecurityAEAD, nil, nil, nil, func(c *ingress.Config) { c.Timeout = timeout })
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c := e.sdk("any")
+	st := c.Chat.Completions.NewStreaming(ctx, chatParams("slow-stream"))
+	defer st.Close()
+	start, n := time.Now(), 0
+	// slow-stream sends a chunk every 20 ms for 10 s.
+	for time.Since(start) < 4*timeout {
+		if !st.Next() {
+			t.Fatalf("stream ended after %d chunks, %v (Timeout %v): %v", n, time.Since(start), timeout, st.Err())
+		}
+		n++
+	}
+}
+
 func TestOpenAIStreamFailsAfterBurst(t *testing.T) {
 	e := startEdges(t, "quic", frame.SecurityAEAD, nil, nil)
 	var want bytes.Buffer

@@ -29,8 +29,8 @@ const (
 	DefaultAddr = "127.0.0.1:8000"
 	// DefaultMaxBody is the protocol's largest frame.
 	DefaultMaxBody = negotiate.MaxPayloadLimit
-	// DefaultTimeout bounds one request, first byte to last: long enough
-	// for a long non-streamed completion.
+	// DefaultTimeout bounds each wait for a reply: long enough for a long
+	// non-streamed completion.
 	DefaultTimeout = 10 * time.Minute
 	// OpenIdentity is the agent id of an ingress without keys.
 	OpenIdentity = "openai-ingress"
@@ -57,7 +57,9 @@ type Config struct {
 	Node string
 	// MaxBody bounds a request body. Default 16 MiB.
 	MaxBody int
-	// Timeout bounds one request. Default 10 min.
+	// Timeout bounds each wait for a reply: the answer, or a stream's
+	// first chunk and then each next one (a stream whose chunks keep
+	// coming runs as long as it lasts). Default 10 min.
 	Timeout time.Duration
 	// Limits bound what clients hold at the endpoint (connections,
 	// deadlines, request bodies in flight); each zero field is its
@@ -335,8 +337,9 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, schema 
 		}
 	}
 	stream, chat := sum.StreamTrue, sum.Keys.Has(jsonscan.KeyMessages|jsonscan.KeyModel)
-	ctx, cancel := context.WithTimeout(r.Context(), in.cfg.Timeout)
-	defer cancel()
+	wait := newReplyWait(r.Context(), in.cfg.Timeout)
+	defer wait.stop()
+	ctx := wait.ctx
 	var st *client.Stream
 	var err error
 	if schema == frame.SchemaRequest && chat {
@@ -360,11 +363,11 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, schema 
 		return
 	}
 	if err != nil {
-		in.writeError(w, r, id, err)
+		in.writeError(w, r, id, wait.why(err))
 		return
 	}
 	defer st.Close()
-	first, final, err := st.Next()
+	first, final, err := wait.next(st)
 	if err != nil {
 		in.writeError(w, r, id, err)
 		return
@@ -383,7 +386,7 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, schema 
 	if t != nil {
 		count = &used
 	}
-	in.relayStream(w, r, id, st, first, final, count)
+	in.relayStream(w, r, id, st, wait, first, final, count)
 }
 
 // MaxRetryAfter bounds the Retry-After a provider's error passes on to
@@ -423,7 +426,7 @@ func badFrame(w http.ResponseWriter, err error) {
 // relayStream writes the replies as server-sent events, flushing whenever
 // no further reply is waiting.
 // When used is set, it gets the tokens a chunk's usage counts.
-func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identity, st *client.Stream, chunk []byte, final bool, used *tokenUse) {
+func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identity, st *client.Stream, wait *replyWait, chunk []byte, final bool, used *tokenUse) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -460,7 +463,7 @@ func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identi
 			return
 		}
 		var err error
-		chunk, final, err = st.Next()
+		chunk, final, err = wait.next(st)
 		if err != nil {
 			// Too late for a status: say it in the stream, as OpenAI does,
 			// and end without [DONE] so the client sees the failure.
@@ -485,7 +488,7 @@ func (in *Ingress) describe(err error) (negotiate.ErrorCode, string) {
 	case errors.Is(err, client.ErrTooLarge):
 		return negotiate.CodeTooLarge, err.Error()
 	case errors.Is(err, context.DeadlineExceeded):
-		return openai.CodeUpstreamTimeout, fmt.Sprintf("no answer within %v", in.cfg.Timeout)
+		return openai.CodeUpstreamTimeout, fmt.Sprintf("no reply within %v", in.cfg.Timeout)
 	case errors.Is(err, client.ErrConnectionLost), errors.Is(err, client.ErrClosed):
 		return negotiate.CodeShutdown, "the ingress's mesh session is down; retry"
 	}
