@@ -164,6 +164,11 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// SIGHUP (a service manager's reload) must never end the daemon: it
+	// reloads --openai-keys-file when one is given (watchKeys), and is
+	// otherwise logged as having nothing to reload.
+	reloadable := enabledAddr(openAIAddr) && openAIKeyset.Len() > 0
+	defer ignoreHUP(logger, reloadable)()
 	if !enabledAddr(openAIAddr) {
 		return srv.Run(ctx)
 	}
@@ -199,6 +204,34 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 }
 
 func enabledAddr(a string) bool { return a != "" && a != "-" }
+
+// ignoreHUP keeps SIGHUP from ending the process until the returned func
+// is called; unless reloadable (another handler reloads), each is logged
+// as having nothing to reload.
+func ignoreHUP(log zerolog.Logger, reloadable bool) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	ended := make(chan struct{})
+	go func() {
+		defer close(ended)
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+				if !reloadable {
+					log.Info().Msg("SIGHUP: nothing to reload (only --openai-keys-file is reloaded)")
+				}
+			}
+		}
+	}()
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		<-ended
+	}
+}
 
 // readOrgSecrets reads "org hexsecret" lines. Secrets stay out of flags so
 // they never show in a process listing.
