@@ -72,6 +72,24 @@ sk-erin-0000001 erin rpm=60
 sk-frank-000001 frank
 `
 
+// A request that fails before any answer gives back the tokens it
+// reserved: failures do not eat a key's tokens per minute.
+func TestOpenAITokensOfFailedRequests(t *testing.T) {
+	e := startEdges(t, "quic", frame.SecurityAEAD, nil, nil)
+	_, base := keyedIngress(t, e, "sk-bob-00000001 bob tpm=1000\n", prometheus.NewRegistry())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bob := keyClient(base, "sk-bob-00000001")
+	params := chatParams("context-too-long") // the upstream answers 400
+	params.MaxTokens = openai.Int(600)
+	for i := range 3 {
+		_, err := bob.Chat.Completions.New(ctx, params)
+		if ae := apiError(t, err); ae.StatusCode != 400 {
+			t.Fatalf("failed request %d: HTTP %d %q, want the upstream's 400 (its tokens given back)", i, ae.StatusCode, ae.Type)
+		}
+	}
+}
+
 // Every limit of a key, through the official SDK: 429 with OpenAI's error
 // JSON that names the limit (its type) and Retry-After, which the SDK's
 // retry honours; metrics per key name.

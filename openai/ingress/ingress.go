@@ -276,6 +276,11 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, schema 
 	var (
 		t    *ticket
 		used tokenUse
+		// answered: a provider's answer reached the client. Until then
+		// no tokens were used: a request that fails before (refused,
+		// unroutable, timed out, an upstream's HTTP error) gives back
+		// all it reserved.
+		answered bool
 	)
 	if cl.q != nil {
 		defer func() { in.metrics.request(cl.q.name, w.status) }()
@@ -286,6 +291,9 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, schema 
 			return
 		}
 		defer func() {
+			if !answered {
+				used = tokenUse{known: true}
+			}
 			t.done(used.n, used.known)
 			if used.known {
 				in.metrics.tokens(cl.q.name, used.n)
@@ -378,10 +386,12 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, schema 
 		if t != nil {
 			used.n, used.known = usageOf(first)
 		}
+		answered = true
 		w.Header().Set("Content-Type", "application/json")
 		w.Write(first)
 		return
 	}
+	answered = true
 	var count *tokenUse
 	if t != nil {
 		count = &used

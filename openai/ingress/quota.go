@@ -193,7 +193,8 @@ func (t *ticket) reserve(sum *jsonscan.Summary, bodyLen int, now time.Time) *ref
 }
 
 // done ends the request: used is the tokens its answer's usage counted
-// (known false when the answer had none: the reservation stands).
+// (known false when the answer had none: the reservation stands; a request
+// that got no answer is settled at 0, known).
 func (t *ticket) done(used int, known bool) {
 	q := t.q
 	q.inflight.Add(-1)
