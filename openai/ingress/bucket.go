@@ -10,7 +10,9 @@ import (
 // which golang.org/x/time/rate cannot do (a reservation acted on cannot
 // be given back). It refills at perMinute/60 a second up to perMinute;
 // what is owed makes it negative, and later requests wait until it
-// refills.
+// refills. The debt is capped at one minute's allowance: an answer whose
+// usage claims more (a provider may report anything) cannot lock a key
+// out for longer than that.
 type bucket struct {
 	mu        sync.Mutex
 	perMinute float64
@@ -37,7 +39,7 @@ func (b *bucket) setLimit(perMinute int, now time.Time) {
 	b.refill(now)
 	used := b.perMinute - b.tokens
 	b.perMinute = float64(perMinute)
-	b.tokens = b.perMinute - used
+	b.tokens = max(-b.perMinute, b.perMinute-used)
 }
 
 // size is the most one request may take.
@@ -57,8 +59,15 @@ func (b *bucket) take(n int, now time.Time) (time.Duration, bool) {
 		return 0, true
 	}
 	missing := float64(n) - b.tokens
-	return time.Duration(missing / b.perMinute * float64(time.Minute)), false
+	// At most two minutes with the debt capped; clamped before the
+	// conversion all the same, so a Retry-After is never an overflow.
+	wait := min(missing/b.perMinute, maxWaitMinutes)
+	return time.Duration(wait * float64(time.Minute)), false
 }
+
+// maxWaitMinutes bounds take's wait: n is at most perMinute, the debt
+// perMinute.
+const maxWaitMinutes = 2
 
 // settle corrects a reservation of reserved tokens to used: a refund when
 // used is less, a debt when more.
@@ -66,5 +75,5 @@ func (b *bucket) settle(reserved, used int, now time.Time) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.refill(now)
-	b.tokens = min(b.perMinute, b.tokens+float64(reserved-used))
+	b.tokens = min(b.perMinute, max(-b.perMinute, b.tokens+float64(reserved)-float64(used)))
 }

@@ -26,11 +26,12 @@ func TestBucket(t *testing.T) {
 			return !ok
 		}},
 		{"a lower limit counts the use so far", func() bool {
-			// 500 taken of the 600 in hand: under 60, 440 are owed.
+			// 500 taken of the 600 in hand: under 60, 440 would be
+			// owed; the debt is capped at a minute's allowance.
 			b.take(500, t0.Add(time.Hour))
 			b.setLimit(60, t0.Add(time.Hour))
 			_, ok := b.take(1, t0.Add(time.Hour))
-			return !ok && b.size() == 60 && b.tokens == -440
+			return !ok && b.size() == 60 && b.tokens == -60
 		}},
 		{"a higher limit gives the difference at once", func() bool {
 			b.setLimit(1000, t0.Add(time.Hour))
@@ -41,6 +42,24 @@ func TestBucket(t *testing.T) {
 	for _, s := range steps {
 		if !s.do() {
 			t.Fatalf("%s: tokens %v", s.name, b.tokens)
+		}
+	}
+}
+
+// A usage far beyond any reservation (a provider may report anything)
+// owes at most a minute's allowance, and the wait take reports stays a
+// positive duration of at most two minutes: Retry-After is never wrong.
+func TestBucketDebtCapped(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	for _, used := range []int{1200, maxLimit, 1 << 62} {
+		b := newBucket(600, t0)
+		b.settle(0, used, t0)
+		d, ok := b.take(600, t0)
+		if ok || d <= 0 || d > 2*time.Minute {
+			t.Fatalf("after a usage of %d: wait %v (ok %v), want (0, 2 min]", used, d, ok)
+		}
+		if _, ok := b.take(600, t0.Add(2*time.Minute)); !ok {
+			t.Fatalf("after a usage of %d: still refused two minutes later", used)
 		}
 	}
 }
