@@ -90,6 +90,28 @@ func TestOpenAITokensOfFailedRequests(t *testing.T) {
 	}
 }
 
+// A request without max_tokens reserves ingress.ReservedCompletionTokens
+// of its key's tokens per minute, not only its prompt: a second such
+// request while the first streams does not fit in tpm=5000.
+func TestOpenAITokensWithoutMaxTokens(t *testing.T) {
+	e := startEdges(t, "quic", frame.SecurityAEAD, nil, nil)
+	_, base := keyedIngress(t, e, "sk-bob-00000001 bob tpm=5000\n", prometheus.NewRegistry())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bob := keyClient(base, "sk-bob-00000001")
+	sctx, stop := context.WithCancel(ctx)
+	defer stop()
+	st := bob.Chat.Completions.NewStreaming(sctx, chatParams("slow-stream"))
+	defer st.Close()
+	if !st.Next() {
+		t.Fatalf("stream: %v", st.Err())
+	}
+	_, err := bob.Chat.Completions.New(ctx, chatParams("gpt-4o"))
+	if ae := apiError(t, err); ae.StatusCode != 429 || ae.Type != "tokens" {
+		t.Fatalf("a second request without max_tokens: HTTP %d %q, want 429 tokens", ae.StatusCode, ae.Type)
+	}
+}
+
 // Every limit of a key, through the official SDK: 429 with OpenAI's error
 // JSON that names the limit (its type) and Retry-After, which the SDK's
 // retry honours; metrics per key name.

@@ -164,10 +164,19 @@ func (q *quota) admit(now time.Time) (*ticket, *refusal) {
 	return &ticket{q: q}, nil
 }
 
+// ReservedCompletionTokens is what a request without max_tokens (or
+// max_completion_tokens) reserves for its answer from its key's tokens
+// per minute: without it, a burst of such requests would reserve only
+// their prompts, and a stream that never reports its usage would cost
+// next to nothing.
+const ReservedCompletionTokens = 4096
+
 // reserve takes the tokens the request may use from the per-minute
-// allowance: its max_tokens (or max_completion_tokens) and its prompt,
-// estimated at 4 bytes a token, so a burst of requests cannot overrun the
-// limit before their answers tell what they used.
+// allowance: its max_tokens (or max_completion_tokens, or else
+// ReservedCompletionTokens) and its prompt, estimated at 4 bytes a token,
+// so a burst of requests cannot overrun the limit before their answers
+// tell what they used. An answer without usage (a stream that did not ask
+// for stream_options.include_usage) is charged its reservation.
 func (t *ticket) reserve(sum *jsonscan.Summary, bodyLen int, now time.Time) *refusal {
 	q := t.q
 	q.mu.Lock()
@@ -182,6 +191,8 @@ func (t *ticket) reserve(sum *jsonscan.Summary, bodyLen int, now time.Time) *ref
 		n += int(min(sum.MaxTokens.Value, maxLimit))
 	case sum.MaxCompletionTokens.OK:
 		n += int(min(sum.MaxCompletionTokens.Value, maxLimit))
+	default:
+		n += ReservedCompletionTokens
 	}
 	// One request may take the whole minute's allowance, never more.
 	n = max(1, min(n, tpm.size()))
