@@ -11,7 +11,7 @@ import (
 )
 
 // capListener admits at most max connections at once, and perIP of one
-// client IP (0: no bound). A connection over a cap is answered with a
+// client IP, an IPv6 client's /64 (0: no bound). A connection over a cap is answered with a
 // plain HTTP refusal and closed, so the client learns why at once and
 // when to retry, instead of waiting in the accept queue.
 type capListener struct {
@@ -88,12 +88,24 @@ func refuse(c net.Conn, global bool) {
 	c.Close()
 }
 
+// remoteIP is the client address a connection counts against: its IPv4
+// address, or its IPv6 /64 (one host commonly holds a whole /64, and
+// would otherwise have 2^64 allowances).
 func remoteIP(c net.Conn) netip.Addr {
 	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
 		ip, _ := netip.AddrFromSlice(a.IP)
-		return ip.Unmap()
+		return clientKey(ip.Unmap())
 	}
 	return netip.Addr{}
+}
+
+func clientKey(ip netip.Addr) netip.Addr {
+	if ip.Is6() {
+		if p, err := ip.Prefix(64); err == nil {
+			return p.Addr()
+		}
+	}
+	return ip
 }
 
 // capConn gives its slot back once, on the first Close.
