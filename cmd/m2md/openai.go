@@ -58,15 +58,16 @@ func loadOpenAIKeys(keysFile string, orgSecrets map[string]security.Secret) (*in
 }
 
 // startOpenAI opens the ingress's sessions to the running daemon srv and
-// starts serving HTTP on addr. history is each session's
+// starts serving HTTP on addr under limits. history is each session's
 // client.Options.ConversationHistory.
-func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, addr string, keys *ingress.Keys, history int, log zerolog.Logger) (*openAIEdge, error) {
+func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, addr string, keys *ingress.Keys, limits ingress.Limits, history int, log zerolog.Logger) (*openAIEdge, error) {
 	url, err := meshURL(srv, cfg.WSPath)
 	if err != nil {
 		return nil, err
 	}
 	in, err := ingress.New(ctx, ingress.Config{
 		Keys:       keys,
+		Limits:     limits,
 		Registerer: srv.Registerer(),
 		Node:       srv.Cluster().Node,
 		Models:     srv.Models,

@@ -17,6 +17,7 @@ import (
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/internal/daemontest"
+	"github.com/m2md/m2md/openai/ingress"
 )
 
 // status is the HTTP status of an SDK call's error (200 without one).
@@ -68,7 +69,7 @@ func TestServeOpenAIKeysReload(t *testing.T) {
 	}
 	var logs lockedBuffer
 	log := zerolog.New(&logs)
-	e, err := startOpenAI(ctx, d.Server, daemon.Config{WSPath: daemon.DefaultWSPath}, "127.0.0.1:0", keys, client.DefaultConversationHistory, log)
+	e, err := startOpenAI(ctx, d.Server, daemon.Config{WSPath: daemon.DefaultWSPath}, "127.0.0.1:0", keys, ingress.Limits{}, client.DefaultConversationHistory, log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/internal/daemontest"
+	"github.com/m2md/m2md/openai/ingress"
 )
 
 // serve's ingress holds its session on the daemon's own plain WebSocket
@@ -31,7 +32,7 @@ func TestServeOpenAISession(t *testing.T) {
 			d := daemontest.Start(t, tc.mutate)
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			e, err := startOpenAI(ctx, d.Server, daemon.Config{WSPath: daemon.DefaultWSPath}, "127.0.0.1:0", nil, client.DefaultConversationHistory, zerolog.New(io.Discard))
+			e, err := startOpenAI(ctx, d.Server, daemon.Config{WSPath: daemon.DefaultWSPath}, "127.0.0.1:0", nil, ingress.Limits{}, client.DefaultConversationHistory, zerolog.New(io.Discard))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -93,7 +94,7 @@ func TestServeOpenAIConversationHistory(t *testing.T) {
 		if err := b.Set(tc.flag); err != nil {
 			t.Fatal(err)
 		}
-		e, err := startOpenAI(ctx, d.Server, daemon.Config{WSPath: daemon.DefaultWSPath}, "127.0.0.1:0", nil, conversationBudget(history), zerolog.New(io.Discard))
+		e, err := startOpenAI(ctx, d.Server, daemon.Config{WSPath: daemon.DefaultWSPath}, "127.0.0.1:0", nil, ingress.Limits{}, conversationBudget(history), zerolog.New(io.Discard))
 		if err != nil {
 			t.Fatal(err)
 		}

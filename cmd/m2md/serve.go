@@ -58,6 +58,11 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.StringVar(&secretsFile, "org-secrets-file", "", "`file` of 'org hex-secret' lines; when set, agents must authenticate")
 	fs.StringVar(&openAIAddr, "openai-addr", ingress.DefaultAddr, "TCP `address` of the OpenAI-compatible HTTP endpoint (\"-\" disables)")
 	fs.StringVar(&openAIKeys, "openai-keys-file", "", "`file` of 'KEY AGENT_ID [ORG] [name=N rpm=N tpm=N concurrent=N models=a,b]' lines: bearer keys of the OpenAI endpoint and their limits (docs/openai.md); reloaded on SIGHUP and on change; required with --org-secrets-file")
+	var openAILimits ingress.Limits
+	var openAIBodyBudget int
+	fs.IntVar(&openAILimits.MaxConns, "openai-max-conns", ingress.DefaultMaxConns, "connections the OpenAI endpoint holds open at once (one more: 503 too_many_connections); -1: no bound")
+	fs.IntVar(&openAILimits.MaxConnsPerIP, "openai-max-conns-per-ip", ingress.DefaultMaxConnsPerIP, "connections of one client IP (an IPv6 client's /64) at the OpenAI endpoint (one more: 429 too_many_connections); -1: no bound")
+	limitSizeVar(fs, &openAIBodyBudget, "openai-body-budget", ingress.DefaultMaxBodyBytes, "request-body bytes the OpenAI endpoint holds at once, all requests together (over it: 503 server_busy); -1: no bound")
 	byteSizeVar(fs, &openAIHist, "openai-conversation-history", client.DefaultConversationHistory, 0, "bytes of past chat requests and answers the OpenAI endpoint keeps per key, to send the next turns of conversations as deltas (docs/operations.md, \"What the agents keep\"); 0 keeps none")
 	fs.StringVar(&disableFeat, "disable-features", "", "comma-separated protocol `features` not to offer (docs/protocol.md §3.6)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", daemon.DefaultMaxSessions, "concurrent sessions before HELLO gets SERVER_BUSY")
@@ -140,6 +145,18 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 			return err
 		}
 	}
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"--openai-max-conns", openAILimits.MaxConns}, {"--openai-max-conns-per-ip", openAILimits.MaxConnsPerIP}, {"--openai-body-budget", openAIBodyBudget}} {
+		if f.n == 0 || f.n < -1 {
+			return usagef("%s must be at least 1, or -1 for no bound, not %d", f.name, f.n)
+		}
+	}
+	if openAIBodyBudget > 0 && openAIBodyBudget < ingress.DefaultMaxBody {
+		return usagef("--openai-body-budget must be at least %s (one request body of the largest size), or -1 for no bound, not %s", formatBytes(ingress.DefaultMaxBody), formatBytes(openAIBodyBudget))
+	}
+	openAILimits.MaxBodyBytes = int64(openAIBodyBudget)
 	if err := daemon.CheckListenAddr("openai-addr", openAIAddr); err != nil {
 		return usagef("%v", err)
 	}
@@ -183,7 +200,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	case err := <-done:
 		return err
 	}
-	edge, err := startOpenAI(ctx, srv, cfg, openAIAddr, openAIKeyset, conversationBudget(openAIHist), logger)
+	edge, err := startOpenAI(ctx, srv, cfg, openAIAddr, openAIKeyset, openAILimits, conversationBudget(openAIHist), logger)
 	if err != nil {
 		stopDaemon()
 		<-done
