@@ -120,10 +120,12 @@ func heapInUse() uint64 {
 }
 
 // Eight uploads stall one byte short of 16 MiB under the default limits:
-// the endpoint reads as many as its body budget holds (64 MiB: four),
-// answers the others 503 with Retry-After before reading their bodies, and
-// holds at most the budget (plus 8 MiB of slack for the rest of the
-// process) while they stall.
+// each body's buffer doubles as its bytes arrive, taking each growth from
+// the body budget (64 MiB) before reading more; the growths that do not
+// fit are answered 503 with Retry-After part-way through their bodies, so
+// about four are read while the others are refused, and the endpoint holds
+// at most the budget (plus 8 MiB of slack for the rest of the process)
+// while they stall.
 func TestOpenAIStalledUploadsBounded(t *testing.T) {
 	e := startEdgesWith(t, "quic", frame.SecurityAEAD, nil, nil, &ingress.Limits{})
 	const size = 16 << 20
