@@ -131,7 +131,12 @@ func ParseKeys(r io.Reader, name string) (*Keys, error) {
 		if security.ValidateID(id.AgentID) != nil || (id.Org != "" && security.ValidateID(id.Org) != nil) {
 			return nil, fmt.Errorf("%s:%d: agent id and org are 1-128 characters of [A-Za-z0-9_-]", name, line)
 		}
+		// The default name holds the org: alice of one org and alice of
+		// another are two agents, and must not share a quota.
 		e := keyEntry{id: id, name: id.AgentID}
+		if id.Org != "" {
+			e.name = id.AgentID + "@" + id.Org
+		}
 		if err := e.set(settings); err != nil {
 			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
 		}

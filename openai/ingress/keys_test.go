@@ -37,6 +37,21 @@ func TestParseKeys(t *testing.T) {
 	}
 }
 
+// The default key name holds the org: one agent id in two orgs is two
+// names, with limits of their own.
+func TestKeyNameOfOrg(t *testing.T) {
+	k, err := ParseKeys(strings.NewReader("sk-alice-0001 alice acme rpm=1\nsk-alice-0002 alice other rpm=5\nsk-alice-0003 alice\n"), "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names := k.names()
+	for name, rpm := range map[string]int{"alice@acme": 1, "alice@other": 5, "alice": 0} {
+		if l, ok := names[name]; !ok || l.RequestsPerMinute != rpm {
+			t.Errorf("name %s: %+v %v, want rpm %d; names %v", name, l, ok, rpm, names)
+		}
+	}
+}
+
 // FuzzParseKeys: any file parses or fails with an error that never quotes
 // a key, and every key found maps to a valid identity.
 func FuzzParseKeys(f *testing.F) {
