@@ -1,6 +1,7 @@
 package ingress
 
 import (
+	"io"
 	"net"
 	"net/netip"
 	"strconv"
@@ -83,10 +84,21 @@ func refuse(c net.Conn, global bool) {
 	if global {
 		head, body = refuseGlobal, refuseGlobalBody
 	}
-	c.SetWriteDeadline(time.Now().Add(time.Second))
+	c.SetDeadline(time.Now().Add(time.Second))
 	c.Write([]byte(head + strconv.Itoa(len(body)) + "\r\n\r\n" + string(body)))
+	// Closed with the client's request unread, the connection would be
+	// reset, and the reset can destroy the answer before the client reads
+	// it: end our side, and drain what the client sent (bounded, within
+	// the deadline) before closing.
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+		io.Copy(io.Discard, io.LimitReader(c, maxRefusedDrain))
+	}
 	c.Close()
 }
+
+// maxRefusedDrain bounds what is read from a refused connection.
+const maxRefusedDrain = 256 << 10
 
 // remoteIP is the client address a connection counts against: its IPv4
 // address, or its IPv6 /64 (one host commonly holds a whole /64, and

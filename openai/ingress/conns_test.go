@@ -3,7 +3,9 @@ package ingress
 import (
 	"io"
 	"net"
+	"strings"
 	"testing"
+	"time"
 )
 
 // pipeListener hands out one end of a pipe per address, as if a client at
@@ -61,5 +63,55 @@ func TestCapPerIPv6Prefix(t *testing.T) {
 	}
 	for _, p := range pl.peers {
 		p.Close()
+	}
+}
+
+// A refused connection is answered, not reset: a client whose request
+// was in the socket when the refusal was written reads the 429 whole.
+func TestCapRefusalNotReset(t *testing.T) {
+	tl, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newCapListener(tl, 0, 1)
+	defer l.Close()
+	held, err := net.Dial("tcp", tl.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	c, err := net.Dial("tcp", tl.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// The request is in the endpoint's socket before either is accepted:
+	// the refusal is written with it unread.
+	if _, err := c.Write([]byte("POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 65536\r\n\r\n" + strings.Repeat("x", 65536))); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	// Accept returns only admitted connections; it answers the refused
+	// while it waits for the next.
+	accepted := make(chan net.Conn, 2)
+	go func() {
+		defer close(accepted)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			accepted <- c
+		}
+	}()
+	time.Sleep(100 * time.Millisecond) // the refusal arrives before the client reads
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || !strings.HasPrefix(string(got), "HTTP/1.1 429") {
+		t.Fatalf("refused connection: %q, %v", got, err)
+	}
+	l.Close()
+	for c := range accepted {
+		c.Close()
 	}
 }
