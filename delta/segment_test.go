@@ -3,8 +3,6 @@ package delta
 import (
 	"bytes"
 	"errors"
-	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,52 +11,10 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
-// bigTurn returns a base (request, response) and the next turn's document
-// of exactly n bytes (n ≥ 300): the base's user messages of at most 1 MiB
-// each (a JSON string is limited to 10 MiB), the answer and a new
-// question. The text is words drawn from a fixed seed, so that it
-// compresses about as prose does.
-func bigTurn(n int) (req, resp, doc []byte) {
-	const (
-		head   = `{"model":"gpt-4o","messages":[`
-		answer = `,{"role":"assistant","content":"Noted."}`
-		ask    = `,{"role":"user","content":"Summarise it."}]}`
-		piece  = 1 << 20
-	)
-	words := []string{"the", "model", "answers", "a", "long", "conversation", "with", "every", "earlier", "turn", "again"}
-	r := rand.New(rand.NewPCG(1, 2))
-	text := make([]byte, 0, n)
-	for len(text) < n {
-		text = append(append(text, words[r.IntN(len(words))]...), ' ')
-	}
-	messages := func(text []byte) []byte {
-		var b []byte
-		for len(text) > 0 {
-			k := min(len(text), piece)
-			if len(b) > 0 {
-				b = append(b, ',')
-			}
-			b = fmt.Appendf(b, `{"role":"user","content":"%s"}`, text[:k])
-			text = text[k:]
-		}
-		return b
-	}
-	l := n - len(head) - len(answer) - len(ask) - 30*(n/piece+1)
-	for {
-		m := messages(text[:l])
-		if d := n - (len(head) + len(m) + len(answer) + len(ask)); d != 0 {
-			l += d
-			continue
-		}
-		req = fmt.Appendf(nil, "%s%s]}", head, m)
-		doc = fmt.Appendf(nil, "%s%s%s%s", head, m, answer, ask)
-		break
-	}
-	resp = []byte(`{"id":"chatcmpl-1","object":"chat.completion","created":1,"model":"gpt-4o","choices":[{"index":0,"message":{"role":"assistant","content":"Noted."},"finish_reason":"stop"}]}`)
-	return req, resp, doc
-}
+func bigTurn(n int) (req, resp, doc []byte) { return testkit.LargeTurn(n, 1) }
 
 // multiSegment encodes doc against base as a zstd library does by default
 // once the document outgrows its window: a Window_Descriptor of window
