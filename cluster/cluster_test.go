@@ -394,15 +394,27 @@ func TestLostAtJoin(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			url := standaloneNATS(t)
-			cfg := Config{URLs: []string{url}, Inbox: 1, Headroom: 1, Heartbeat: 50 * time.Millisecond, DeadAfter: 10 * time.Second}
+			// An inbox of two drops what a burst brings while a's
+			// dispatcher is busy, b's snapshot too (control messages
+			// are not shed, but they take a place); a asks again once it
+			// has waited DeadAfter, short here so that the waits below
+			// (20 s) hold several tries. b's heartbeats, noted as they
+			// arrive (noteHeard), keep it far from being declared dead.
+			cfg := Config{URLs: []string{url}, Inbox: 1, Headroom: 1, Heartbeat: 50 * time.Millisecond, DeadAfter: 3 * time.Second}
 			ha, hb := &recorder{gate: make(chan struct{})}, &recorder{}
 			cfg.Node = "a"
 			a := startNode(t, cfg, ha)
 			cfg.Node = "b"
 			var b *Cluster
 			if tc.early {
+				// Joined means a has b's snapshot, not only a heartbeat:
+				// without it a cannot tell b's first number heard from
+				// its first sent, and reports nothing until a snapshot
+				// comes. a takes b's agents from no event until it has a
+				// snapshot (control), so hearing of p1 says it has one.
 				b = startNode(t, cfg, hb)
-				ha.wait(t, "a hears b", func() bool { return a.Stats().Nodes.Load() == 1 })
+				b.Announce(Agent{ID: "p1", Session: "s1", Models: []string{"m"}, Stamp: 1})
+				ha.wait(t, "a has b's snapshot", func() bool { return len(ha.up) == 1 })
 			}
 			nc, err := nats.Connect(url)
 			if err != nil {
