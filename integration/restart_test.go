@@ -16,6 +16,7 @@ import (
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
 )
@@ -331,23 +332,8 @@ func TestRestartUnderLoad(t *testing.T) {
 	expectGoroutinesBack(t, base)
 }
 
-// lockedBuffer is a log destination safe for concurrent writes.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf strings.Builder
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// lockedBuffer: output a process or logger writes while the test reads it.
+type lockedBuffer = testkit.LockedBuffer
 
 // waitUDPFree waits until addr can be bound and says how long that took.
 func waitUDPFree(t testing.TB, addr string, timeout time.Duration) time.Duration {

@@ -2,16 +2,15 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/m2md/m2md/internal/testkit"
 	"io"
 	"os"
 	"os/exec"
 	"regexp"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -134,23 +133,8 @@ func startServe(t *testing.T, dir string, extra ...string) (*proc, string) {
 	return p, url
 }
 
-// lockedBuffer is a bytes.Buffer a process writes while the test reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
+// lockedBuffer: output a process or logger writes while the test reads it.
+type lockedBuffer = testkit.LockedBuffer
 
 // checkJSONLines fails the test for a line of log that is not one JSON
 // object with each key once: a reader that keeps the first or the last of

@@ -5,6 +5,7 @@
 package testkit
 
 import (
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -125,4 +126,24 @@ func CorpusFile(t testing.TB, name string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// LockedBuffer is a destination for logs or a process's output that one
+// goroutine writes while a test reads it.
+type LockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *LockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+// String returns everything written so far.
+func (b *LockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
