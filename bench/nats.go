@@ -263,6 +263,9 @@ func (c *natsConn) Close() error {
 	return nil
 }
 
+// Abort is Close: the NATS connection has nothing to wait for.
+func (c *natsConn) Abort() { c.Close() }
+
 type natsAddr string
 
 func (a natsAddr) Network() string { return "tcp" }

@@ -167,3 +167,5 @@ func TestClosedLoopNextRequestsInOneBatch(t *testing.T) {
 	r.stop(reasonConnectionLost)
 	<-loop
 }
+
+func (c *heldEcho) Abort() { c.Close() }

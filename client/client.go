@@ -56,11 +56,8 @@ type Client struct {
 	nextTarget atomic.Int32
 
 	supervisor sync.WaitGroup
-	// closers counts connections of sessions given up for dead, closing in
-	// the background (session.end).
-	closers   sync.WaitGroup
-	closeOnce sync.Once
-	closeErr  error
+	closeOnce  sync.Once
+	closeErr   error
 }
 
 // Dial connects to the daemon at url and completes the handshake:
@@ -336,7 +333,6 @@ func (c *Client) Close() error {
 			s.wg.Wait()
 		}
 		c.supervisor.Wait()
-		c.closers.Wait()
 		c.finish(ErrClosed)
 		c.waitHandlers()
 		c.cfg.wipe()

@@ -259,3 +259,5 @@ func TestReaderAnswersBurstInOneBatch(t *testing.T) {
 		t.Fatalf("%d refusals went out in %d batches, want 1", n, conn.batches)
 	}
 }
+
+func (c *scriptConn) Abort() { c.Close() }

@@ -230,3 +230,5 @@ func (c *sinkConn) SetReadLimit(int64)                                          
 func (c *sinkConn) Transport() string                                           { return "sink" }
 func (c *sinkConn) RemoteAddr() net.Addr                                        { return nil }
 func (c *sinkConn) Close() error                                                { return nil }
+
+func (c *sinkConn) Abort() { c.Close() }

@@ -370,14 +370,10 @@ func (s *session) end(cause error) {
 		d.cancel(lost)
 	}
 	if errors.Is(cause, errUnresponsive) {
-		// The daemon is taken for dead: closing its connection waits for a
-		// closing handshake (up to the transport's CloseTimeout) that will
-		// not come, and the next daemon URL should not wait for it.
-		s.c.closers.Add(1)
-		go func() {
-			defer s.c.closers.Done()
-			s.conn.Close()
-		}()
+		// The daemon is taken for dead: a closing handshake would wait
+		// (up to the transport's CloseTimeout) for an answer that will not
+		// come, and the next daemon URL should not wait for it.
+		s.conn.Abort()
 	} else {
 		s.conn.Close()
 	}

@@ -94,10 +94,11 @@ func (se *session) checkBusy(now int64) {
 }
 
 // unresponsive ends a session that holds deliveries and did not answer
-// PING in time: its agent is taken for dead. The connection is closed at
-// once, not after the CLOSE handshake's 5 s (nothing will acknowledge it),
-// so the read loop ends and the teardown fails over or ends the session's
-// deliveries.
+// PING in time: its agent is taken for dead. The connection is aborted at
+// once, not closed after the CLOSE handshake's 5 s and the transport's own
+// (nothing will acknowledge either), so the read loop ends, the teardown
+// fails over or ends the session's deliveries, and the session's memory is
+// freed without waiting for a peer that is gone.
 func (se *session) unresponsive() {
 	if se.closing.Load() {
 		return
@@ -106,9 +107,7 @@ func (se *session) unresponsive() {
 	se.log.Warn().Int("outstanding", se.rs.Outstanding()).Dur("pong_timeout", se.srv.cfg.BusyPongTimeout).
 		Msg("agent holding requests did not answer PING: closing its session")
 	se.initiateClose(negotiate.ReasonTimeout, fmt.Sprintf("no answer to PING within %v while holding requests", se.srv.cfg.BusyPongTimeout))
-	// Close waits for the transport's own closing handshake (up to
-	// CloseTimeout) after it has ended the session's reads.
-	go se.conn.Close()
+	go se.conn.Abort()
 }
 
 // probeProgress is how many bytes the connection must have taken since

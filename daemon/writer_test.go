@@ -224,3 +224,5 @@ func BenchmarkWriterBatch(b *testing.B) {
 		})
 	}
 }
+
+func (c *discardConn) Abort() { c.Close() }

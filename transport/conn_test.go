@@ -361,3 +361,41 @@ func TestNoGoroutineLeaks(t *testing.T) {
 		})
 	}
 }
+
+// TestAbortDoesNotWaitForThePeer: Abort ends a connection whose peer is
+// alive but neither reads nor closes at once, where Close (QUIC) waits
+// CloseTimeout for the peer to finish; the peer learns of it, and the
+// aborted side's calls fail with ErrClosed.
+func TestAbortDoesNotWaitForThePeer(t *testing.T) {
+	const closeTimeout = 10 * time.Second
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			p := tr.make(t, Config{}, Config{CloseTimeout: closeTimeout})
+			mustSend(t, p.client, ControlChannel, []byte("hello"))
+			m := mustReceive(t, p.server)
+			m.Release()
+			mustSend(t, p.server, ControlChannel, pattern(20_000, 1)) // never read
+			start := time.Now()
+			p.server.Abort()
+			if d := time.Since(start); d > closeTimeout/2 {
+				t.Fatalf("Abort took %v; it must not wait for the peer (CloseTimeout %v)", d, closeTimeout)
+			}
+			p.server.Abort() // idempotent, and Close after it too
+			p.server.Close()
+			ctx := testCtx(t)
+			if err := p.server.Send(ctx, ControlChannel, []byte("x")); !errors.Is(err, ErrClosed) {
+				t.Fatalf("Send after Abort: %v", err)
+			}
+			for {
+				m, err := p.client.Receive(ctx)
+				if err != nil {
+					if !errors.Is(err, ErrClosed) {
+						t.Fatalf("peer Receive after Abort: %v, want ErrClosed", err)
+					}
+					break
+				}
+				m.Release() // what arrived before the abort may be read
+			}
+		})
+	}
+}

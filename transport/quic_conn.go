@@ -755,12 +755,22 @@ func (c *quicConn) RemoteAddr() net.Addr { return c.qc.RemoteAddr() }
 // it arrives after the control stream's end. A peer that is itself closing
 // has finished its control stream already; Close then does not wait.
 func (c *quicConn) Close() error {
-	c.closeOnce.Do(c.shutdown)
+	c.closeOnce.Do(func() { c.shutdown(true) })
 	c.wg.Wait()
 	return nil
 }
 
-func (c *quicConn) shutdown() {
+// Abort ends the connection at once: nothing waits for the peer to read
+// what was sent. It is for a peer taken for dead, whose reads would never
+// come; Close there holds the connection for CloseTimeout in vain.
+func (c *quicConn) Abort() {
+	c.closeOnce.Do(func() { c.shutdown(false) })
+	c.wg.Wait()
+}
+
+// shutdown closes the connection; wait first finishes the streams and
+// waits for the peer, as Close describes.
+func (c *quicConn) shutdown(wait bool) {
 	c.mu.Lock()
 	c.closing = true
 	streams := make([]*quicStream, 0, len(c.streams))
@@ -775,6 +785,14 @@ func (c *quicConn) shutdown() {
 	c.mu.Unlock()
 	close(c.done)
 	c.queue.close()
+	if !wait {
+		for _, s := range streams {
+			s.str.SetWriteDeadline(pastTime)
+		}
+		c.qc.CloseWithError(quicErrNone, "")
+		c.cancel()
+		return
+	}
 
 	lingerOver := make(chan struct{})
 	linger := time.AfterFunc(c.cfg.CloseTimeout, func() { close(lingerOver) })

@@ -132,6 +132,10 @@ type Conn interface {
 	// reach a live peer: Close waits (QUIC: at most Config.CloseTimeout;
 	// WebSocket: the closing handshake) for the peer to have read them.
 	Close() error
+	// Abort tears the connection down at once, like Close but without
+	// waiting for the peer: messages it has not read are lost. It is for a
+	// peer taken for dead.
+	Abort()
 }
 
 // WriteProgress is implemented by this package's connections: the bytes

@@ -355,6 +355,17 @@ func (c *wsConn) RemoteAddr() net.Addr { return c.remote }
 // frame it reads out the rest of the message in progress, without a
 // deadline, so a peer that announced 2^63 bytes, or trickles, would hold
 // Close forever. A read deadline bounds the handshake at CloseTimeout.
+// Abort ends the connection at once, without a closing handshake: for a
+// peer taken for dead, which would never answer one.
+func (c *wsConn) Abort() {
+	c.closeOnce.Do(func() {
+		close(c.done)
+		c.queue.close()
+		c.ws.CloseNow()
+	})
+	c.wg.Wait()
+}
+
 func (c *wsConn) Close() error {
 	c.closeOnce.Do(func() {
 		close(c.done)
