@@ -342,10 +342,11 @@ func TestShutdownWithSilentAgents(t *testing.T) {
 }
 
 // TestReplacedSession: a second session with the same agent id takes over:
-// the first gets CLOSE REPLACED, requests go to the new one, and the
-// requests the old one still held end with agent_gone.
+// the first gets CLOSE REPLACED, requests go to the new one, and a request
+// the old one held unanswered is failed over to the new one.
 func TestReplacedSession(t *testing.T) {
 	d := startDaemon(t, nil)
+	failovers := 0
 	for _, mode := range modes {
 		for _, tr := range transports {
 			t.Run(mode.String()+"/"+tr, func(t *testing.T) {
@@ -378,13 +379,18 @@ func TestReplacedSession(t *testing.T) {
 				if c, ok := replies[byID]; !ok || c != "" {
 					t.Fatalf("request by id: %v", replies)
 				}
-				// The old session acknowledges; what it held is orphaned.
+				// The old session acknowledges. What it held and had not
+				// begun to answer is failed over to the one provider of the
+				// model left, the new session, and answered there.
 				old.sendControl(negotiate.AppendClose(nil, old.sess.ID, time.Now(), negotiate.ReasonReplaced, "ack"))
 				expectConnClosed(t, old.conn, 5*time.Second)
-				gone := req.expectError(5*time.Second, held, "agent_gone", false)
-				if gone.peer != id {
-					t.Fatalf("agent_gone names peer %q, want %q", gone.peer, id)
+				again := repl.recvData(5 * time.Second)
+				repl.reply(again.ch, again.hdr.RequestID, true, corpus(t, "resp-chat-06.json"))
+				if r := req.recvData(5 * time.Second); r.hdr.RequestID != held || r.code != "" || !r.hdr.IsEnd() {
+					t.Fatalf("the replaced session's request %d ended with %d %q, want its reply from the new session", held, r.hdr.RequestID, r.code)
 				}
+				failovers++
+				waitMetric(t, d, float64(failovers), "m2md_failovers_total", "reason=closed")
 			})
 		}
 	}
