@@ -237,6 +237,7 @@ func (r *nodeRecorder) Lost(*cluster.Lost)     {}
 // an error reply rather than deliver it: the provider gets nothing, and the
 // requester's node gets its answer instead of waiting.
 func TestClusterStrangerRefused(t *testing.T) {
+	t.Parallel()
 	_, natsURL := startNATS(t)
 	a := startDaemon(t, func(c *daemon.Config) { c.Cluster = cluster.Config{URLs: []string{natsURL}} })
 	prov := mustDialRaw(t, a, "ws", negotiate.ClientConfig{AgentID: "sprov"})

@@ -41,6 +41,7 @@ func startNATS(t testing.TB) (*server.Server, string) {
 // and when NATS goes away a request in flight across it ends with
 // agent_gone within 5 s.
 func TestClusterExternalNATS(t *testing.T) {
+	t.Parallel()
 	ns, url := startNATS(t)
 	var nodes []*testDaemon
 	for range 2 {

@@ -29,6 +29,7 @@ type clusterOutcome struct {
 // URLs) and serves again; a new node started in B's place joins, and a
 // provider on it is reached from A.
 func TestClusterNodeKilled(t *testing.T) {
+	t.Parallel()
 	certDir := t.TempDir() // one certificate for every node: the clients pin it once
 	shared := func(c *daemon.Config) { c.CertDir = certDir }
 	nodes := startCluster(t, 3, nil, shared)

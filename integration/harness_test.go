@@ -106,7 +106,7 @@ func handshakeRaw(t testing.TB, d *testDaemon, conn transport.Conn, cc negotiate
 		return nil, err
 	}
 	a := newRawAgent(t, conn, sess)
-	t.Cleanup(func() {
+	closeAtEnd(t, func() {
 		conn.Close()
 		if d == nil { // a daemon of another process (cluster_docs_test.go)
 			return
@@ -120,6 +120,40 @@ func handshakeRaw(t testing.TB, d *testDaemon, conn transport.Conn, cc negotiate
 		}
 	})
 	return a, nil
+}
+
+// rawClosers holds, per test, the closes of its agents still open (raw
+// agents and Go clients).
+var rawClosers sync.Map // testing.TB → *closeSet
+
+type closeSet struct {
+	mu   sync.Mutex
+	open []func()
+}
+
+// closeAtEnd runs closeFn when the test ends, together with the closes of
+// the test's other agents: the first of their cleanups to run closes them
+// all at once. A QUIC Close waits for the peer's streams to end (at
+// least 25 ms, far more under the race detector); one after the other,
+// the 33 agents of a load test took 7 s to leave.
+func closeAtEnd(t testing.TB, closeFn func()) {
+	v, _ := rawClosers.LoadOrStore(t, new(closeSet))
+	set := v.(*closeSet)
+	set.mu.Lock()
+	set.open = append(set.open, closeFn)
+	set.mu.Unlock()
+	t.Cleanup(func() {
+		rawClosers.Delete(t)
+		set.mu.Lock()
+		fns := set.open
+		set.open = nil
+		set.mu.Unlock()
+		var wg sync.WaitGroup
+		for _, fn := range fns {
+			wg.Go(fn)
+		}
+		wg.Wait()
+	})
 }
 
 func mustDialRaw(t testing.TB, d *testDaemon, tr string, cc negotiate.ClientConfig, tc ...transport.Config) *rawAgent {
@@ -172,11 +206,43 @@ func (a *rawAgent) send(ch transport.ChannelID, flags negotiate.DataFlags, id ui
 	return a.conn.Send(ctx, ch, msg)
 }
 
+// frames remembers the M2M v1 frame of each body request has encoded (the
+// encoding is deterministic): the tests send the same corpus bodies
+// thousands of times, and Brotli under the race detector made encoding
+// them the larger part of some tests' time. Bodies over a MiB, and
+// bodies past the 4,096th, are not kept.
+var frames struct {
+	sync.Mutex
+	m map[string][]byte
+}
+
+func encodeFrame(body []byte) ([]byte, error) {
+	frames.Lock()
+	fr, ok := frames.m[string(body)]
+	frames.Unlock()
+	if ok {
+		return fr, nil
+	}
+	fr, err := frame.AppendEncode(nil, body, frame.Limits{})
+	if err != nil || len(body) > 1<<20 {
+		return fr, err
+	}
+	frames.Lock()
+	if frames.m == nil {
+		frames.m = map[string][]byte{}
+	}
+	if len(frames.m) < 4096 {
+		frames.m[string(body)] = fr
+	}
+	frames.Unlock()
+	return fr, nil
+}
+
 // request encodes body as an M2M v1 frame and sends it as a request on a
 // fresh channel; it returns the channel and request id.
 func (a *rawAgent) request(peer string, body []byte) (transport.ChannelID, uint64) {
 	a.t.Helper()
-	fr, err := frame.AppendEncode(nil, body, frame.Limits{})
+	fr, err := encodeFrame(body)
 	if err != nil {
 		a.t.Fatal(err)
 	}

@@ -334,6 +334,7 @@ func TestOversizedMessagesClosedWithError(t *testing.T) {
 // requester gets agent_gone for each, and the dead session leaves
 // m2md_sessions (before the idle timeout was set: 39.9 s).
 func TestVanishedQUICProviderNoticed(t *testing.T) {
+	t.Parallel()
 	const (
 		inFlight = 5
 		idle     = 5 * time.Second

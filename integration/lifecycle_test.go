@@ -174,6 +174,7 @@ func (a *rawAgent) expectSilenceNoPing(d time.Duration) {
 // TestAgentClose: the daemon acknowledges an agent's CLOSE with the same
 // reason (NORMAL when the payload names none) and closes the connection.
 func TestAgentClose(t *testing.T) {
+	t.Parallel()
 	d := startDaemon(t, nil)
 	cases := []struct {
 		name string

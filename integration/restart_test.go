@@ -362,7 +362,7 @@ func dialClient(t testing.TB, url string, o client.Options) *client.Client {
 	if err != nil {
 		t.Fatalf("dial %s as %s: %v", url, o.AgentID, err)
 	}
-	t.Cleanup(func() { c.Close() })
+	closeAtEnd(t, func() { c.Close() })
 	return c
 }
 

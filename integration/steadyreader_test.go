@@ -91,6 +91,7 @@ func TestSlowSteadyReaderNotClosed(t *testing.T) {
 // a timer counted from the write's start would close it mid-write. Over QUIC, through a
 // throttled UDP relay: TestSlowQUICLinkNotClosed.
 func TestSlowLinkNotClosed(t *testing.T) {
+	t.Parallel()
 	const (
 		grace = time.Second
 		rate  = 2 << 20 // bytes a second, daemon to provider
