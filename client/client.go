@@ -26,7 +26,7 @@ const handlerWait = 5 * time.Second
 type Client struct {
 	cfg *config
 	log zerolog.Logger
-	// dialer replaces the transports' dialling (tests).
+	// dialer replaces the transports' dialling (DialConn, tests).
 	dialer func(context.Context) (transport.Conn, error)
 	stats  counters
 
@@ -80,6 +80,27 @@ func Dial(ctx context.Context, url string, opts Options) (*Client, error) {
 		return nil, err
 	}
 	c := newClient(cfg)
+	if err := c.run(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// DialConn is Dial for an agent whose connections to the daemon come from
+// dial instead of daemon URLs: a part of the daemon's own process (its
+// OpenAI endpoint) attaches with daemon.Server.Attach, and no socket, TLS
+// or WebSocket framing lies between them. Reconnection calls dial again.
+// Options that concern URLs and TLS are ignored.
+func DialConn(ctx context.Context, dial func(context.Context) (transport.Conn, error), opts Options) (*Client, error) {
+	if dial == nil {
+		return nil, errors.New("client: DialConn needs a dial function")
+	}
+	cfg, err := newConfigFor([]target{connTarget}, opts)
+	if err != nil {
+		return nil, err
+	}
+	c := newClient(cfg)
+	c.dialer = dial
 	if err := c.run(ctx); err != nil {
 		return nil, err
 	}

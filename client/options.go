@@ -230,14 +230,24 @@ type config struct {
 
 func newConfig(rawURL string, o Options) (*config, error) {
 	var targets []target
-	needTLS := false
 	for _, raw := range strings.Split(rawURL, ",") {
 		t, err := parseTarget(strings.TrimSpace(raw))
 		if err != nil {
 			return nil, err
 		}
 		targets = append(targets, t)
-		needTLS = needTLS || t.scheme != "ws"
+	}
+	return newConfigFor(targets, o)
+}
+
+// connTarget is the one target of a client whose connections come from a
+// dial function (DialConn).
+var connTarget = target{scheme: "conn", addr: "the dial function"}
+
+func newConfigFor(targets []target, o Options) (*config, error) {
+	needTLS := false
+	for _, t := range targets {
+		needTLS = needTLS || (t.scheme != "ws" && t != connTarget)
 	}
 	var err error
 	c := &config{Options: o, targets: targets, tokens: tokennative.New(tokennative.Config{Llama3Path: o.Llama3Path})}

@@ -22,7 +22,7 @@ const (
 // lists them all (TestMetricsDocumented holds the two together). Reason
 // labels are lower case, wire codes included (see reasonLabel).
 var (
-	transportLabels = []string{"quic", "ws"}
+	transportLabels = []string{"quic", "ws", "inproc"}
 	algorithmLabels = []string{algoM2M, algoTokenNative}
 
 	handshakeFailureReasons = append(lower(

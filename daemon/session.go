@@ -128,7 +128,10 @@ func (s *Server) serveConn(conn transport.Conn) {
 	tname := conn.Transport()
 	log := s.log.With().Str("transport", tname).Str("remote", conn.RemoteAddr().String()).Logger()
 	start := time.Now()
-	release, limit := s.adm.admit(conn.RemoteAddr(), start)
+	release, limit := func() {}, ""
+	if !transport.IsInProcess(conn.RemoteAddr()) { // Attach: the daemon's own
+		release, limit = s.adm.admit(conn.RemoteAddr(), start)
+	}
 	if limit != "" {
 		s.limitHit(limit, conn.RemoteAddr(), "")
 		s.metrics.handshakeFailures.WithLabelValues(tname, reasonLabel(negotiate.RejectRateLimited)).Inc()
@@ -313,13 +316,15 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 // newest wins only from the holder's own source address (the same host
 // reconnecting); from elsewhere the newcomer is refused.
 func (s *Server) mayReplace(conn transport.Conn) func(*router.Session[*session]) bool {
-	if len(s.cfg.OrgSecrets) > 0 {
-		return nil
+	if len(s.cfg.OrgSecrets) > 0 || transport.IsInProcess(conn.RemoteAddr()) {
+		return nil // the newest wins; a session of the daemon's own process (Attach) always does
 	}
 	ip := remoteIP(conn.RemoteAddr())
 	return func(holder *router.Session[*session]) bool {
 		// A holder on another cluster node (a proxy, no connection here)
-		// is from an address this node cannot compare: refused alike.
+		// is from an address this node cannot compare: refused alike; so
+		// is one of the daemon's own process (Attach), whose address has
+		// no IP to match.
 		h := holder.Value()
 		return h.conn != nil && remoteIP(h.conn.RemoteAddr()) == ip
 	}

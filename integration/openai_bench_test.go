@@ -57,9 +57,17 @@ func fastUpstream(tb testing.TB) *httptest.Server {
 }
 
 // benchEdges is the whole path: ingress → daemon → m2md upstream → fast
-// upstream, in mode aead, the ingress's session over loopback WebSocket
-// and the upstream agent's over QUIC (the defaults of serve and upstream).
+// upstream, in mode aead, the ingress's session attached in process and
+// the upstream agent's over QUIC (the defaults of serve and upstream).
 func benchEdges(b *testing.B, models []string) (ingressURL, upstreamURL string, agent *client.Client) {
+	ingressURL, upstreamURL, _, agent = benchEdgesBoth(b, models)
+	return ingressURL, upstreamURL, agent
+}
+
+// benchEdgesBoth is benchEdges with a second ingress beside the first,
+// whose session goes over loopback WebSocket instead (how serve attached
+// its endpoint before Attach): the cost of that leg, side by side.
+func benchEdgesBoth(b *testing.B, models []string) (ingressURL, upstreamURL, ingressWSURL string, agent *client.Client) {
 	up := fastUpstream(b)
 	d := startDaemon(b, nil)
 	u, err := upstream.New(upstream.Config{BaseURL: up.URL + "/v1", Concurrency: 256})
@@ -71,18 +79,25 @@ func benchEdges(b *testing.B, models []string) (ingressURL, upstreamURL string, 
 		Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(b), MaxConcurrentHandlers: 1024})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	in, err := ingress.New(ctx, ingress.Config{Models: d.Models,
-		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
-			// As serve does: the ingress's own session over loopback
-			// WebSocket (cmd/m2md meshURL).
-			return client.Dial(ctx, d.url("ws"), client.Options{AgentID: id.AgentID, Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(b)})
-		}})
-	if err != nil {
-		b.Fatal(err)
+	serveIngress := func(suffix string, dial func(ctx context.Context, o client.Options) (*client.Client, error)) string {
+		in, err := ingress.New(ctx, ingress.Config{Models: d.Models,
+			Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
+				return dial(ctx, client.Options{AgentID: id.AgentID + suffix, Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(b)})
+			}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		srv := httptest.NewServer(in)
+		b.Cleanup(func() { srv.Close(); in.Close() })
+		return srv.URL
 	}
-	srv := httptest.NewServer(in)
-	b.Cleanup(func() { srv.Close(); in.Close() })
-	return srv.URL, up.URL, agent
+	ingressURL = serveIngress("", func(ctx context.Context, o client.Options) (*client.Client, error) {
+		return client.DialConn(ctx, d.Attach, o) // as serve does
+	})
+	ingressWSURL = serveIngress("-ws", func(ctx context.Context, o client.Options) (*client.Client, error) {
+		return client.Dial(ctx, d.url("ws"), o)
+	})
+	return ingressURL, up.URL, ingressWSURL, agent
 }
 
 // BenchmarkOpenAIEdgeCost is the cost of the mesh for an HTTP client: the
@@ -95,7 +110,7 @@ func benchEdges(b *testing.B, models []string) (ingressURL, upstreamURL string, 
 func BenchmarkOpenAIEdgeCost(b *testing.B) {
 	e := newEdgeBench(b)
 	for _, kind := range e.kinds {
-		for _, path := range []struct{ name, url string }{{"direct", e.upstream}, {"mesh", e.ingress}} {
+		for _, path := range []struct{ name, url string }{{"direct", e.upstream}, {"mesh", e.ingress}, {"mesh-ws", e.ingressWS}} {
 			b.Run(kind.name+"/"+path.name, func(b *testing.B) {
 				do := e.request(path.url, kind)
 				for range b.N {
@@ -124,7 +139,7 @@ func BenchmarkOpenAIEdgeCost(b *testing.B) {
 func BenchmarkOpenAIEdgeRequest(b *testing.B) {
 	e := newEdgeBench(b)
 	for _, kind := range e.kinds {
-		for _, path := range []struct{ name, url string }{{"direct", e.upstream}, {"mesh", e.ingress}} {
+		for _, path := range []struct{ name, url string }{{"direct", e.upstream}, {"mesh", e.ingress}, {"mesh-ws", e.ingressWS}} {
 			b.Run(kind.name+"/"+path.name, func(b *testing.B) {
 				do := e.request(path.url, kind)
 				b.ReportAllocs()
@@ -215,9 +230,9 @@ func BenchmarkOpenAIEdgeGoal(b *testing.B) {
 // edgeBench is what the edge benchmarks share: the whole path
 // (benchEdges), an HTTP client, and the two requests.
 type edgeBench struct {
-	ingress, upstream string // base URLs
-	hc                *http.Client
-	kinds             []edgeKind
+	ingress, ingressWS, upstream string // base URLs
+	hc                           *http.Client
+	kinds                        []edgeKind
 }
 
 // edgeKind is a request of the benchmarks: req-chat-1k-01.json (1,215
@@ -230,12 +245,12 @@ type edgeKind struct {
 }
 
 func newEdgeBench(b *testing.B) *edgeBench {
-	ingressURL, upstreamURL, _ := benchEdges(b, []string{"gpt-4o"})
+	ingressURL, upstreamURL, ingressWSURL, _ := benchEdgesBoth(b, []string{"gpt-4o"})
 	hc := &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 512, MaxConnsPerHost: 512}}
 	b.Cleanup(hc.CloseIdleConnections)
 	req1k := corpus(b, "req-chat-1k-01.json")
 	stream := bytes.Replace(req1k, []byte(`"model":"gpt-4o"`), []byte(`"model":"gpt-4o","stream":true`), 1)
-	return &edgeBench{ingress: ingressURL, upstream: upstreamURL, hc: hc,
+	return &edgeBench{ingress: ingressURL, ingressWS: ingressWSURL, upstream: upstreamURL, hc: hc,
 		kinds: []edgeKind{{"1KB", req1k, false}, {"stream50", stream, true}}}
 }
 

@@ -69,6 +69,14 @@ var transports = []struct {
 }{
 	{"quic", quicPair},
 	{"ws", wsPair},
+	{"inproc", pipePair},
+}
+
+func pipePair(t testing.TB, clientCfg, serverCfg Config) pair {
+	client, server := pipe(clientCfg, serverCfg)
+	p := pair{client: client, server: server, close: func() { client.Close(); server.Close() }}
+	t.Cleanup(p.close)
+	return p
 }
 
 func quicPair(t testing.TB, clientCfg, serverCfg Config) pair {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -61,10 +60,6 @@ func loadOpenAIKeys(keysFile string, orgSecrets map[string]security.Secret) (*in
 // starts serving HTTP on addr under limits. history is each session's
 // client.Options.ConversationHistory.
 func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, addr string, keys *ingress.Keys, limits ingress.Limits, history int, log zerolog.Logger) (*openAIEdge, error) {
-	url, err := meshURL(srv, cfg.WSPath)
-	if err != nil {
-		return nil, err
-	}
 	in, err := ingress.New(ctx, ingress.Config{
 		Keys:       keys,
 		Limits:     limits,
@@ -73,12 +68,14 @@ func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, add
 		Models:     srv.Models,
 		Logger:     log.With().Str("component", "openai").Logger(),
 		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
-			return client.Dial(ctx, url, client.Options{
+			// Attached in process: the requests of the endpoint's agents
+			// never leave it, and no session from the network can take
+			// their agent ids (daemon.Server.Attach).
+			return client.DialConn(ctx, srv.Attach, client.Options{
 				AgentID:   id.AgentID,
 				Org:       id.Org,
 				OrgSecret: cfg.OrgSecrets[id.Org],
 				Security:  frame.SecurityAEAD, // the strongest mode: never below --min-security
-				PinSHA256: srv.Fingerprint(),
 				Reconnect: true,
 				Logger:    log.With().Str("component", "openai").Logger(), // the client adds the agent
 				// A requester only: it keeps what it sent, for deltas,
@@ -98,7 +95,7 @@ func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, add
 	}
 	e := &openAIEdge{in: in, ln: ln}
 	go e.in.Serve(ln)
-	ev := log.Info().Str("addr", ln.Addr().String()).Str("mesh", url)
+	ev := log.Info().Str("addr", ln.Addr().String())
 	if keys.Len() == 0 {
 		log.Warn().Str("addr", ln.Addr().String()).Msg("OpenAI ingress is open: no --openai-keys-file, so anyone who can reach this address uses the mesh as agent " + ingress.NodeIdentity(ingress.Identity{AgentID: ingress.OpenIdentity}, srv.Cluster().Node).AgentID)
 	} else {
@@ -122,31 +119,6 @@ func (e *openAIEdge) stop(grace time.Duration) {
 	}
 	e.in.Shutdown(ctx)
 	e.in.Close()
-}
-
-// meshURL is the daemon's own listener as seen from this process, on
-// loopback: plain WebSocket if it runs, else QUIC. The session never leaves
-// the machine and is sealed (AEAD) either way, and WebSocket costs no
-// more CPU than QUIC, up to 11% less per request through the edges
-// (quic-go's per-packet work; docs/benchmarks.md, "The OpenAI edges").
-func meshURL(srv *daemon.Server, wsPath string) (string, error) {
-	loop := func(a net.Addr) string {
-		host, port, _ := net.SplitHostPort(a.String())
-		if ip := net.ParseIP(host); ip == nil || ip.IsUnspecified() {
-			host = "127.0.0.1"
-			if ip != nil && ip.To4() == nil {
-				host = "::1"
-			}
-		}
-		return net.JoinHostPort(host, port)
-	}
-	switch {
-	case srv.WSAddr() != nil:
-		return "ws://" + loop(srv.WSAddr()) + wsPath, nil
-	case srv.QUICAddr() != nil:
-		return "quic://" + loop(srv.QUICAddr()), nil
-	}
-	return "", errors.New("--openai-addr needs the daemon's plain WebSocket or QUIC listener (--ws-addr or --quic-addr)")
 }
 
 // conversationBudget turns a conversation budget flag (bytes, 0 keeping

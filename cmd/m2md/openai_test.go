@@ -16,17 +16,17 @@ import (
 	"github.com/m2md/m2md/openai/ingress"
 )
 
-// serve's ingress holds its session on the daemon's own plain WebSocket
-// listener when it runs (cheaper than QUIC for a session that never leaves
-// the machine), else on QUIC, and serves through it either way.
+// serve's ingress holds its session attached to the daemon in process,
+// whichever of the daemon's listeners run, and serves through it.
 func TestServeOpenAISession(t *testing.T) {
 	for _, tc := range []struct {
 		name, want string
 		mutate     func(*daemon.Config)
 	}{
-		{"both listeners", "ws", nil},
-		{"QUIC only", "quic", func(c *daemon.Config) { c.WSAddr = "-" }},
-		{"WebSocket only", "ws", func(c *daemon.Config) { c.QUICAddr = "-" }},
+		{"both listeners", "inproc", nil},
+		{"QUIC only", "inproc", func(c *daemon.Config) { c.WSAddr = "-" }},
+		{"WebSocket only", "inproc", func(c *daemon.Config) { c.QUICAddr = "-" }},
+		{"no mesh listener", "inproc", func(c *daemon.Config) { c.QUICAddr, c.WSAddr = "-", "-" }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			d := daemontest.Start(t, tc.mutate)
