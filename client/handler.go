@@ -45,6 +45,12 @@ type Request struct {
 	// Embeddings reports an embeddings request: a frame of schema 04
 	// (EmbeddingRequest), as the OpenAI ingress sends for /v1/embeddings.
 	Embeddings bool
+	// API is the HTTP API the body is a request of, from the API byte of
+	// a request frame (docs/protocol.md §4.6): frame.APIChat unless the
+	// requester named another. A handler that does not serve it refuses
+	// the request (code unsupported_api) rather than read the body as
+	// another API's.
+	API frame.API
 	// Body is the request's JSON, decoded; the handler owns it.
 	Body []byte
 }
@@ -293,6 +299,15 @@ func (s *session) decodeRequest(d *delivery, msg transport.Message, plain []byte
 		Model:      string(h.Model),
 		Stream:     (h.Schema == frame.SchemaRequest || h.Schema == frame.SchemaEmbeddingRequest) && h.Flags.StreamRequested(),
 		Embeddings: h.Schema == frame.SchemaEmbeddingRequest,
+		API:        requestAPI(&h),
 		Body:       body,
 	}, "", nil
+}
+
+// requestAPI is the API byte of a request frame; other schemas carry none.
+func requestAPI(h *frame.Header) frame.API {
+	if h.Schema != frame.SchemaRequest {
+		return frame.APIChat
+	}
+	return h.Flags.API()
 }

@@ -24,9 +24,9 @@ func TestProtocolDocExampleText(t *testing.T) {
 		t.Fatal(err)
 	}
 	text := string(doc)
-	from, to := strings.Index(text, "### 4.3 "), strings.Index(text, "## 5. ")
+	from, to := strings.Index(text, "### 4.3 "), strings.Index(text, "### 4.6 ")
 	if from < 0 || to < from {
-		t.Fatal("docs/protocol.md has no §4.3 to §5")
+		t.Fatal("docs/protocol.md has no §4.3 to §4.6")
 	}
 	text = text[from:to]
 

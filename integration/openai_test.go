@@ -54,6 +54,8 @@ func newTestUpstream(t testing.TB) *testUpstream {
 	u := &testUpstream{t: t, cancelled: make(chan time.Time, 16)}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", u.chat)
+	mux.HandleFunc("POST /v1/responses", u.responses)
+	mux.HandleFunc("POST /v1/completions", u.completions)
 	mux.HandleFunc("POST /v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
 		u.record(r)
 		w.Header().Set("Content-Type", "application/json")
@@ -194,7 +196,7 @@ type edges struct {
 	agent    *client.Client
 }
 
-var edgeModels = []string{"gpt-4o", "gpt-4o-mini", "text-embedding-3-small", "rate-limited", "context-too-long", "hang", "broken", "slow-stream", "burst-stream", "burst-then-broken", "endless-stream", "rate-limited-forever"}
+var edgeModels = []string{"gpt-4o", "gpt-4o-mini", "text-embedding-3-small", "rate-limited", "context-too-long", "hang", "broken", "slow-stream", "burst-stream", "burst-then-broken", "endless-stream", "rate-limited-forever", "chat-only", "responses-truncated"}
 
 func startEdges(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys, mutate func(*daemon.Config)) *edges {
 	t.Helper()

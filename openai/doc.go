@@ -10,15 +10,19 @@
 // # Conventions between the edges
 //
 //   - A request body travels byte for byte in an M2M v1 frame: schema 01
-//     (Request) for /v1/chat/completions, 04 (EmbeddingRequest) for
-//     /v1/embeddings, so the egress knows the endpoint from the frame. The
-//     frame's routing header carries the body's "model" and its stream flag.
+//     (Request) for /v1/chat/completions, /v1/responses and
+//     /v1/completions, told apart by the frame's API byte (frame.API,
+//     docs/protocol.md §4.6), 04 (EmbeddingRequest) for /v1/embeddings, so
+//     the egress knows the endpoint from the frame. The frame's routing
+//     header carries the body's "model" and its stream flag.
 //   - A non-streamed answer is one final reply whose JSON is the upstream's
 //     body, byte for byte.
 //   - A streamed answer (the upstream sent text/event-stream) is one stream
 //     chunk per SSE event, whose JSON is the event's data, byte for byte, in
 //     order; the upstream's "data: [DONE]" becomes the final reply Done, the
-//     JSON string "[DONE]".
+//     JSON string "[DONE]". A Responses stream has no [DONE]: the end of
+//     the upstream's body after a terminal event (Terminal) becomes Done,
+//     and the ingress writes each event with its "event: TYPE" line again.
 //   - An HTTP error of the upstream is an error reply of code
 //     "upstream_http_NNN" (NNN its status), or
 //     "upstream_http_NNN_retry_after_S" when the upstream sent Retry-After

@@ -28,6 +28,10 @@ const (
 	// CodeBadUpstreamReply: the upstream's answer is not what the OpenAI API
 	// promises (not JSON, too large, a stream without [DONE]).
 	CodeBadUpstreamReply negotiate.ErrorCode = "bad_upstream_reply"
+	// CodeUnsupportedAPI: the provider does not serve the API the request
+	// names (docs/protocol.md §4.6): an API byte it does not know, or its
+	// server has no such endpoint.
+	CodeUnsupportedAPI negotiate.ErrorCode = "unsupported_api"
 
 	upstreamHTTPPrefix = "upstream_http_"
 	retryAfterInfix    = "_retry_after_"
@@ -104,6 +108,8 @@ func StatusFor(code negotiate.ErrorCode) Status {
 	switch code {
 	case negotiate.CodeNoRoute, negotiate.CodeUnknownAgent:
 		return Status{http.StatusNotFound, "invalid_request_error", "model_not_found", false}
+	case CodeUnsupportedAPI:
+		return Status{http.StatusNotFound, "invalid_request_error", string(code), false}
 	case negotiate.CodeBadFrame, negotiate.CodeTooLarge:
 		return Status{http.StatusBadRequest, "invalid_request_error", string(code), false}
 	case negotiate.CodeRateLimited, negotiate.CodeTooManyRequests:

@@ -145,12 +145,11 @@ func New(ctx context.Context, cfg Config) (*Ingress, error) {
 		in.mux.HandleFunc(method+" "+path, h)
 		allow[path] = method
 	}
-	handle(http.MethodPost, "/v1/chat/completions", func(w http.ResponseWriter, r *http.Request) {
-		in.serveRequest(w, r, frame.SchemaRequest)
-	})
-	handle(http.MethodPost, "/v1/embeddings", func(w http.ResponseWriter, r *http.Request) {
-		in.serveRequest(w, r, frame.SchemaEmbeddingRequest)
-	})
+	for path, ep := range endpoints {
+		handle(http.MethodPost, path, func(w http.ResponseWriter, r *http.Request) {
+			in.serveRequest(w, r, ep)
+		})
+	}
 	handle(http.MethodGet, "/v1/models", in.serveModels)
 	in.mux.HandleFunc("GET /v1/models/{id...}", in.serveModel)
 	in.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
@@ -266,7 +265,22 @@ func (in *Ingress) serveModels(w http.ResponseWriter, r *http.Request) {
 	w.Write(b)
 }
 
-func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, schema frame.Schema) {
+// endpoint is how the requests of one HTTP path travel: the schema of
+// their frames and, for schema 01, the API byte (docs/protocol.md §4.6).
+type endpoint struct {
+	schema frame.Schema
+	api    frame.API
+}
+
+// endpoints are the POST paths served, each a mesh request.
+var endpoints = map[string]endpoint{
+	"/v1/chat/completions": {frame.SchemaRequest, frame.APIChat},
+	"/v1/responses":        {frame.SchemaRequest, frame.APIResponses},
+	"/v1/completions":      {frame.SchemaRequest, frame.APICompletions},
+	"/v1/embeddings":       {frame.SchemaEmbeddingRequest, frame.APIChat},
+}
+
+func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, ep endpoint) {
 	cl, ok := in.identity(hw, r)
 	if !ok {
 		return
@@ -338,7 +352,7 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, schema 
 			openai.WriteError(w, http.StatusForbidden, fmt.Sprintf("key %s may not use model %q", cl.q.name, model), "invalid_request_error", "model_not_allowed", false)
 			return
 		}
-		if ref := t.reserve(sum, len(body), time.Now()); ref != nil {
+		if ref := t.reserve(sum, body, ep.api, time.Now()); ref != nil {
 			in.metrics.refused(cl.q.name, ref.limit)
 			ref.write(w, cl.q.name)
 			return
@@ -350,7 +364,7 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, schema 
 	ctx := wait.ctx
 	var st *client.Stream
 	var err error
-	if schema == frame.SchemaRequest && chat {
+	if ep.schema == frame.SchemaRequest && ep.api == frame.APIChat && chat {
 		// A chat request goes to the client as JSON (it frames it as a
 		// request: it has messages and a model), so that the turns of a
 		// conversation travel as deltas (feature delta, docs/protocol.md
@@ -358,9 +372,15 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, schema 
 		st, err = c.Stream(ctx, body)
 	} else {
 		var fr []byte
-		if fr, err = frame.AppendEncodeSchema(nil, body, schema, frame.Limits{}); err != nil {
+		if fr, err = frame.AppendEncodeSchema(nil, body, ep.schema, frame.Limits{}); err != nil {
 			badFrame(w, err)
 			return
+		}
+		if ep.api != frame.APIChat {
+			if err = frame.SetAPI(fr, ep.api); err != nil {
+				badFrame(w, err)
+				return
+			}
 		}
 		st, err = c.SendFrame(ctx, fr)
 	}
@@ -384,7 +404,7 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, schema 
 		// One answer (a stream request the upstream answered in one body
 		// is passed on as it came).
 		if t != nil {
-			used.n, used.known = usageOf(first)
+			used.n, used.known = usageOf(first, ep.api)
 		}
 		answered = true
 		w.Header().Set("Content-Type", "application/json")
@@ -396,7 +416,7 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, schema 
 	if t != nil {
 		count = &used
 	}
-	in.relayStream(w, r, id, st, wait, first, final, count)
+	in.relayStream(w, r, id, ep.api, st, wait, first, final, count)
 }
 
 // MaxRetryAfter bounds the Retry-After a provider's error passes on to
@@ -436,7 +456,11 @@ func badFrame(w http.ResponseWriter, err error) {
 // relayStream writes the replies as server-sent events, flushing whenever
 // no further reply is waiting.
 // When used is set, it gets the tokens a chunk's usage counts.
-func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identity, st *client.Stream, wait *replyWait, chunk []byte, final bool, used *tokenUse) {
+//
+// A Responses stream (api frame.APIResponses) is written as the Responses
+// API's typed events, "event: TYPE" before each data line, and ends
+// without "data: [DONE]".
+func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identity, api frame.API, st *client.Stream, wait *replyWait, chunk []byte, final bool, used *tokenUse) {
 	h := w.Header()
 	h.Set("Content-Type", "text/event-stream")
 	h.Set("Cache-Control", "no-cache")
@@ -444,15 +468,29 @@ func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identi
 	w.WriteHeader(http.StatusOK)
 	rc := http.NewResponseController(w)
 	buf := make([]byte, 0, 4096)
+	responses := api == frame.APIResponses
 	for {
 		buf = buf[:0]
-		if final && string(chunk) == openai.Done {
-			buf = append(buf, "data: [DONE]\n\n"...)
-		} else {
+		switch {
+		case final && string(chunk) == openai.Done:
+			if !responses {
+				buf = append(buf, "data: [DONE]\n\n"...)
+			}
+		default:
 			if used != nil {
-				if n, ok := usageOf(chunk); ok {
+				if n, ok := usageOf(chunk, api); ok {
 					used.n, used.known = n, true
 				}
+			}
+			if responses {
+				buf = append(buf, "event: "...)
+				var err error
+				if buf, err = openai.EventType(buf, chunk); err != nil {
+					in.cfg.Logger.Warn().Str("agent", id.AgentID).Str("code", string(openai.CodeBadUpstreamReply)).Msg("stream failed")
+					streamError(w, responses, openai.CodeBadUpstreamReply, err.Error())
+					return
+				}
+				buf = append(buf, '\n')
 			}
 			buf = append(buf, "data: "...)
 			buf = append(buf, chunk...)
@@ -479,14 +517,27 @@ func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identi
 			// and end without [DONE] so the client sees the failure.
 			if r.Context().Err() == nil {
 				code, msg := in.describe(err)
-				s := openai.StatusFor(code)
 				in.cfg.Logger.Warn().Str("agent", id.AgentID).Str("code", string(code)).Msg("stream failed")
-				w.Write(append(append([]byte("data: "), openai.ErrorJSON(msg, s.Type, s.Code)...), "\n\n"...))
-				rc.Flush()
+				streamError(w, responses, code, msg)
 			}
 			return
 		}
 	}
+}
+
+// streamError ends a stream that has begun with its failure, as OpenAI
+// does: one last event {"error":{…}} (named "error" in a Responses
+// stream), without [DONE], so the client sees the failure.
+func streamError(w http.ResponseWriter, responses bool, code negotiate.ErrorCode, msg string) {
+	s := openai.StatusFor(code)
+	b := make([]byte, 0, 256)
+	if responses {
+		b = append(b, "event: error\n"...)
+	}
+	b = append(b, "data: "...)
+	b = append(b, openai.ErrorJSON(msg, s.Type, s.Code)...)
+	w.Write(append(b, "\n\n"...))
+	http.NewResponseController(w).Flush()
 }
 
 // describe turns a mesh or client error into a code and message.
@@ -519,10 +570,29 @@ func (in *Ingress) writeError(w http.ResponseWriter, r *http.Request, id Identit
 			w.Header().Set("Retry-After", clampRetryAfter(retryAfter))
 		}
 		w.WriteHeader(status)
-		io.WriteString(w, msg)
+		if isErrorJSON(msg) {
+			io.WriteString(w, msg)
+		} else {
+			// A server's own text ("404 page not found"): in OpenAI's
+			// shape, which the SDKs parse.
+			typ := "invalid_request_error"
+			if status >= 500 {
+				typ = "server_error"
+			}
+			w.Write(openai.ErrorJSON(fmt.Sprintf("the model server answered HTTP %d: %s", status, msg), typ, fmt.Sprintf("upstream_http_%d", status)))
+		}
 		return
 	}
 	s := openai.StatusFor(code)
 	in.cfg.Logger.Debug().Str("agent", id.AgentID).Str("code", string(code)).Int("status", s.HTTP).Msg("request failed")
 	openai.WriteError(w, s.HTTP, msg, s.Type, s.Code, s.RetryAfter)
+}
+
+// isErrorJSON reports whether an upstream's error body is OpenAI's error
+// JSON, an object with an "error" member.
+func isErrorJSON(msg string) bool {
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	return json.Unmarshal([]byte(msg), &e) == nil && len(e.Error) > 0
 }

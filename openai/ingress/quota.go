@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/time/rate"
 
+	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/internal/jsonscan"
 	"github.com/m2md/m2md/openai"
 )
@@ -177,7 +178,10 @@ const ReservedCompletionTokens = 4096
 // so a burst of requests cannot overrun the limit before their answers
 // tell what they used. An answer without usage (a stream that did not ask
 // for stream_options.include_usage) is charged its reservation.
-func (t *ticket) reserve(sum *jsonscan.Summary, bodyLen int, now time.Time) *refusal {
+//
+// A Responses request (api frame.APIResponses) bounds its answer with
+// max_output_tokens instead.
+func (t *ticket) reserve(sum *jsonscan.Summary, body []byte, api frame.API, now time.Time) *refusal {
 	q := t.q
 	q.mu.Lock()
 	tpm, limit := q.tpm, q.limit.TokensPerMinute
@@ -185,8 +189,16 @@ func (t *ticket) reserve(sum *jsonscan.Summary, bodyLen int, now time.Time) *ref
 	if tpm == nil {
 		return nil
 	}
-	n := bodyLen / 4
+	n := len(body) / 4
+	out, outOK := uint64(0), false
+	if api == frame.APIResponses {
+		out, outOK = openai.MaxOutputTokens(body)
+	}
 	switch {
+	case outOK:
+		n += int(min(out, maxLimit))
+	case api == frame.APIResponses:
+		n += ReservedCompletionTokens
 	case sum.MaxTokens.OK:
 		n += int(min(sum.MaxTokens.Value, maxLimit))
 	case sum.MaxCompletionTokens.OK:
@@ -216,11 +228,15 @@ func (t *ticket) done(used int, known bool) {
 	}
 }
 
-// usageOf returns the tokens an answer (a body or a stream chunk) counts
-// in its "usage".
-func usageOf(b []byte) (int, bool) {
+// usageOf returns the tokens an answer (a body or a stream chunk) of api
+// counts in its "usage".
+func usageOf(b []byte, api frame.API) (int, bool) {
 	if !bytes.Contains(b, []byte(`"usage"`)) {
 		return 0, false
+	}
+	if api == frame.APIResponses {
+		n, ok := openai.ResponsesUsage(b)
+		return int(min(n, maxLimit)), ok
 	}
 	var sum jsonscan.Summary
 	if sum.Scan(b, jsonscan.Limits{}) != nil || !sum.PromptTokens.OK {

@@ -1,9 +1,12 @@
 package upstream
 
 import (
+	"encoding/json"
 	"fmt"
+	"net/http"
 
 	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/internal/jsonscan"
 	"github.com/m2md/m2md/negotiate"
 )
@@ -41,4 +44,19 @@ func (u *Upstream) serve(ids []string) {
 		m[id] = true
 	}
 	u.served.Store(&m)
+}
+
+// lacksAPI reports that the server has no endpoint for the request's API:
+// it answered 404 or 405 to a Responses or legacy completions request
+// with a body that is not OpenAI's error JSON (a server's own "404 page
+// not found"; a server that has the endpoint answers an unknown model in
+// OpenAI's shape, passed on as it is).
+func (u *Upstream) lacksAPI(req *client.Request, status int, body []byte) bool {
+	if req.Embeddings || req.API == frame.APIChat || (status != http.StatusNotFound && status != http.StatusMethodNotAllowed) {
+		return false
+	}
+	var e struct {
+		Error json.RawMessage `json:"error"`
+	}
+	return json.Unmarshal(body, &e) != nil || len(e.Error) == 0
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/openai"
 )
@@ -208,9 +209,13 @@ var errChunkTimeout = errors.New("no data from the upstream within the chunk tim
 
 // ServeM2M forwards one delivered request (client.Handler).
 func (u *Upstream) ServeM2M(ctx context.Context, req *client.Request, w client.ResponseWriter) {
-	path := "/chat/completions"
-	if req.Embeddings {
+	path := req.API.String()
+	switch {
+	case req.Embeddings:
 		path = "/embeddings"
+	case !req.API.Known():
+		u.fail(w, req, openai.CodeUnsupportedAPI, fmt.Sprintf("the request names API byte %#02x, which this agent does not know (docs/protocol.md §4.6)", byte(req.API)), nil)
+		return
 	}
 	if code, msg, ok := u.checkModel(req); !ok {
 		u.fail(w, req, code, msg, nil)
@@ -250,6 +255,10 @@ func (u *Upstream) ServeM2M(ctx context.Context, req *client.Request, w client.R
 	if resp.StatusCode >= 400 {
 		b, _ := io.ReadAll(io.LimitReader(body, maxErrorBody))
 		u.cfg.Logger.Warn().Int("status", resp.StatusCode).Str("path", path).Str("from", req.From).Msg("upstream answered with an HTTP error")
+		if u.lacksAPI(req, resp.StatusCode, b) {
+			u.fail(w, req, openai.CodeUnsupportedAPI, fmt.Sprintf("the model server of model %q does not serve POST %s (it answered HTTP %d): ask it another API, or another agent", req.Model, path, resp.StatusCode), nil)
+			return
+		}
 		w.Error(openai.UpstreamHTTPCode(resp.StatusCode, resp.Header.Get("Retry-After")), string(b))
 		return
 	}
@@ -285,6 +294,11 @@ func (u *Upstream) relayStream(ctx, rctx context.Context, w client.ResponseWrite
 	events := newEventReader(body, u.cfg.MaxResponse)
 	defer events.release()
 	batch, size := make([][]byte, 0, 16), 0
+	// A Responses stream ends at the end of the body after a terminal
+	// event, without [DONE] (docs/protocol.md §4.6).
+	responses := req.API == frame.APIResponses
+	var typ []byte
+	terminal := false
 	flush := func() bool {
 		if len(batch) == 0 {
 			return true
@@ -303,6 +317,17 @@ func (u *Upstream) relayStream(ctx, rctx context.Context, w client.ResponseWrite
 	for {
 		data, err := events.next()
 		if err == nil && string(data) != "[DONE]" {
+			if responses {
+				var terr error
+				if typ, terr = openai.EventType(typ[:0], data); terr != nil {
+					if !flush() {
+						return
+					}
+					u.fail(w, req, openai.CodeBadUpstreamReply, "an upstream Responses stream event is not a JSON object with a string \"type\"", terr)
+					return
+				}
+				terminal = openai.Terminal(typ)
+			}
 			batch = append(batch, data)
 			size += len(data)
 			if len(batch) < maxBatch && size < maxBatchBytes && events.ready() {
@@ -315,6 +340,14 @@ func (u *Upstream) relayStream(ctx, rctx context.Context, w client.ResponseWrite
 			continue
 		}
 		if !flush() {
+			return
+		}
+		if responses && (err == nil || errors.Is(err, io.EOF)) {
+			if !terminal {
+				u.fail(w, req, openai.CodeBadUpstreamReply, "the upstream's Responses stream ended before a terminal event (response.completed, response.incomplete, response.failed, error)", nil)
+				return
+			}
+			w.Respond([]byte(openai.Done))
 			return
 		}
 		if err != nil {

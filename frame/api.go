@@ -1,0 +1,55 @@
+package frame
+
+import "fmt"
+
+// API names the HTTP API a request frame's JSON body is a request of: the
+// reserved flags byte (bits 16–23, frame offset 13) of a request frame
+// (docs/protocol.md §4.6). The Rust reference writes 00 there and never
+// reads it, so every frame it writes is a chat completions request.
+type API byte
+
+const (
+	// APIChat: POST /chat/completions, and every M2M request without an
+	// API byte.
+	APIChat API = 0x00
+	// APIResponses: POST /responses (the Responses API).
+	APIResponses API = 0x01
+	// APICompletions: POST /completions (legacy completions).
+	APICompletions API = 0x02
+)
+
+// OffAPI is the frame offset of the API byte.
+const OffAPI = OffFlags + 2
+
+// String is the API's path under an OpenAI API root.
+func (a API) String() string {
+	switch a {
+	case APIChat:
+		return "/chat/completions"
+	case APIResponses:
+		return "/responses"
+	case APICompletions:
+		return "/completions"
+	}
+	return fmt.Sprintf("API %#02x", byte(a))
+}
+
+// Known reports whether a is an API of docs/protocol.md §4.6.
+func (a API) Known() bool { return a <= APICompletions }
+
+// API returns the API byte (request frames).
+func (f Flags) API() API { return API(f >> 16) }
+
+// SetAPI writes the API byte of the binary-shape request frame fr, before
+// it is protected (the byte is covered by the HMAC tag and the AEAD
+// associated data).
+func SetAPI(fr []byte, a API) error {
+	if len(fr) < MinFrameLen || string(fr[:PrefixLen]) != Prefix {
+		return errorf(ErrBadPrefix, "SetAPI: not a binary M2M v1 frame")
+	}
+	if s := Schema(fr[OffSchema]); s != SchemaRequest {
+		return errorf(ErrSchema, "SetAPI: schema %#02x; only a request frame (01) names an API", byte(s))
+	}
+	fr[OffAPI] = byte(a)
+	return nil
+}
