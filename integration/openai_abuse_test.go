@@ -24,7 +24,18 @@ import (
 // rawHTTP opens a TCP connection to the endpoint at base (http://host:port).
 func rawHTTP(t *testing.T, base string) net.Conn {
 	t.Helper()
-	c, err := net.DialTimeout("tcp", strings.TrimPrefix(base, "http://"), 5*time.Second)
+	return rawHTTPFrom(t, base, "")
+}
+
+// rawHTTPFrom is rawHTTP from the loopback address src (127.0.0.2: another
+// client IP on the same host); "" lets the system choose.
+func rawHTTPFrom(t *testing.T, base, src string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second}
+	if src != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(src)}
+	}
+	c, err := d.Dial("tcp", strings.TrimPrefix(base, "http://"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +130,8 @@ func heapInUse() uint64 {
 	return ms.HeapAlloc
 }
 
-// Eight uploads stall one byte short of 16 MiB under the default limits:
+// Eight uploads, two from each of four client IPs, stall one byte short of
+// 16 MiB under the default limits:
 // each body's buffer doubles as its bytes arrive, taking each growth from
 // the body budget (64 MiB) before reading more; the growths that do not
 // fit are answered 503 with Retry-After part-way through their bodies, so
@@ -138,8 +150,10 @@ func TestOpenAIStalledUploadsBounded(t *testing.T) {
 	}
 	results := make(chan result, 8)
 	var written sync.WaitGroup
-	for range 8 {
-		c := rawHTTP(t, e.base)
+	for i := range 8 {
+		// Two uploads from each of four client IPs: each IP's share of
+		// the budget is half of it, which two bodies of 16 MiB fit.
+		c := rawHTTPFrom(t, e.base, fmt.Sprintf("127.0.0.%d", 1+i/2))
 		written.Add(1)
 		go func() {
 			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
@@ -190,6 +204,51 @@ func TestOpenAIStalledUploadsBounded(t *testing.T) {
 	default:
 	}
 	runtime.KeepAlive(payload)
+}
+
+// One client IP holds at most its share of the body budget (half of it,
+// at least one body of the largest size): its uploads stalled at the
+// share leave room for another client's request, where they used to hold
+// the whole budget and have every other client answered 503.
+func TestOpenAIBodyShare(t *testing.T) {
+	t.Parallel()
+	const maxBody = 1 << 20
+	e := startEdgesWith(t, "quic", frame.SecurityAEAD, nil, nil, &ingress.Limits{MaxBodyBytes: 2 * maxBody},
+		func(c *ingress.Config) { c.MaxBody = maxBody })
+	results := make(chan int, 2)
+	for range 2 {
+		c := rawHTTPFrom(t, e.base, "127.0.0.1")
+		go func() {
+			c.SetDeadline(time.Now().Add(20 * time.Second))
+			fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: m2md\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", maxBody)
+			c.Write(bytes.Repeat([]byte(" "), 600<<10)) // then stalls
+			resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+			if err != nil {
+				return // closed at the end of the test
+			}
+			results <- resp.StatusCode
+		}()
+	}
+	select {
+	case status := <-results:
+		if status != http.StatusTooManyRequests {
+			t.Fatalf("an upload over its client's share: HTTP %d, want 429", status)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("two stalled uploads of one client hold the whole body budget: none was refused")
+	}
+	c := rawHTTPFrom(t, e.base, "127.0.0.2")
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	body := `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`
+	fmt.Fprintf(c, "POST /v1/chat/completions HTTP/1.1\r\nHost: m2md\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("another client while one holds its share: HTTP %d, want 200", resp.StatusCode)
+	}
 }
 
 // An HTTP client that asks for a stream and never reads it: once a write

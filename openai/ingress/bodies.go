@@ -5,31 +5,81 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/m2md/m2md/openai"
 )
 
-// budget counts the bytes of request bodies held at once. max 0: no bound.
+// budget counts the bytes of request bodies held at once, in all and per
+// client IP (clientKey). max 0: no bound; share 0: no bound per client.
 type budget struct {
-	max  int64
-	used atomic.Int64
+	max   int64
+	share int64
+	used  atomic.Int64
+
+	mu  sync.Mutex // guards per
+	per map[netip.Addr]int64
 }
 
-func (b *budget) take(n int64) bool {
+// take takes n bytes for client, or fails with errClientShare or
+// errBodyBudget.
+func (b *budget) take(client netip.Addr, n int64) error {
+	if b.share > 0 {
+		b.mu.Lock()
+		held := b.per[client]
+		if held+n > b.share {
+			b.mu.Unlock()
+			return errClientShare
+		}
+		if b.per == nil {
+			b.per = map[netip.Addr]int64{}
+		}
+		b.per[client] = held + n
+		b.mu.Unlock()
+	}
 	for {
 		u := b.used.Load()
 		if b.max > 0 && u+n > b.max {
-			return false
+			b.giveClient(client, n)
+			return errBodyBudget
 		}
 		if b.used.CompareAndSwap(u, u+n) {
-			return true
+			return nil
 		}
 	}
 }
 
-func (b *budget) give(n int64) { b.used.Add(-n) }
+func (b *budget) give(client netip.Addr, n int64) {
+	b.used.Add(-n)
+	b.giveClient(client, n)
+}
+
+func (b *budget) giveClient(client netip.Addr, n int64) {
+	if b.share <= 0 || n == 0 {
+		return
+	}
+	b.mu.Lock()
+	if left := b.per[client] - n; left > 0 {
+		b.per[client] = left
+	} else {
+		delete(b.per, client) // the map holds only clients reading bodies
+	}
+	b.mu.Unlock()
+}
+
+// bodyShare is a client's share of a body budget of total bytes: half of
+// it, so that one client never holds it all, but at least a body of the
+// largest size (maxBody, and the byte that tells a chunked body too
+// large), so that every client may send one.
+func bodyShare(total int64, maxBody int) int64 {
+	if total <= 0 {
+		return 0
+	}
+	return min(total, max(total/2, int64(maxBody)+1))
+}
 
 // firstBodyBuffer is the buffer a body starts in; it doubles from there up
 // to the size the Content-Length announced, so a peer that announces a
@@ -40,16 +90,21 @@ const firstBodyBuffer = 64 << 10
 // Limits.MaxBodyBytes.
 var errBodyBudget = errors.New("request bodies held at the endpoint are at their maximum")
 
+// errClientShare: taking the next buffer would put the bodies of one
+// client IP over its share of the budget (bodyShare).
+var errClientShare = errors.New("request bodies held for one client are at their maximum")
+
 // body is a request body read under the byte budget; release gives its
 // bytes back (the body is not used after).
 type body struct {
-	b     []byte
-	held  int64
-	owner *budget
+	b      []byte
+	held   int64
+	owner  *budget
+	client netip.Addr
 }
 
 func (b *body) release() {
-	b.owner.give(b.held)
+	b.owner.give(b.client, b.held)
 	b.held, b.b = 0, nil
 }
 
@@ -67,7 +122,7 @@ func (in *Ingress) readBody(w http.ResponseWriter, r *http.Request, max int) (*b
 		limit = r.ContentLength
 	}
 	rc := http.NewResponseController(w)
-	bd := &body{owner: &in.bodies}
+	bd := &body{owner: &in.bodies, client: requestClient(r)}
 	err := bd.read(r.Body, limit, rc, in.limits.BodyTimeout)
 	if in.limits.BodyTimeout > 0 {
 		// Cleared, or the server's watch for the client closing would
@@ -82,6 +137,9 @@ func (in *Ingress) readBody(w http.ResponseWriter, r *http.Request, max int) (*b
 	case errors.Is(err, errBodyBudget):
 		in.refusals.Add(1)
 		openai.WriteError(w, http.StatusServiceUnavailable, fmt.Sprintf("the endpoint holds its maximum of request bodies (%d bytes) being read; retry", in.limits.MaxBodyBytes), "server_error", "server_busy", true)
+	case errors.Is(err, errClientShare):
+		in.refusals.Add(1)
+		openai.WriteError(w, http.StatusTooManyRequests, fmt.Sprintf("the endpoint holds this client's share of request bodies being read (%d bytes of the %d of --openai-body-budget); retry when its other uploads are done", in.bodies.share, in.limits.MaxBodyBytes), "rate_limit_error", "server_busy", true)
 	case isTimeout(err):
 		openai.WriteError(w, http.StatusRequestTimeout, fmt.Sprintf("no part of the request body arrived within %v", in.limits.BodyTimeout), "invalid_request_error", "request_timeout", false)
 	}
@@ -135,8 +193,8 @@ func (bd *body) grow(limit int64) error {
 	next := max(int64(firstBodyBuffer), 2*int64(cap(bd.b)))
 	next = min(next, limit)
 	more := next - int64(cap(bd.b))
-	if !bd.owner.take(more) {
-		return errBodyBudget
+	if err := bd.owner.take(bd.client, more); err != nil {
+		return err
 	}
 	bd.held += more
 	nb := make([]byte, len(bd.b), next)
@@ -214,3 +272,13 @@ func (dw *deadlineWriter) FlushError() error {
 
 // Unwrap lets http.ResponseController reach the connection.
 func (dw *deadlineWriter) Unwrap() http.ResponseWriter { return dw.ResponseWriter }
+
+// requestClient is the client IP (an IPv6 client's /64) a request's body
+// counts against.
+func requestClient(r *http.Request) netip.Addr {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Addr{}
+	}
+	return clientKey(ap.Addr().Unmap())
+}

@@ -120,6 +120,7 @@ func New(ctx context.Context, cfg Config) (*Ingress, error) {
 	}
 	in := &Ingress{cfg: cfg, limits: limits, agents: map[Identity]*agent{}}
 	in.bodies.max = limits.MaxBodyBytes
+	in.bodies.share = bodyShare(limits.MaxBodyBytes, cfg.MaxBody)
 	in.life, in.end = context.WithCancel(context.Background())
 	var err error
 	if in.metrics, err = newMetrics(cfg.Registerer); err != nil {
