@@ -286,3 +286,81 @@ func TestOpenAIKeyLimits(t *testing.T) {
 		}
 	}
 }
+
+// A reload that removes an identity from the keys file takes its agent off
+// the mesh: its session closes, a stream it had in flight ends with an
+// error, and its key is refused; the identities still listed carry on.
+func TestOpenAIKeysReloadDropsIdentity(t *testing.T) {
+	t.Parallel()
+	e := startEdges(t, "quic", frame.SecurityAEAD, nil, nil)
+	parse := func(file string) *ingress.Keys {
+		k, err := ingress.ParseKeys(strings.NewReader(file), "keys")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	var mu sync.Mutex
+	sessions := map[string][]*client.Client{}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	in, err := ingress.New(ctx, ingress.Config{
+		Keys: parse("sk-alice-0000001 alice\nsk-bob-00000001 bob\n"), Models: e.d.Models, Logger: testLogger(t),
+		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
+			c, err := client.Dial(ctx, e.d.url("quic"), client.Options{AgentID: id.AgentID, TLSConfig: e.d.clientTLS(t), Reconnect: true})
+			if err == nil {
+				mu.Lock()
+				sessions[id.AgentID] = append(sessions[id.AgentID], c)
+				mu.Unlock()
+			}
+			return c, err
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(in)
+	t.Cleanup(func() {
+		srv.Close()
+		in.Close()
+		http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+	})
+	alice, bob := keyClient(srv.URL, "sk-alice-0000001"), keyClient(srv.URL, "sk-bob-00000001")
+	st := bob.Chat.Completions.NewStreaming(ctx, chatParams("slow-stream")) // 10 s of chunks
+	defer st.Close()
+	if !st.Next() {
+		t.Fatalf("bob's stream: %v", st.Err())
+	}
+
+	if err := in.SetKeys(ctx, parse("sk-alice-0000001 alice\n")); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	bobs := sessions["bob"]
+	mu.Unlock()
+	for _, c := range bobs {
+		select {
+		case <-c.Done():
+		case <-time.After(5 * time.Second):
+			t.Fatal("bob's mesh session outlives his removal from the keys file")
+		}
+	}
+	for st.Next() {
+	}
+	if st.Err() == nil {
+		t.Fatal("bob's stream in flight ran to its end after his removal")
+	}
+	if _, err := bob.Chat.Completions.New(ctx, chatParams("gpt-4o")); apiError(t, err).StatusCode != 401 {
+		t.Fatalf("bob's key after his removal: %v", err)
+	}
+	if _, err := alice.Chat.Completions.New(ctx, chatParams("gpt-4o")); err != nil {
+		t.Fatalf("alice, still listed: %v", err)
+	}
+	time.Sleep(300 * time.Millisecond) // past the ingress's first redial (100 ms)
+	mu.Lock()
+	n := len(sessions["bob"])
+	mu.Unlock()
+	if n != 1 {
+		t.Fatalf("bob's session was dialed %d times: the ingress dials a removed identity again", n)
+	}
+}

@@ -17,6 +17,16 @@ import (
 type agent struct {
 	id Identity // as on the mesh (NodeIdentity)
 	c  atomic.Pointer[client.Client]
+	// life ends when the ingress closes or a reload removes the
+	// identity: keep stops dialing.
+	life context.Context
+	end  context.CancelFunc
+}
+
+// drop ends a's session for good.
+func (a *agent) drop() {
+	a.end()
+	a.c.Load().Close()
 }
 
 // Bounds of the wait between two dials of an identity whose session ended.
@@ -39,7 +49,7 @@ func (in *Ingress) keep(a *agent) {
 	for {
 		c, since := a.c.Load(), time.Now()
 		select {
-		case <-in.life.Done():
+		case <-a.life.Done():
 			return
 		case <-c.Done():
 		}
@@ -56,16 +66,16 @@ func (in *Ingress) keep(a *agent) {
 		// keeps claiming) is dialed again ever more slowly.
 		for {
 			select {
-			case <-in.life.Done():
+			case <-a.life.Done():
 				return
 			case <-time.After(wait):
 			}
 			wait = min(2*wait, redialMax)
-			nc, err := in.cfg.Dial(in.life, a.id)
+			nc, err := in.cfg.Dial(a.life, a.id)
 			if err == nil {
 				a.c.Store(nc)
-				if in.life.Err() != nil {
-					nc.Close() // Close ran meanwhile and missed it
+				if a.life.Err() != nil {
+					nc.Close() // drop ran meanwhile and missed it
 					return
 				}
 				break
@@ -91,6 +101,7 @@ func (in *Ingress) dialAll(ctx context.Context, ids []Identity) error {
 			return fmt.Errorf("ingress: session of %s: %w", mesh.AgentID, err)
 		}
 		a := &agent{id: mesh}
+		a.life, a.end = context.WithCancel(in.life)
 		a.c.Store(c)
 		in.agentsMu.Lock()
 		closed := in.life.Err() != nil
@@ -100,6 +111,7 @@ func (in *Ingress) dialAll(ctx context.Context, ids []Identity) error {
 		}
 		in.agentsMu.Unlock()
 		if closed {
+			a.end()
 			c.Close()
 			return errors.New("ingress: closed")
 		}
@@ -113,8 +125,9 @@ func (in *Ingress) dialAll(ctx context.Context, ids []Identity) error {
 // name's use so far counts under its new limits, and the session of an
 // identity new to the file is dialed first. On an error (an ingress
 // started without keys, a session that cannot be opened) nothing
-// changes. An identity no longer listed keeps its session, unused, until
-// Close.
+// changes. An identity no longer listed loses its session: its requests
+// in flight end (503 shutdown), and its keys are refused (401) from then
+// on.
 func (in *Ingress) SetKeys(ctx context.Context, k *Keys) error {
 	in.reloadMu.Lock()
 	defer in.reloadMu.Unlock()
@@ -130,5 +143,28 @@ func (in *Ingress) SetKeys(ctx context.Context, k *Keys) error {
 	in.metrics.names(k.names())
 	in.quotas.update(k.names())
 	in.keys.Store(k)
+	in.dropUnlisted(k)
 	return nil
+}
+
+// dropUnlisted ends the sessions of the identities k no longer lists: a
+// key removed from the file takes its identity's agent off the mesh.
+func (in *Ingress) dropUnlisted(k *Keys) {
+	listed := map[Identity]bool{}
+	for _, id := range k.Identities() {
+		listed[id] = true
+	}
+	in.agentsMu.Lock()
+	var gone []*agent
+	for id, a := range in.agents {
+		if !listed[id] {
+			delete(in.agents, id)
+			gone = append(gone, a)
+		}
+	}
+	in.agentsMu.Unlock()
+	for _, a := range gone {
+		in.cfg.Logger.Info().Str("agent", a.id.AgentID).Msg("the keys file no longer lists this identity: its mesh session ends")
+		a.drop()
+	}
 }

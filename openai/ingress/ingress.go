@@ -170,7 +170,7 @@ func (in *Ingress) Close() {
 		in.end()
 		in.agentsMu.Lock()
 		for _, a := range in.agents {
-			a.c.Load().Close()
+			a.drop()
 		}
 		in.agentsMu.Unlock()
 		in.wg.Wait()
@@ -198,8 +198,10 @@ func (in *Ingress) identity(w http.ResponseWriter, r *http.Request) (caller, boo
 	key, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
 	if ok {
 		if e, found := keys.entry(strings.TrimSpace(key)); found {
-			if q := in.quotas.get(e.name); q != nil {
-				return caller{id: e.id, c: in.agent(e.id).c.Load(), q: q}, true
+			// A reload may have removed the identity since keys was
+			// loaded: its key is refused, as the new file says.
+			if q, a := in.quotas.get(e.name), in.agent(e.id); q != nil && a != nil {
+				return caller{id: e.id, c: a.c.Load(), q: q}, true
 			}
 		}
 	}
