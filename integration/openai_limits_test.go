@@ -112,6 +112,34 @@ func TestOpenAITokensWithoutMaxTokens(t *testing.T) {
 	}
 }
 
+// A stream without max_tokens and without usage that runs past its
+// reservation (ingress.ReservedCompletionTokens) is charged what it
+// streamed, a token a chunk: after 9000 chunks under tpm=10000 a request
+// for 2000 more tokens is refused, where the reservation alone would have
+// left room for it.
+func TestOpenAITokensOfLongStream(t *testing.T) {
+	t.Parallel()
+	e := startEdges(t, "quic", frame.SecurityAEAD, nil, nil)
+	_, base := keyedIngress(t, e, "sk-bob-00000001 bob tpm=10000\n", prometheus.NewRegistry())
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	bob := keyClient(base, "sk-bob-00000001")
+	st := bob.Chat.Completions.NewStreaming(ctx, chatParams("long-stream"))
+	n := 0
+	for st.Next() {
+		n++
+	}
+	if err := st.Err(); err != nil || n != 9000 {
+		t.Fatalf("%d chunks, err %v", n, err)
+	}
+	params := chatParams("gpt-4o")
+	params.MaxTokens = openai.Int(2000)
+	_, err := bob.Chat.Completions.New(ctx, params)
+	if ae := apiError(t, err); ae.StatusCode != 429 || ae.Type != "tokens" {
+		t.Fatalf("after a stream of 9000 tokens under tpm=10000: HTTP %d %q, want 429 tokens", ae.StatusCode, ae.Type)
+	}
+}
+
 // Every limit of a key, through the official SDK: 429 with OpenAI's error
 // JSON that names the limit (its type) and Retry-After, which the SDK's
 // retry honours; metrics per key name.

@@ -158,6 +158,15 @@ func (u *testUpstream) chat(w http.ResponseWriter, r *http.Request) {
 		sse.WriteString("data: [DONE]\n\n")
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Write(sse.Bytes())
+	case model == "long-stream":
+		// 9000 one-token chunks at once, without usage.
+		var sse bytes.Buffer
+		for range 9000 {
+			sse.WriteString(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"long-stream","choices":[{"index":0,"delta":{"content":"x"}}]}` + "\n\n")
+		}
+		sse.WriteString("data: [DONE]\n\n")
+		w.Header().Set("Content-Type", "text/event-stream")
+		w.Write(sse.Bytes())
 	case model == "burst-then-broken":
 		// Every event at once, then the end of the body without [DONE].
 		w.Header().Set("Content-Type", "text/event-stream")
@@ -196,7 +205,7 @@ type edges struct {
 	agent    *client.Client
 }
 
-var edgeModels = []string{"gpt-4o", "gpt-4o-mini", "text-embedding-3-small", "rate-limited", "context-too-long", "hang", "broken", "slow-stream", "burst-stream", "burst-then-broken", "endless-stream", "rate-limited-forever", "chat-only", "responses-truncated"}
+var edgeModels = []string{"gpt-4o", "gpt-4o-mini", "text-embedding-3-small", "rate-limited", "context-too-long", "hang", "broken", "slow-stream", "burst-stream", "burst-then-broken", "endless-stream", "rate-limited-forever", "chat-only", "responses-truncated", "long-stream"}
 
 func startEdges(t *testing.T, tr string, mode frame.Security, keys *ingress.Keys, mutate func(*daemon.Config)) *edges {
 	t.Helper()

@@ -311,9 +311,10 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, ep endp
 			if !answered {
 				used = tokenUse{known: true}
 			}
-			t.done(used.n, used.known)
-			if used.known {
-				in.metrics.tokens(cl.q.name, used.n)
+			n, known := t.charge(used)
+			t.done(n, known)
+			if known {
+				in.metrics.tokens(cl.q.name, n)
 			}
 		}()
 	}
@@ -481,6 +482,7 @@ func (in *Ingress) relayStream(w http.ResponseWriter, r *http.Request, id Identi
 			}
 		default:
 			if used != nil {
+				used.chunks++
 				if n, ok := usageOf(chunk, api); ok {
 					used.n, used.known = n, true
 				}

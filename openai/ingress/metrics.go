@@ -11,6 +11,8 @@ import (
 type tokenUse struct {
 	n     int
 	known bool
+	// chunks counts the chunks of a stream, whose usage may be unknown.
+	chunks int
 }
 
 // metrics are the endpoint's counters per key name (never the key): a

@@ -138,6 +138,7 @@ func (r *refusal) write(w http.ResponseWriter, name string) {
 type ticket struct {
 	q        *quota
 	reserved int
+	prompt   int     // the prompt's estimate in reserved: body bytes / 4
 	tokens   *bucket // where reserved was taken from
 }
 
@@ -211,8 +212,25 @@ func (t *ticket) reserve(sum *jsonscan.Summary, body []byte, api frame.API, now 
 	if d, ok := tpm.take(n, now); !ok {
 		return &refusal{"tokens", "tokens per minute (TPM)", limit, d}
 	}
-	t.reserved, t.tokens = n, tpm
+	t.reserved, t.prompt, t.tokens = n, len(body)/4, tpm
 	return nil
+}
+
+// charge is what a request's answer costs: its usage when it told it;
+// else, for a stream, its prompt's estimate and a token a chunk (a chat
+// or completions stream sends about one token a chunk) when that is more
+// than it reserved, so that a stream without max_tokens and without usage
+// that runs past its reservation pays for what it streamed (under a
+// tokens-per-minute limit only: the tokens metric counts usage). known
+// false: the reservation stands.
+func (t *ticket) charge(u tokenUse) (int, bool) {
+	if u.known {
+		return u.n, true
+	}
+	if est := t.prompt + u.chunks; t.tokens != nil && u.chunks > 0 && est > t.reserved {
+		return est, true
+	}
+	return 0, false
 }
 
 // done ends the request: used is the tokens its answer's usage counted
