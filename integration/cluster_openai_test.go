@@ -5,6 +5,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/responses"
+
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/openai/ingress"
@@ -44,15 +47,21 @@ func TestClusterOpenAIEveryNode(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		c := e.sdk("unused")
 		resp, err := c.Chat.Completions.New(ctx, chatParams("gpt-4o"))
-		cancel()
 		if err != nil {
 			t.Fatalf("ingress on node %d: %v", i, err)
 		}
 		if resp.RawJSON() != string(corpus(t, "resp-toolcalls-01.json")) {
 			t.Fatalf("ingress on node %d: response differs from the upstream's:\n%s", i, resp.RawJSON())
 		}
+		// The API byte crosses the cluster: the Responses API reaches the
+		// server's /responses.
+		r, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "gpt-4o", Input: responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}})
+		cancel()
+		if err != nil || r.RawJSON() != responseJSON() {
+			t.Fatalf("ingress on node %d: Responses.New: %v", i, err)
+		}
 	}
-	if n := up.count(); n != 2 {
-		t.Fatalf("upstream served %d requests, want 2", n)
+	if n := up.count(); n != 4 {
+		t.Fatalf("upstream served %d requests, want 4", n)
 	}
 }
