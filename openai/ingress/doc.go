@@ -1,12 +1,13 @@
 // Package ingress is the OpenAI-compatible HTTP endpoint of the daemon
 // (m2md serve --openai-addr): POST /v1/chat/completions, POST
-// /v1/embeddings, GET /v1/models and GET /v1/models/{id}, for any OpenAI
-// client library.
+// /v1/responses, POST /v1/completions, POST /v1/embeddings, GET /v1/models
+// and GET /v1/models/{id}, for any OpenAI client library.
 //
 // The ingress is an agent of the mesh: it holds a session (package client)
 // per API-key identity, so its requests take the daemon's one routing path
 // like any agent's. A request body becomes an M2M v1 frame without being
-// re-encoded (schema 01 for chat, 04 for embeddings; the payload
+// re-encoded (schema 01 for chat, the Responses API and legacy
+// completions, told apart by the API byte, 04 for embeddings; the payload
 // Brotli-compressed from 100 bytes on, as frame.AppendEncode does), is
 // routed by its "model" to a provider, and the provider's replies are
 // written back as they arrive: the final reply's bytes as the response
@@ -22,7 +23,8 @@
 // Ingress handles for gets the per-read deadline of request bodies, the
 // per-write deadline of answers (renewed as data flows, so a stream runs as
 // long as its client reads it, and ends, cancelled at the provider, when
-// the client stops), and the byte budget of bodies being read. The session
+// the client stops), and the byte budget of bodies being read (in all, and
+// half of it per client IP). The session
 // of an identity that ends for good (another session claimed its agent id)
 // is dialed again.
 //

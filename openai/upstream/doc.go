@@ -1,8 +1,9 @@
 // Package upstream is the egress of the mesh: a provider agent in front of
 // an OpenAI-compatible HTTP server (vLLM, llama.cpp, Ollama, LM Studio,
 // OpenRouter, OpenAI). Upstream is a client.Handler: each request the
-// daemon delivers is POSTed to the server's /chat/completions or
-// /embeddings (the frame's schema says which), byte for byte, and the
+// daemon delivers is POSTed to the server's /chat/completions,
+// /responses, /completions or /embeddings (the frame's schema and API byte
+// say which), byte for byte, and the
 // server's answer comes back as replies following package openai's
 // conventions: the body as the final reply, or one stream chunk per SSE
 // event and Done for "data: [DONE]", or an error reply carrying the

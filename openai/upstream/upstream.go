@@ -40,7 +40,8 @@ const (
 // Config configures an Upstream. Only BaseURL is required.
 type Config struct {
 	// BaseURL is the server's OpenAI API root, e.g.
-	// http://127.0.0.1:11434/v1; requests go to BaseURL + "/chat/completions".
+	// http://127.0.0.1:11434/v1; requests go to BaseURL + "/chat/completions"
+	// (or the path of their API, frame.API.String, or "/embeddings").
 	BaseURL string
 	// APIKey, when set, is sent to the server as "Authorization: Bearer".
 	APIKey string
