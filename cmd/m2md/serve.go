@@ -62,7 +62,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	var openAIBodyBudget int
 	fs.IntVar(&openAILimits.MaxConns, "openai-max-conns", ingress.DefaultMaxConns, "connections the OpenAI endpoint holds open at once (one more: 503 too_many_connections); -1: no bound")
 	fs.IntVar(&openAILimits.MaxConnsPerIP, "openai-max-conns-per-ip", ingress.DefaultMaxConnsPerIP, "connections of one client IP (an IPv6 client's /64) at the OpenAI endpoint (one more: 429 too_many_connections); -1: no bound")
-	limitSizeVar(fs, &openAIBodyBudget, "openai-body-budget", ingress.DefaultMaxBodyBytes, "request-body bytes the OpenAI endpoint holds at once, all requests together (over it: 503 server_busy); -1: no bound")
+	limitSizeVar(fs, &openAIBodyBudget, "openai-body-budget", ingress.DefaultMaxBodyBytes, "request-body bytes the OpenAI endpoint holds at once, all requests together (over it: 503 server_busy), one client IP at most half (over it: 429 server_busy); -1: no bound")
 	byteSizeVar(fs, &openAIHist, "openai-conversation-history", client.DefaultConversationHistory, 0, "bytes of past chat requests and answers the OpenAI endpoint keeps per key, to send the next turns of conversations as deltas (docs/operations.md, \"What the agents keep\"); 0 keeps none")
 	fs.StringVar(&disableFeat, "disable-features", "", "comma-separated protocol `features` not to offer (docs/protocol.md §3.6)")
 	fs.IntVar(&cfg.MaxSessions, "max-sessions", daemon.DefaultMaxSessions, "concurrent sessions before HELLO gets SERVER_BUSY")
