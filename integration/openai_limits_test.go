@@ -114,13 +114,13 @@ func TestOpenAITokensWithoutMaxTokens(t *testing.T) {
 
 // A stream without max_tokens and without usage that runs past its
 // reservation (ingress.ReservedCompletionTokens) is charged what it
-// streamed, a token a chunk: after 9000 chunks under tpm=10000 a request
-// for 2000 more tokens is refused, where the reservation alone would have
+// streamed, a token a chunk: after 5000 chunks under tpm=6000 a request
+// for 1500 more tokens is refused, where the reservation alone would have
 // left room for it.
 func TestOpenAITokensOfLongStream(t *testing.T) {
 	t.Parallel()
 	e := startEdges(t, "quic", frame.SecurityAEAD, nil, nil)
-	_, base := keyedIngress(t, e, "sk-bob-00000001 bob tpm=10000\n", prometheus.NewRegistry())
+	_, base := keyedIngress(t, e, "sk-bob-00000001 bob tpm=6000\n", prometheus.NewRegistry())
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	bob := keyClient(base, "sk-bob-00000001")
@@ -129,14 +129,14 @@ func TestOpenAITokensOfLongStream(t *testing.T) {
 	for st.Next() {
 		n++
 	}
-	if err := st.Err(); err != nil || n != 9000 {
+	if err := st.Err(); err != nil || n != 5000 {
 		t.Fatalf("%d chunks, err %v", n, err)
 	}
 	params := chatParams("gpt-4o")
-	params.MaxTokens = openai.Int(2000)
+	params.MaxTokens = openai.Int(1500)
 	_, err := bob.Chat.Completions.New(ctx, params)
 	if ae := apiError(t, err); ae.StatusCode != 429 || ae.Type != "tokens" {
-		t.Fatalf("after a stream of 9000 tokens under tpm=10000: HTTP %d %q, want 429 tokens", ae.StatusCode, ae.Type)
+		t.Fatalf("after a stream of 5000 tokens under tpm=6000: HTTP %d %q, want 429 tokens", ae.StatusCode, ae.Type)
 	}
 }
 

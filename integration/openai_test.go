@@ -159,9 +159,9 @@ func (u *testUpstream) chat(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/event-stream")
 		w.Write(sse.Bytes())
 	case model == "long-stream":
-		// 9000 one-token chunks at once, without usage.
+		// 5000 one-token chunks at once, without usage.
 		var sse bytes.Buffer
-		for range 9000 {
+		for range 5000 {
 			sse.WriteString(`data: {"id":"c","object":"chat.completion.chunk","created":1,"model":"long-stream","choices":[{"index":0,"delta":{"content":"x"}}]}` + "\n\n")
 		}
 		sse.WriteString("data: [DONE]\n\n")
