@@ -67,3 +67,17 @@ func FuzzResponsesEvent(f *testing.F) {
 		MaxOutputTokens(b)
 	})
 }
+
+// The cost of naming an event of a Responses stream, which both edges pay
+// for each event.
+func BenchmarkEventType(b *testing.B) {
+	event := []byte(`{"type":"response.output_text.delta","sequence_number":4,"item_id":"msg_67ccd2bf17f0","output_index":0,"content_index":0,"delta":"Sunny ","logprobs":[]}`)
+	dst := make([]byte, 0, 64)
+	b.SetBytes(int64(len(event)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := EventType(dst[:0], event); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
