@@ -114,10 +114,13 @@ func (u *testUpstream) completions(w http.ResponseWriter, r *http.Request) {
 // each answer, streamed or not, reaches the SDK as the server wrote it.
 func TestOpenAIResponsesAndCompletions(t *testing.T) {
 	t.Parallel()
-	for _, mode := range []frame.Security{frame.SecurityNone, frame.SecurityAEAD} {
-		t.Run(mode.String(), func(t *testing.T) {
+	for _, tc := range []struct {
+		tr   string
+		mode frame.Security
+	}{{"quic", frame.SecurityNone}, {"ws", frame.SecurityHMAC}, {"quic", frame.SecurityAEAD}} {
+		t.Run(tc.tr+"/"+tc.mode.String(), func(t *testing.T) {
 			t.Parallel()
-			e := startEdges(t, "quic", mode, nil, nil)
+			e := startEdges(t, tc.tr, tc.mode, nil, nil)
 			var sent sentBodies
 			c := e.sdk("any", option.WithMiddleware(sent.middleware))
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
