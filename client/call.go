@@ -19,6 +19,15 @@ type callOptions struct {
 	to          string
 	tokenNative bool
 	once        bool
+	headers     bool
+}
+
+// ResponseHeaders asks the provider for its model server's response
+// headers (docs/protocol.md §4.7: the request frame's FlagWantsHeaders);
+// a provider that sends them (m2md upstream) does so before any other
+// reply, and Stream.Headers returns them. Not with TokenNative.
+func ResponseHeaders() CallOption {
+	return func(o *callOptions) { o.headers = true }
 }
 
 // Once marks the request ONCE (feature once, docs/protocol.md §4,
@@ -223,10 +232,14 @@ type Stream struct {
 	pending [][]byte
 	call    call // cl points here: one allocation per request
 
-	to     string // the To address, for a resend
-	turn   *turn  // the request's extension block, when it has one
-	mu     sync.Mutex
-	closed bool // Close ran: a resend must not replace cl
+	to   string // the To address, for a resend
+	turn *turn  // the request's extension block, when it has one
+	// wantHeaders: the request asked for a headers reply (ResponseHeaders),
+	// held in headers once it came.
+	wantHeaders bool
+	headers     []byte
+	mu          sync.Mutex
+	closed      bool // Close ran: a resend must not replace cl
 }
 
 // Recv returns the next reply's JSON, decoded. After the final reply it
@@ -262,6 +275,15 @@ func (st *Stream) recv() (body []byte, end bool, err error) {
 		if err != nil {
 			st.finish(err)
 			return nil, false, err
+		}
+		if st.wantHeaders && st.headers == nil && !r.end && !r.batch && r.err == nil && frame.IsHeadersReply(r.frame) {
+			// The provider's headers: not a chunk of the answer, nor part
+			// of the conversation's base (docs/protocol.md §4.7).
+			if st.headers, err = st.cl.s.decodeReply(r, st.lim(), nil); err != nil {
+				st.finish(err)
+				return nil, false, err
+			}
+			continue
 		}
 		body, err = st.cl.s.decodeReply(r, st.lim(), st.turn)
 		if err != nil && st.turn != nil && st.turn.resendable(err) {
@@ -311,6 +333,12 @@ func (st *Stream) lim() frame.Limits { return st.cl.s.decLim }
 // From is the agent that answered; "" before the first reply, or when only
 // the daemon answered.
 func (st *Stream) From() string { return st.cl.sender() }
+
+// Headers returns the provider's headers reply (a JSON object of header
+// names and values) when the request asked for it with ResponseHeaders and
+// the provider sent one; nil otherwise. It is there once Next has returned
+// the first reply or an error.
+func (st *Stream) Headers() []byte { return st.headers }
 
 // Close abandons the stream: replies still queued or to come are dropped,
 // and a request whose final reply has not arrived is cancelled at its
@@ -442,7 +470,7 @@ func (c *Client) start(ctx context.Context, payload []byte, raw bool, opts []Cal
 		return nil, err
 	}
 	defer o.free()
-	st := &Stream{ctx: ctx, to: co.to}
+	st := &Stream{ctx: ctx, to: co.to, wantHeaders: co.headers && !co.tokenNative}
 	switch {
 	case raw:
 		*o.buf = append(*o.buf, payload...)
@@ -453,6 +481,11 @@ func (c *Client) start(ctx context.Context, payload []byte, raw bool, opts []Cal
 	default:
 		if st.turn, err = s.encodeRequest(o, payload); err != nil {
 			return nil, err
+		}
+	}
+	if st.wantHeaders {
+		if err := frame.SetWantsHeaders((*o.buf)[o.hdrLen:]); err != nil {
+			return nil, fmt.Errorf("client: ResponseHeaders: %w", err)
 		}
 	}
 	st.cl = &st.call

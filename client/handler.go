@@ -51,6 +51,11 @@ type Request struct {
 	// the request (code unsupported_api) rather than read the body as
 	// another API's.
 	API frame.API
+	// WantsHeaders reports that the requester asked for the model
+	// server's response headers (docs/protocol.md §4.7): a handler that
+	// has them sends them with HeaderWriter.Headers before any other
+	// reply.
+	WantsHeaders bool
 	// Body is the request's JSON, decoded; the handler owns it.
 	Body []byte
 }
@@ -76,6 +81,16 @@ type ResponseWriter interface {
 	Error(code negotiate.ErrorCode, message string) error
 }
 
+// HeaderWriter is what a ResponseWriter of this package also implements:
+// the headers reply of docs/protocol.md §4.7.
+type HeaderWriter interface {
+	// Headers sends the model server's response headers, a JSON object of
+	// names and string values, as the headers reply: only to a request
+	// whose WantsHeaders is set, once, before any other reply (else
+	// ErrResponded).
+	Headers(json []byte) error
+}
+
 // delivery is one request being served.
 type delivery struct {
 	s    *session
@@ -89,9 +104,10 @@ type delivery struct {
 	// batches of chunks).
 	batch bool
 
-	mu   sync.Mutex
-	done bool       // the final reply was sent
-	rec  *recording // kept as a base once answered (feature delta)
+	mu    sync.Mutex
+	wrote bool       // a reply was sent: too late for headers
+	done  bool       // the final reply was sent
+	rec   *recording // kept as a base once answered (feature delta)
 	// reply is what a reply delta is encoded against, when the request
 	// came with an extension block (feature delta); nil otherwise.
 	reply *replyDict
@@ -149,6 +165,7 @@ func (d *delivery) writeBatch(jsons [][]byte, size int) error {
 		// The requester receives them one by one, and so keeps them.
 		d.record(j, "", false)
 	}
+	d.wrote = true
 	err := d.s.sendBatch(d.ch, d.id, jsons, size)
 	if err != nil && d.ctx.Err() != nil {
 		return d.cancelledErr()
@@ -178,6 +195,7 @@ func (d *delivery) write(flags negotiate.DataFlags, json []byte, code negotiate.
 		// against it, may arrive as soon as the reply has left.
 		d.record(json, code, flags&negotiate.FlagEnd != 0)
 	}
+	d.wrote = true
 	var err error
 	switch {
 	case code != "":
@@ -193,6 +211,25 @@ func (d *delivery) write(flags negotiate.DataFlags, json []byte, code negotiate.
 		d.done = true
 	case err != nil && d.ctx.Err() != nil:
 		// The delivery ended while the reply was going out.
+		return d.cancelledErr()
+	}
+	return err
+}
+
+// Headers sends the headers reply (HeaderWriter). It is not kept in the
+// conversation's base: the requester does not keep it either.
+func (d *delivery) Headers(json []byte) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.writable(); err != nil {
+		return err
+	}
+	if d.wrote {
+		return ErrResponded
+	}
+	d.wrote = true
+	err := d.s.sendHeaders(d.ch, d.id, json)
+	if err != nil && d.ctx.Err() != nil {
 		return d.cancelledErr()
 	}
 	return err
@@ -300,7 +337,9 @@ func (s *session) decodeRequest(d *delivery, msg transport.Message, plain []byte
 		Stream:     (h.Schema == frame.SchemaRequest || h.Schema == frame.SchemaEmbeddingRequest) && h.Flags.StreamRequested(),
 		Embeddings: h.Schema == frame.SchemaEmbeddingRequest,
 		API:        requestAPI(&h),
-		Body:       body,
+		WantsHeaders: (h.Schema == frame.SchemaRequest || h.Schema == frame.SchemaEmbeddingRequest) &&
+			h.Flags.WantsHeaders(),
+		Body: body,
 	}, "", nil
 }
 

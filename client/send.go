@@ -161,6 +161,27 @@ func (s *session) sendJSON(ch transport.ChannelID, flags negotiate.DataFlags, id
 	return nil
 }
 
+// sendHeaders sends a headers reply: a REPLY whose frame is schema 03
+// marked frame.HeadersReply (docs/protocol.md §4.7).
+func (s *session) sendHeaders(ch transport.ChannelID, id uint64, json []byte) error {
+	o, err := newOutgoing(negotiate.FlagReply, id, "", len(json))
+	if err != nil {
+		return err
+	}
+	defer o.free()
+	b, err := frame.AppendEncodeSchema(*o.buf, json, frame.SchemaStream, s.encLim)
+	if err != nil {
+		return fmt.Errorf("client: encode headers: %w", err)
+	}
+	b[o.hdrLen+frame.OffAPI] = frame.HeadersReply
+	*o.buf = b
+	if err := s.sendMessage(ch, o); err != nil {
+		return err
+	}
+	s.c.stats.jsonSent.Add(uint64(len(json)))
+	return nil
+}
+
 // sendBatch sends stream chunks as one batch reply (REPLY|BATCH, schema
 // 03 whose JSON is negotiate.AppendBatch's array; size its length).
 // maxBatchCheck is how many chunks sendBatch checks without allocating.

@@ -177,6 +177,11 @@ func (st *Stream) resend() error {
 		return fmt.Errorf("client: encode: %w", err)
 	}
 	*o.buf = b
+	if st.wantHeaders {
+		if err := frame.SetWantsHeaders(b[o.hdrLen:]); err != nil {
+			return fmt.Errorf("client: ResponseHeaders: %w", err)
+		}
+	}
 	cl := new(call)
 	if err := s.launch(st.ctx, cl, id, o); err != nil {
 		return err

@@ -53,3 +53,35 @@ func SetAPI(fr []byte, a API) error {
 	fr[OffAPI] = byte(a)
 	return nil
 }
+
+// FlagWantsHeaders (bit 15 of a request frame's specific flags, reserved
+// by the wire reference) asks the provider for the model server's
+// response headers in a headers reply (docs/protocol.md §4.7).
+const FlagWantsHeaders Flags = 1 << 15
+
+// WantsHeaders reports FlagWantsHeaders (request frames).
+func (f Flags) WantsHeaders() bool { return f&FlagWantsHeaders != 0 }
+
+// HeadersReply is the reserved flags byte (OffAPI) of a stream-chunk frame
+// (schema 03) that carries response headers instead of a chunk.
+const HeadersReply = 0x01
+
+// SetWantsHeaders sets FlagWantsHeaders in the binary-shape request frame
+// fr (schema 01 or 04), before it is protected.
+func SetWantsHeaders(fr []byte) error {
+	if len(fr) < MinFrameLen || string(fr[:PrefixLen]) != Prefix {
+		return errorf(ErrBadPrefix, "SetWantsHeaders: not a binary M2M v1 frame")
+	}
+	if s := Schema(fr[OffSchema]); s != SchemaRequest && s != SchemaEmbeddingRequest {
+		return errorf(ErrSchema, "SetWantsHeaders: schema %#02x; only a request frame (01, 04) asks for headers", byte(s))
+	}
+	fr[OffFlags+1] |= byte(FlagWantsHeaders >> 8)
+	return nil
+}
+
+// IsHeadersReply reports whether the binary-shape frame fr is a headers
+// reply: schema 03 with the reserved flags byte HeadersReply.
+func IsHeadersReply(fr []byte) bool {
+	return len(fr) >= MinFrameLen && string(fr[:PrefixLen]) == Prefix &&
+		Schema(fr[OffSchema]) == SchemaStream && fr[OffAPI] == HeadersReply
+}

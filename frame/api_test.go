@@ -39,3 +39,33 @@ func TestAPIByte(t *testing.T) {
 		t.Fatal("API names")
 	}
 }
+
+// The examples of docs/protocol.md §4.7: a request asking for headers,
+// and a headers reply.
+func TestHeadersReplyBytes(t *testing.T) {
+	rq, _ := AppendEncodeSchema(nil, []byte(`{"model":"gpt-4o","input":"Hi"}`), SchemaRequest, Limits{})
+	SetAPI(rq, APIResponses)
+	if err := SetWantsHeaders(rq); err != nil {
+		t.Fatal(err)
+	}
+	var h Header
+	if err := ReadHeader(rq, &h); err != nil || !h.Flags.WantsHeaders() || h.Flags.API() != APIResponses {
+		t.Fatalf("flags %08x, %v", uint32(h.Flags), err)
+	}
+	if got := hex.EncodeToString(rq[OffFlags : OffFlags+4]); got != "00800100" {
+		t.Fatalf("flags bytes %s", got)
+	}
+	fr, _ := AppendEncodeSchema(nil, []byte(`{"x-request-id":"req_1"}`), SchemaStream, Limits{})
+	if IsHeadersReply(fr) {
+		t.Fatal("a plain chunk taken for a headers reply")
+	}
+	fr[OffAPI] = HeadersReply
+	want := "234d324d7c317c" + "1400" + "0300" + "00000100" + strings.Repeat("00", 12) + "18000000" + "c142917f" +
+		hex.EncodeToString([]byte(`{"x-request-id":"req_1"}`))
+	if got := hex.EncodeToString(fr); got != want || !IsHeadersReply(fr) {
+		t.Fatalf("headers reply\n%s\nwant\n%s", got, want)
+	}
+	if err := SetWantsHeaders(fr); err == nil {
+		t.Fatal("SetWantsHeaders on a chunk")
+	}
+}

@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 
+	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/frame"
 )
 
@@ -242,5 +244,136 @@ func TestOpenAIResponsesUnsupported(t *testing.T) {
 	}
 	if err := st.Err(); n != 2 || err == nil || !strings.Contains(err.Error(), "terminal event") {
 		t.Fatalf("truncated stream: %d events, err %v", n, err)
+	}
+}
+
+// wantHeaders checks that an answer carries the model server's headers a
+// client reads (x-request-id of the server's path, x-ratelimit-*,
+// openai-processing-ms), and none of the others.
+func wantHeaders(t *testing.T, what string, h http.Header, path string) {
+	t.Helper()
+	if h.Get("X-Request-Id") != "req_"+path || h.Get("Openai-Processing-Ms") != "87" ||
+		h.Get("X-Ratelimit-Limit-Requests") != "10000" || h.Get("X-Ratelimit-Remaining-Tokens") != "29985" {
+		t.Fatalf("%s: the server's headers did not reach the client: %v", what, h)
+	}
+	if h.Get("Openai-Organization") != "" || h.Get("Set-Cookie") != "" {
+		t.Fatalf("%s: a header a client does not read crossed the mesh: %v", what, h)
+	}
+}
+
+// The model server's response headers a client reads reach the OpenAI SDK
+// through the mesh, with answers, streams and errors, for every API; a
+// conversation's turns still travel as deltas.
+func TestOpenAIResponseHeaders(t *testing.T) {
+	t.Parallel()
+	e := startEdges(t, "quic", frame.SecurityAEAD, nil, nil)
+	c := e.sdk("any")
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+
+	var resp *http.Response
+	chat, err := c.Chat.Completions.New(ctx, chatParams("gpt-4o"), option.WithResponseInto(&resp))
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantHeaders(t, "chat", resp.Header, "/v1/chat/completions")
+
+	st := c.Chat.Completions.NewStreaming(ctx, chatParams("gpt-4o-mini"), option.WithResponseInto(&resp))
+	for st.Next() {
+	}
+	if err := st.Err(); err != nil {
+		t.Fatal(err)
+	}
+	wantHeaders(t, "chat stream", resp.Header, "/v1/chat/completions")
+
+	input := responses.ResponseNewParamsInputUnion{OfString: openai.String("hi")}
+	if _, err := c.Responses.New(ctx, responses.ResponseNewParams{Model: "gpt-4o", Input: input}, option.WithResponseInto(&resp)); err != nil {
+		t.Fatal(err)
+	}
+	wantHeaders(t, "Responses", resp.Header, "/v1/responses")
+	if _, err := c.Embeddings.New(ctx, openai.EmbeddingNewParams{
+		Model: "text-embedding-3-small", Input: openai.EmbeddingNewParamsInputUnion{OfString: openai.String("hi")},
+	}, option.WithResponseInto(&resp)); err != nil {
+		t.Fatal(err)
+	}
+	wantHeaders(t, "embeddings", resp.Header, "/v1/embeddings")
+
+	_, err = c.Chat.Completions.New(ctx, chatParams("rate-limited"))
+	ae := apiError(t, err)
+	wantHeaders(t, "a 429 of the server", ae.Response.Header, "/v1/chat/completions")
+
+	// The next turn of the conversation: a delta, whose base the headers
+	// reply is no part of on either side.
+	deltas := e.agent.Stats().DeltasReceived
+	params := chatParams("gpt-4o")
+	params.Messages = append(params.Messages, chat.Choices[0].Message.ToParam(), openai.UserMessage("And tomorrow?"))
+	if _, err := c.Chat.Completions.New(ctx, params, option.WithResponseInto(&resp)); err != nil {
+		t.Fatal(err)
+	}
+	wantHeaders(t, "a delta turn", resp.Header, "/v1/chat/completions")
+	if e.agent.Stats().DeltasReceived == deltas {
+		t.Fatal("the next turn did not travel as a delta")
+	}
+}
+
+// The headers reply between two Go clients: a provider sends it only when
+// asked, once, before any other reply; the requester gets it from
+// Stream.Headers, never as a chunk.
+func TestHeadersReply(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, nil)
+	type seen struct {
+		wants              bool
+		second, afterChunk error
+	}
+	got := make(chan seen, 2)
+	dialClient(t, d.url("quic"), client.Options{AgentID: "hdr", Models: []string{"hdr"}, Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(t),
+		Handler: client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
+			hw := w.(client.HeaderWriter)
+			var s seen
+			s.wants = req.WantsHeaders
+			if req.WantsHeaders {
+				hw.Headers([]byte(`{"x-request-id":"req_1"}`))
+				s.second = hw.Headers([]byte(`{"x-request-id":"req_2"}`))
+			}
+			w.Chunk([]byte(`{"n":1}`))
+			s.afterChunk = hw.Headers([]byte(`{"x-request-id":"req_3"}`))
+			got <- s
+			w.Respond([]byte(`{"n":2}`))
+		})})
+	req := dialClient(t, d.url("quic"), client.Options{AgentID: "asker", Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(t)})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for _, ask := range []bool{true, false} {
+		var opts []client.CallOption
+		if ask {
+			opts = append(opts, client.ResponseHeaders())
+		}
+		st, err := req.Stream(ctx, []byte(`{"model":"hdr","messages":[{"role":"user","content":"hi"}]}`), opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var replies []string
+		for {
+			b, err := st.Recv()
+			if err != nil {
+				if err != io.EOF {
+					t.Fatal(err)
+				}
+				break
+			}
+			replies = append(replies, string(b))
+		}
+		s := <-got
+		if s.wants != ask || !errors.Is(s.afterChunk, client.ErrResponded) || (ask && !errors.Is(s.second, client.ErrResponded)) {
+			t.Fatalf("ask %v: provider saw %+v", ask, s)
+		}
+		wantHdr := ""
+		if ask {
+			wantHdr = `{"x-request-id":"req_1"}`
+		}
+		if string(st.Headers()) != wantHdr || strings.Join(replies, " ") != `{"n":1} {"n":2}` {
+			t.Fatalf("ask %v: headers %s, replies %v", ask, st.Headers(), replies)
+		}
 	}
 }

@@ -65,7 +65,18 @@ func newTestUpstream(t testing.TB) *testUpstream {
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"object":"list","data":[{"id":"gpt-4o","object":"model","created":1,"owned_by":"test"}]}`)
 	})
-	u.srv = httptest.NewServer(mux)
+	u.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		// The headers an OpenAI server sends with every answer; those a
+		// client reads cross the mesh, the others stay.
+		h := w.Header()
+		h.Set("X-Request-Id", "req_"+r.URL.Path)
+		h.Set("Openai-Processing-Ms", "87")
+		h.Set("X-Ratelimit-Limit-Requests", "10000")
+		h.Set("X-Ratelimit-Remaining-Tokens", "29985")
+		h.Set("Openai-Organization", "org-secret")
+		h.Set("Set-Cookie", "__cf_bm=secret")
+		mux.ServeHTTP(w, r)
+	}))
 	t.Cleanup(u.srv.Close)
 	return u
 }

@@ -23,6 +23,11 @@
 //     JSON string "[DONE]". A Responses stream has no [DONE]: the end of
 //     the upstream's body after a terminal event (Terminal) becomes Done,
 //     and the ingress writes each event with its "event: TYPE" line again.
+//   - The ingress asks for the upstream's response headers with every
+//     request (client.ResponseHeaders); the egress sends those a client
+//     reads (PassedHeader: x-request-id, x-ratelimit-*,
+//     openai-processing-ms) in a headers reply before anything else, and
+//     the ingress sets them on its HTTP answer (docs/protocol.md §4.7).
 //   - An HTTP error of the upstream is an error reply of code
 //     "upstream_http_NNN" (NNN its status), or
 //     "upstream_http_NNN_retry_after_S" when the upstream sent Retry-After

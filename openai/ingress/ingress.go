@@ -373,7 +373,7 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, ep endp
 		// request: it has messages and a model), so that the turns of a
 		// conversation travel as deltas (feature delta, docs/protocol.md
 		// §4.3) without the HTTP client knowing.
-		st, err = c.Stream(ctx, body)
+		st, err = c.Stream(ctx, body, client.ResponseHeaders())
 	} else {
 		var fr []byte
 		if fr, err = frame.AppendEncodeSchema(nil, body, ep.schema, frame.Limits{}); err != nil {
@@ -386,7 +386,7 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, ep endp
 				return
 			}
 		}
-		st, err = c.SendFrame(ctx, fr)
+		st, err = c.SendFrame(ctx, fr, client.ResponseHeaders())
 	}
 	body = nil
 	bd.release()
@@ -400,6 +400,11 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, ep endp
 	}
 	defer st.Close()
 	first, final, err := wait.next(st)
+	if h := st.Headers(); h != nil {
+		// The model server's x-request-id, x-ratelimit-*, … (with its
+		// answer or its error).
+		openai.SetHeaders(w.Header(), h)
+	}
 	if err != nil {
 		in.writeError(w, r, id, err)
 		return

@@ -248,6 +248,13 @@ func (u *Upstream) ServeM2M(ctx context.Context, req *client.Request, w client.R
 		return
 	}
 	defer resp.Body.Close()
+	if hw, ok := w.(client.HeaderWriter); ok && req.WantsHeaders {
+		// The server's headers a client reads (docs/protocol.md §4.7),
+		// before its answer or its error.
+		if h := openai.HeadersJSON(resp.Header); h != nil {
+			hw.Headers(h)
+		}
+	}
 	// Every read of the body must make progress within ChunkTimeout.
 	timer := time.AfterFunc(u.cfg.ChunkTimeout, func() { cancel(errChunkTimeout) })
 	defer timer.Stop()
