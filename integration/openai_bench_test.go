@@ -39,6 +39,17 @@ func fastUpstream(tb testing.TB) *httptest.Server {
 	stream := sse.Bytes()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
+		// The headers OpenAI sends with every answer, which cross the
+		// mesh in a headers reply (docs/protocol.md §4.7).
+		h := w.Header()
+		h.Set("X-Request-Id", "req_5f3a1c2e9b8d4f6a7c0e1b2d3f4a5b6c")
+		h.Set("Openai-Processing-Ms", "412")
+		h.Set("X-Ratelimit-Limit-Requests", "10000")
+		h.Set("X-Ratelimit-Remaining-Requests", "9999")
+		h.Set("X-Ratelimit-Limit-Tokens", "30000000")
+		h.Set("X-Ratelimit-Remaining-Tokens", "29999950")
+		h.Set("X-Ratelimit-Reset-Requests", "6ms")
+		h.Set("X-Ratelimit-Reset-Tokens", "0s")
 		if m := modelOf(body); strings.HasPrefix(m, "resp:") {
 			w.Header().Set("Content-Type", "application/json")
 			w.Write(corpus(tb, strings.TrimPrefix(m, "resp:")))

@@ -1,9 +1,11 @@
 package openai
 
 import (
-	"encoding/json"
 	"net/http"
+	"slices"
 	"strings"
+
+	"github.com/m2md/m2md/internal/jsonscan"
 )
 
 // The response headers of a model server that cross the mesh (a headers
@@ -16,7 +18,8 @@ const (
 )
 
 // PassedHeader reports whether a response header named name (any case)
-// crosses the mesh: x-request-id, openai-processing-ms and x-ratelimit-*.
+// crosses the mesh: x-request-id, openai-processing-ms and x-ratelimit-*,
+// named with [a-z0-9-] only.
 func PassedHeader(name string) bool {
 	name = strings.ToLower(name)
 	if strings.Trim(name, "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
@@ -25,46 +28,80 @@ func PassedHeader(name string) bool {
 	return name == "x-request-id" || name == "openai-processing-ms" || strings.HasPrefix(name, "x-ratelimit-")
 }
 
-// HeadersJSON is the JSON object of the passed headers of h, names in
-// lower case, the first value of each, at most 32 of at most 256 bytes
-// each; nil when there are none.
-func HeadersJSON(h http.Header) []byte {
-	out := map[string]string{}
-	for name, v := range h {
-		if len(out) == maxHeaders {
-			break
-		}
-		if PassedHeader(name) && len(v) > 0 && len(v[0]) <= maxHeaderValue {
-			out[strings.ToLower(name)] = v[0]
+// passedValue reports whether a header value crosses: at most 256 bytes of
+// printable ASCII without '"' and '\', which JSON then holds as they are.
+func passedValue(v string) bool {
+	if len(v) > maxHeaderValue {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
 		}
 	}
-	if len(out) == 0 {
+	return true
+}
+
+// HeadersJSON is the JSON object of the passed headers of h: names in lower
+// case and in order, the first value of each, at most 32; nil when there
+// are none.
+func HeadersJSON(h http.Header) []byte {
+	var names [maxHeaders]string
+	n := 0
+	for name, v := range h {
+		if n < maxHeaders && len(v) > 0 && PassedHeader(name) && passedValue(v[0]) {
+			names[n] = name
+			n++
+		}
+	}
+	if n == 0 {
 		return nil
 	}
-	b, _ := json.Marshal(out)
-	return b
+	slices.Sort(names[:n])
+	b := make([]byte, 0, 64*n)
+	b = append(b, '{')
+	for i, name := range names[:n] {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		for j := 0; j < len(name); j++ {
+			c := name[j]
+			if 'A' <= c && c <= 'Z' {
+				c += 'a' - 'A'
+			}
+			b = append(b, c)
+		}
+		b = append(b, '"', ':', '"')
+		b = append(b, h[name][0]...)
+		b = append(b, '"')
+	}
+	return append(b, '}')
 }
 
 // SetHeaders sets on h the passed headers of a headers reply's JSON, at
 // most 32; an unreadable reply, a name not passed, a value that is not a
-// string, over 256 bytes or with a control character is left out.
+// string or not printable ASCII (HeadersJSON's rule) is left out.
 func SetHeaders(h http.Header, reply []byte) {
-	var in map[string]json.RawMessage
-	if json.Unmarshal(reply, &in) != nil {
+	d := docs.Get().(*jsonscan.Doc)
+	defer putDoc(d)
+	root, err := d.Parse(reply, jsonscan.Limits{})
+	if err != nil || root.Kind != jsonscan.KindObject {
 		return
 	}
-	n := 0
-	for name, raw := range in {
-		if n == maxHeaders {
+	set := 0
+	for _, m := range d.Children(root) {
+		if set == maxHeaders {
 			return
 		}
-		var v string
-		if !PassedHeader(name) || json.Unmarshal(raw, &v) != nil {
+		if m.Kind != jsonscan.KindString {
 			continue
 		}
-		if len(v) <= maxHeaderValue && !strings.ContainsFunc(v, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
-			h.Set(name, v)
-			n++
+		name := string(d.Name(m).AppendDecoded(nil))
+		v := string(d.Str(m).AppendDecoded(nil))
+		if PassedHeader(name) && passedValue(v) {
+			h[http.CanonicalHeaderKey(name)] = []string{v}
+			set++
 		}
 	}
 }
