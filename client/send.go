@@ -169,11 +169,10 @@ func (s *session) sendHeaders(ch transport.ChannelID, id uint64, json []byte) er
 		return err
 	}
 	defer o.free()
-	b, err := frame.AppendEncodeSchema(*o.buf, json, frame.SchemaStream, s.encLim)
+	b, err := frame.AppendEncodeHeadersReply(*o.buf, json, s.encLim)
 	if err != nil {
 		return fmt.Errorf("client: encode headers: %w", err)
 	}
-	b[o.hdrLen+frame.OffAPI] = frame.HeadersReply
 	*o.buf = b
 	if err := s.sendMessage(ch, o); err != nil {
 		return err

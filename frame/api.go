@@ -79,6 +79,22 @@ func SetWantsHeaders(fr []byte) error {
 	return nil
 }
 
+// AppendEncodeHeadersReply appends the headers reply carrying json, an
+// object of response headers (docs/protocol.md §4.7): a schema 03 frame
+// with the reserved flags byte HeadersReply, its payload never compressed.
+// It is a few hundred bytes of distinct strings, which Brotli barely
+// shrinks, and compressing it cost the OpenAI edge more CPU per request
+// than anything else about the headers.
+func AppendEncodeHeadersReply(dst, json []byte, lim Limits) ([]byte, error) {
+	start := len(dst)
+	out, err := appendFrameExt(dst, json, SchemaStream, nil, nil, true, lim)
+	if err != nil {
+		return dst, err
+	}
+	out[start+OffAPI] = HeadersReply
+	return out, nil
+}
+
 // IsHeadersReply reports whether the binary-shape frame fr is a headers
 // reply: schema 03 with the reserved flags byte HeadersReply.
 func IsHeadersReply(fr []byte) bool {

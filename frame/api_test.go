@@ -1,6 +1,7 @@
 package frame
 
 import (
+	"bytes"
 	"encoding/hex"
 	"strings"
 	"testing"
@@ -55,11 +56,14 @@ func TestHeadersReplyBytes(t *testing.T) {
 	if got := hex.EncodeToString(rq[OffFlags : OffFlags+4]); got != "00800100" {
 		t.Fatalf("flags bytes %s", got)
 	}
-	fr, _ := AppendEncodeSchema(nil, []byte(`{"x-request-id":"req_1"}`), SchemaStream, Limits{})
-	if IsHeadersReply(fr) {
+	chunk, _ := AppendEncodeSchema(nil, []byte(`{"x-request-id":"req_1"}`), SchemaStream, Limits{})
+	if IsHeadersReply(chunk) {
 		t.Fatal("a plain chunk taken for a headers reply")
 	}
-	fr[OffAPI] = HeadersReply
+	fr, err := AppendEncodeHeadersReply(nil, []byte(`{"x-request-id":"req_1"}`), Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
 	want := "234d324d7c317c" + "1400" + "0300" + "00000100" + strings.Repeat("00", 12) + "18000000" + "c142917f" +
 		hex.EncodeToString([]byte(`{"x-request-id":"req_1"}`))
 	if got := hex.EncodeToString(fr); got != want || !IsHeadersReply(fr) {
@@ -67,5 +71,24 @@ func TestHeadersReplyBytes(t *testing.T) {
 	}
 	if err := SetWantsHeaders(fr); err == nil {
 		t.Fatal("SetWantsHeaders on a chunk")
+	}
+}
+
+// A headers reply is never compressed, whatever its length (§4.7), and
+// decodes to its JSON like any frame.
+func TestHeadersReplyStored(t *testing.T) {
+	json := []byte(`{"openai-processing-ms":"412","x-ratelimit-limit-requests":"10000","x-ratelimit-limit-tokens":"30000000",` +
+		`"x-ratelimit-remaining-requests":"9999","x-ratelimit-remaining-tokens":"29999000","x-request-id":"req_0123456789abcdef"}`)
+	fr, err := AppendEncodeHeadersReply(nil, json, Limits{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var h Header
+	if err := ReadHeader(fr, &h); err != nil || h.Flags.Compressed() || !IsHeadersReply(fr) || h.Schema != SchemaStream {
+		t.Fatalf("headers reply of %d bytes: flags %08x schema %02x, %v", len(json), uint32(h.Flags), byte(h.Schema), err)
+	}
+	got, err := AppendDecode(nil, fr, Limits{})
+	if err != nil || !bytes.Equal(got, json) {
+		t.Fatalf("decoded %q, %v", got, err)
 	}
 }

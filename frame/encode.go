@@ -98,13 +98,14 @@ func jsonError(err error, what string) error {
 
 // appendFrame writes a binary frame; schema 0 means classify.
 func appendFrame(dst, json []byte, schema Schema, lim Limits) ([]byte, error) {
-	return appendFrameExt(dst, json, schema, nil, nil, lim)
+	return appendFrameExt(dst, json, schema, nil, nil, false, lim)
 }
 
 // appendFrameExt writes a binary frame with, when ext is not nil, an
 // extension block (extension.go: a request's, or with DocID 0 a reply
 // delta's) and, for a delta, the payload to carry instead of the document.
-func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byte, lim Limits) ([]byte, error) {
+// stored leaves the payload uncompressed whatever its length.
+func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byte, stored bool, lim Limits) ([]byte, error) {
 	lim = lim.Effective()
 	if len(json) > lim.MaxDecompressed {
 		return dst, errorf(ErrLimit, "document of %d bytes exceeds the %d-byte limit", len(json), lim.MaxDecompressed)
@@ -157,7 +158,7 @@ func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byt
 		out = appendExtension(out, *ext)
 		flags |= FlagHasExtensions
 	}
-	if len(json) >= CompressThreshold && (ext == nil || !ext.Delta) {
+	if len(json) >= CompressThreshold && (ext == nil || !ext.Delta) && !stored {
 		flags |= FlagCompressed
 	}
 	fixed := out[start+PrefixLen:]

@@ -169,7 +169,7 @@ func AppendEncodeExt(dst, json []byte, ext Extension, lim Limits) ([]byte, error
 	if err := ext.check(); err != nil {
 		return dst, err
 	}
-	return appendFrameExt(dst, json, 0, &ext, nil, lim)
+	return appendFrameExt(dst, json, 0, &ext, nil, false, lim)
 }
 
 // AppendEncodeDelta appends a request frame for the document json whose
@@ -183,7 +183,7 @@ func AppendEncodeDelta(dst, json, delta []byte, ext Extension, lim Limits) ([]by
 	if err := ext.check(); err != nil {
 		return dst, err
 	}
-	return appendFrameExt(dst, json, SchemaRequest, &ext, delta, lim)
+	return appendFrameExt(dst, json, SchemaRequest, &ext, delta, false, lim)
 }
 
 // AppendEncodeReplyDelta appends the final response frame (schema 02) of
@@ -193,7 +193,7 @@ func AppendEncodeDelta(dst, json, delta []byte, ext Extension, lim Limits) ([]by
 // the extension block is 01 01. json must classify as a response (ErrSchema
 // otherwise: send it as a plain frame); json itself is not carried.
 func AppendEncodeReplyDelta(dst, json, delta []byte, lim Limits) ([]byte, error) {
-	return appendFrameExt(dst, json, 0, &Extension{Delta: true}, delta, lim)
+	return appendFrameExt(dst, json, 0, &Extension{Delta: true}, delta, false, lim)
 }
 
 // StripExtension removes the extension block from a full request frame in
