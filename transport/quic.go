@@ -40,6 +40,7 @@ func quicConfig(cfg Config) *quic.Config {
 		// worst: four fifths and one fifth make it IdleTimeout.
 		MaxIdleTimeout:                 cfg.IdleTimeout * 4 / 5,
 		KeepAlivePeriod:                cfg.IdleTimeout / 5,
+		EnableDatagrams:                true, // resetProbe
 		MaxIncomingStreams:             int64(cfg.MaxIncomingChannels),
 		MaxIncomingUniStreams:          -1, // the protocol uses bidirectional streams only
 		InitialStreamReceiveWindow:     quicInitialStreamWindow,
@@ -95,7 +96,11 @@ func ListenQUIC(addr string, tlsConf *tls.Config, cfg Config) (*QUICListener, er
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen quic %s: %w", addr, err)
 	}
-	l := &QUICListener{udp: udp, tr: &quic.Transport{Conn: udp}, cfg: cfg}
+	l := &QUICListener{udp: udp, tr: &quic.Transport{
+		Conn:               udp,
+		StatelessResetKey:  statelessResetKey(tlsConf),
+		ConnectionIDLength: quicConnIDLen,
+	}, cfg: cfg}
 	l.closed, l.stop = context.WithCancel(context.Background())
 	base := quicConfig(cfg)
 	qconf := base.Clone()

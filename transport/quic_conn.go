@@ -137,8 +137,9 @@ func newQUICConn(qc *quic.Conn, isClient bool, cfg Config) (*quicConn, error) {
 			return nil, err
 		}
 	}
-	c.wg.Add(1)
+	c.wg.Add(2)
 	go c.acceptLoop()
+	go c.datagrams()
 	return c, nil
 }
 
