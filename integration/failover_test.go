@@ -46,35 +46,6 @@ func TestBusyProviderVanished(t *testing.T) {
 	}
 }
 
-// TestBusyProviderOneWay: a provider whose traffic to the daemon is
-// black-holed while it still hears the daemon (a one-way partition) does
-// not answer PING as far as the daemon can tell, and is given up on as
-// one that vanished.
-func TestBusyProviderOneWay(t *testing.T) {
-	t.Parallel()
-	d := startDaemon(t, fastLiveness)
-	relay := newTCPRelay(t, d.WSAddr())
-	path := &faultPath{tr: "ws", tcp: relay}
-	prov := path.dialRaw(t, d, negotiate.ClientConfig{AgentID: "oneway-prov", Models: []string{"gpt-4o"}})
-	req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "oneway-req"})
-	_, id := req.request("", corpus(t, "req-chat-tiny-07.json"))
-	prov.recvDataAnswering(10 * time.Second)
-	relay.darkUp.Store(true)
-	// The provider goes on answering PINGs; none reaches the daemon.
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			if _, _, err := prov.recvOrPong(10 * time.Second); err != nil {
-				return
-			}
-		}
-	}()
-	req.expectError(10*time.Second, id, "agent_gone", false)
-	prov.conn.Close()
-	<-done
-}
-
 // TestSlowProviderNotDead: a provider whose model takes longer than the
 // liveness check's whole bound to answer, but whose reader answers PING,
 // keeps its session and delivers its answer.

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -18,9 +19,10 @@ import (
 // a network path does, and can fail as one: darkUp black-holes what the
 // agents send, darkDown what the daemon sends (both: a machine that
 // vanished without a FIN or RST), hold stalls both ways without losing a
-// byte, and cut closes every relayed connection at once.
-// A black-holed chunk is read and dropped, so neither side's TCP sees
-// anything but silence.
+// byte, delay makes the path long, cutUpAfter and cutDownAfter close it
+// in the middle of whatever is passing, and cut closes every relayed
+// connection at once. A black-holed chunk is read and dropped, so neither
+// side's TCP sees anything but silence.
 type tcpRelay struct {
 	ln       net.Listener
 	target   string
@@ -30,6 +32,13 @@ type tcpRelay struct {
 	// kernels' buffers and flow on, whole and in order, when it is
 	// cleared (a stalled path or process; dark loses them instead).
 	hold atomic.Bool
+	// delay holds each chunk this long after it was read before passing
+	// it on, in order (nanoseconds).
+	delay atomic.Int64
+	// cutUpAfter and cutDownAfter, when positive, are the bytes still
+	// passed that way (up: from the agents) before every relayed
+	// connection is closed: a connection lost mid-message.
+	cutUpAfter, cutDownAfter atomic.Int64
 
 	mu    sync.Mutex
 	conns []net.Conn
@@ -60,8 +69,8 @@ func newTCPRelay(t testing.TB, target net.Addr) *tcpRelay {
 			r.conns = append(r.conns, front, back)
 			r.mu.Unlock()
 			r.wg.Add(2)
-			go r.pump(back, front, &r.darkUp)
-			go r.pump(front, back, &r.darkDown)
+			go r.pump(back, front, &r.darkUp, &r.cutUpAfter)
+			go r.pump(front, back, &r.darkDown, &r.cutDownAfter)
 		}
 	}()
 	t.Cleanup(func() {
@@ -74,10 +83,39 @@ func newTCPRelay(t testing.TB, target net.Addr) *tcpRelay {
 }
 
 // pump copies src to dst until either fails, dropping what arrives while
-// dark is set.
-func (r *tcpRelay) pump(dst, src net.Conn, dark *atomic.Bool) {
+// dark is set; a writer passes on what it reads after the relay's delay,
+// and closes every relayed connection once cutAfter is spent.
+func (r *tcpRelay) pump(dst, src net.Conn, dark *atomic.Bool, cutAfter *atomic.Int64) {
 	defer r.wg.Done()
 	defer dst.Close()
+	type chunk struct {
+		b  []byte
+		at time.Time
+	}
+	q := make(chan chunk, 64)
+	stopped := make(chan struct{}) // the writer has given up
+	go func() {
+		defer close(stopped)
+		for c := range q {
+			time.Sleep(time.Until(c.at.Add(time.Duration(r.delay.Load()))))
+			if left := cutAfter.Load(); left > 0 {
+				if int64(len(c.b)) >= left && cutAfter.CompareAndSwap(left, 0) {
+					_, _ = dst.Write(c.b[:left])
+					r.cut()
+					return
+				}
+				cutAfter.Add(-int64(len(c.b)))
+			}
+			if _, err := dst.Write(c.b); err != nil {
+				src.Close()
+				return
+			}
+		}
+	}()
+	defer func() {
+		close(q)
+		<-stopped
+	}()
 	buf := make([]byte, 32<<10)
 	for {
 		for r.hold.Load() {
@@ -85,7 +123,9 @@ func (r *tcpRelay) pump(dst, src net.Conn, dark *atomic.Bool) {
 		}
 		n, err := src.Read(buf)
 		if n > 0 && !dark.Load() {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
+			select {
+			case q <- chunk{bytes.Clone(buf[:n]), time.Now()}:
+			case <-stopped:
 				return
 			}
 		}
@@ -138,6 +178,44 @@ func (p *faultPath) dark(on bool) {
 		return
 	}
 	p.tcp.dark(on)
+}
+
+// darkWay black-holes one direction: up, what the agent sends.
+func (p *faultPath) darkWay(up, on bool) {
+	switch {
+	case p.udp != nil && up:
+		p.udp.darkUp.Store(on)
+	case p.udp != nil:
+		p.udp.darkDown.Store(on)
+	case up:
+		p.tcp.darkUp.Store(on)
+	default:
+		p.tcp.darkDown.Store(on)
+	}
+}
+
+// setDelay holds everything passing either way for d.
+func (p *faultPath) setDelay(d time.Duration) {
+	if p.udp != nil {
+		p.udp.delay.Store(int64(d))
+		return
+	}
+	p.tcp.delay.Store(int64(d))
+}
+
+// cutAfter loses the path after n more bytes one way (up: from the
+// agent): TCP closes both connections, QUIC's datagrams stop both ways.
+func (p *faultPath) cutAfter(up bool, n int64) {
+	switch {
+	case p.udp != nil && up:
+		p.udp.cutUpAfter.Store(n)
+	case p.udp != nil:
+		p.udp.cutDownAfter.Store(n)
+	case up:
+		p.tcp.cutUpAfter.Store(n)
+	default:
+		p.tcp.cutDownAfter.Store(n)
+	}
 }
 
 // url is the daemon's URL through the relay.

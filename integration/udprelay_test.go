@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"net"
 	"sync"
@@ -17,17 +18,30 @@ import (
 // link does: the daemon's datagrams reach the agent at most rate bytes a
 // second through a queue of relayQueue datagrams that drops what does not
 // fit (a router's tail drop); the agent's go through unthrottled. Dark
-// drops everything both ways, as a network outage does.
+// drops everything both ways, as a network outage does; darkUp only what
+// the agent sends, darkDown only what the daemon sends. Delay holds every
+// datagram that long (nanoseconds), cutUpAfter and cutDownAfter, when
+// positive, are the bytes still passed that way before the link goes dark
+// for good: on QUIC, a path lost mid-message.
 type udpRelay struct {
 	front *net.UDPConn // the agent sends here
 	back  *net.UDPConn // connected to the daemon
 	rate  int          // bytes a second towards the agent; 0: unlimited
 	agent atomic.Pointer[net.UDPAddr]
 	dark  atomic.Bool
-	wg    sync.WaitGroup
+
+	darkUp, darkDown         atomic.Bool
+	delay                    atomic.Int64
+	cutUpAfter, cutDownAfter atomic.Int64
+	wg                       sync.WaitGroup
 }
 
 const relayQueue = 256 // datagrams: about 340 KB, 160 ms at 2 MiB/s
+
+type datagram struct {
+	b  []byte
+	at time.Time
+}
 
 func newUDPRelay(t testing.TB, target net.Addr, rate int) *udpRelay {
 	t.Helper()
@@ -41,7 +55,7 @@ func newUDPRelay(t testing.TB, target net.Addr, rate int) *udpRelay {
 		t.Fatal(err)
 	}
 	r := &udpRelay{front: front, back: back, rate: rate}
-	queue := make(chan []byte, relayQueue)
+	queue := make(chan datagram, relayQueue)
 	r.wg.Add(3)
 	go func() { // agent to daemon
 		defer r.wg.Done()
@@ -52,9 +66,19 @@ func newUDPRelay(t testing.TB, target net.Addr, rate int) *udpRelay {
 				return
 			}
 			r.agent.Store(from)
-			if !r.dark.Load() {
-				_, _ = back.Write(buf[:n])
+			if !r.pass(n, &r.darkUp, &r.cutUpAfter) {
+				continue
 			}
+			if d := time.Duration(r.delay.Load()); d > 0 {
+				p := bytes.Clone(buf[:n])
+				r.wg.Add(1)
+				time.AfterFunc(d, func() {
+					defer r.wg.Done()
+					_, _ = back.Write(p)
+				})
+				continue
+			}
+			_, _ = back.Write(buf[:n])
 		}
 	}()
 	go func() { // daemon to the link's queue
@@ -66,11 +90,11 @@ func newUDPRelay(t testing.TB, target net.Addr, rate int) *udpRelay {
 			if err != nil {
 				return
 			}
-			if r.dark.Load() {
+			if !r.pass(n, &r.darkDown, &r.cutDownAfter) {
 				continue
 			}
 			select {
-			case queue <- buf[:n]:
+			case queue <- datagram{buf[:n], time.Now()}:
 			default: // the queue is full: the datagram is lost
 			}
 		}
@@ -79,8 +103,9 @@ func newUDPRelay(t testing.TB, target net.Addr, rate int) *udpRelay {
 		defer r.wg.Done()
 		next := time.Now()
 		for p := range queue {
-			if to := r.agent.Load(); to != nil && !r.dark.Load() {
-				_, _ = front.WriteToUDP(p, to)
+			time.Sleep(time.Until(p.at.Add(time.Duration(r.delay.Load()))))
+			if to := r.agent.Load(); to != nil && !r.dark.Load() && !r.darkDown.Load() {
+				_, _ = front.WriteToUDP(p.b, to)
 			}
 			if r.rate == 0 {
 				continue
@@ -88,7 +113,7 @@ func newUDPRelay(t testing.TB, target net.Addr, rate int) *udpRelay {
 			if now := time.Now(); next.Before(now) {
 				next = now // an idle link saves no credit
 			}
-			next = next.Add(time.Duration(len(p)) * time.Second / time.Duration(r.rate))
+			next = next.Add(time.Duration(len(p.b)) * time.Second / time.Duration(r.rate))
 			time.Sleep(time.Until(next))
 		}
 	}()
@@ -98,6 +123,19 @@ func newUDPRelay(t testing.TB, target net.Addr, rate int) *udpRelay {
 		r.wg.Wait()
 	})
 	return r
+}
+
+// pass reports whether a datagram of n bytes goes on, one way (dark is
+// that way's black hole, cutAfter its bytes left before the link dies).
+func (r *udpRelay) pass(n int, dark *atomic.Bool, cutAfter *atomic.Int64) bool {
+	if r.dark.Load() || dark.Load() {
+		return false
+	}
+	if left := cutAfter.Load(); left > 0 && cutAfter.Add(-int64(n)) <= 0 {
+		cutAfter.Store(0)
+		r.dark.Store(true)
+	}
+	return true
 }
 
 func (r *udpRelay) addr() string { return r.front.LocalAddr().String() }
