@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/m2md/m2md/negotiate"
 )
 
 // Limit names, as they appear in m2md_limited_total and in logs.
@@ -15,6 +17,7 @@ const (
 	limitNewSessionsPerIP = "new_sessions_per_ip"
 	limitMessageRate      = "message_rate"
 	limitByteRate         = "byte_rate"
+	limitControlRate      = "control_rate"
 )
 
 // admission enforces the per-source-IP limits on connections: how many
@@ -140,6 +143,11 @@ type sessionRates struct {
 	msgs  *rate.Limiter // nil: unlimited
 	bytes *rate.Limiter
 	errs  *rate.Limiter // rate_limited error replies
+	// ctrl bounds control messages (PING, PONG, CLOSE) instead of the two
+	// above: they keep a session alive (docs/protocol.md §3.4), and a PONG
+	// or PING dropped with the DATA over a low rate would have the session
+	// taken for dead by one side or the other.
+	ctrl *rate.Limiter
 }
 
 func newSessionRates(msgsPerMinute, bytesPerSecond, maxMessage int) sessionRates {
@@ -153,6 +161,7 @@ func newSessionRates(msgsPerMinute, bytesPerSecond, maxMessage int) sessionRates
 	}
 	if r.msgs != nil || r.bytes != nil {
 		r.errs = rate.NewLimiter(errorRepliesPerSecond, errorRepliesPerSecond)
+		r.ctrl = rate.NewLimiter(controlPerSecond, 2*controlPerSecond)
 	}
 	return r
 }
@@ -171,9 +180,20 @@ func limitFlag(limit string) string {
 // errorRepliesPerSecond bounds the rate_limited errors one session is sent.
 const errorRepliesPerSecond = 10
 
-// allow spends the allowance for one message of n bytes, or reports which
-// limit it exceeds.
-func (r *sessionRates) allow(now time.Time, n int) string {
+// controlPerSecond bounds the control messages of a session with a
+// message or byte rate (a burst of twice as many): an agent sends one PONG
+// per PING and PINGs at most once a second while it waits for replies.
+const controlPerSecond = 10
+
+// allow spends the allowance for one message of kind of n bytes, or
+// reports which limit it exceeds.
+func (r *sessionRates) allow(now time.Time, kind negotiate.Kind, n int) string {
+	if kind == negotiate.KindControl {
+		if r.ctrl != nil && !r.ctrl.AllowN(now, 1) {
+			return limitControlRate
+		}
+		return ""
+	}
 	if r.msgs != nil && !r.msgs.AllowN(now, 1) {
 		return limitMessageRate
 	}

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"github.com/m2md/m2md/negotiate"
 )
 
 func TestAdmissionPerIP(t *testing.T) {
@@ -90,24 +92,34 @@ func TestSessionRates(t *testing.T) {
 	now := time.Unix(1_700_000_000, 0)
 	r := newSessionRates(60, 1000, 500)
 	for i := 0; i < 60; i++ {
-		if l := r.allow(now, 1); l != "" {
+		if l := r.allow(now, negotiate.KindData, 1); l != "" {
 			t.Fatalf("message %d refused: %s", i, l)
 		}
 	}
-	if l := r.allow(now, 1); l != limitMessageRate {
+	if l := r.allow(now, negotiate.KindData, 1); l != limitMessageRate {
 		t.Fatalf("61st message in a burst: %q", l)
 	}
+	// Control messages keep the session alive over its rate, within
+	// their own bound.
+	for i := range 2 * controlPerSecond {
+		if l := r.allow(now, negotiate.KindControl, 64); l != "" {
+			t.Fatalf("control message %d over the message rate refused: %s", i, l)
+		}
+	}
+	if l := r.allow(now, negotiate.KindControl, 64); l != limitControlRate {
+		t.Fatalf("control message past its burst: %q", l)
+	}
 	later := now.Add(10 * time.Second) // 10 messages refilled
-	if l := r.allow(later, 2000); l != limitByteRate {
+	if l := r.allow(later, negotiate.KindData, 2000); l != limitByteRate {
 		t.Fatalf("2000 bytes against a 1000 B/s bucket: %q", l)
 	}
 	unlimited := newSessionRates(-1, -1, 1<<20)
-	if l := unlimited.allow(now, 1<<30); l != "" {
+	if l := unlimited.allow(now, negotiate.KindData, 1<<30); l != "" {
 		t.Fatalf("unlimited refused: %s", l)
 	}
 	// A single maximal message always fits the byte burst.
 	big := newSessionRates(-1, 1000, 1<<20)
-	if l := big.allow(now, 1<<20); l != "" {
+	if l := big.allow(now, negotiate.KindData, 1<<20); l != "" {
 		t.Fatalf("max-size message refused: %s", l)
 	}
 }

@@ -44,7 +44,7 @@ var (
 		string(negotiate.CodeQueueFull), "receiver_closing", "receiver_gone", "send_failed", "slow_consumer_closed",
 		"error_dropped", dropErrorRateLimited, "control_full", "after_close", "too_many_channels", "protect_failed",
 	}
-	limitLabels       = []string{limitSessionsPerIP, limitNewSessionsPerIP, limitMessageRate, limitByteRate, limitHandshakes, limitHandshakesPerIP}
+	limitLabels       = []string{limitSessionsPerIP, limitNewSessionsPerIP, limitMessageRate, limitByteRate, limitControlRate, limitHandshakes, limitHandshakesPerIP}
 	deltaRouteResults = []string{deltaAffinity, deltaSpread, deltaBaseMissing}
 	cancelResults     = []string{"forwarded", "forwarded_remote", "remote_lost", "provider_without_cancel", "provider_queue_full", "not_outstanding"}
 )

@@ -378,7 +378,7 @@ func (se *session) readLoop() {
 		}
 		now := time.Now() // one clock reading per message: rates, state machine, routing time, liveness
 		se.lastRecv.Store(se.srv.mono(now))
-		if limit := se.rates.allow(now, len(msg.Data)); limit != "" {
+		if limit := se.rates.allow(now, kind, len(msg.Data)); limit != "" {
 			se.srv.limitHit(limit, se.conn.RemoteAddr(), se.neg.ID)
 			if kind == negotiate.KindData {
 				if dh, _, err := negotiate.ParseData(msg.Data); err == nil {

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/negotiate"
 )
@@ -177,5 +179,56 @@ func TestZeroConfigStreamingLoad(t *testing.T) {
 	}
 	if n := metric(t, d, "m2md_limited_total"); n != 0 {
 		t.Fatalf("m2md_limited_total = %v, want 0", n)
+	}
+}
+
+// TestRateLimitKeepsLiveness: a session over its --messages-per-minute
+// still gets its PING answered and its PONGs heard: a requester that has
+// spent its one message a minute on a request that takes 2 s, and whose
+// Go client PINGs the silent daemon meanwhile, keeps its session and
+// gets the answer; the provider, whose one message is its reply, answers
+// the daemon's PINGs without spending it. Control messages have their
+// own bound; before, they were dropped with the DATA over the rate and
+// the client took the daemon for dead.
+func TestRateLimitKeepsLiveness(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr, func(t *testing.T) {
+			t.Parallel()
+			d := startDaemon(t, func(c *daemon.Config) {
+				fastLiveness(c)
+				c.MessagesPerMinute = 1
+			})
+			prov := mustDialRaw(t, d, tr, negotiate.ClientConfig{AgentID: "rl-prov", Models: []string{"gpt-4o"}})
+			c := dialClient(t, d.url(tr), client.Options{
+				AgentID: "rl-req", InsecureSkipVerifyDevOnly: true,
+				BusyPingAfter: busyPingAfter, BusyPongTimeout: busyPongTimeout,
+			})
+			errc := make(chan error, 1)
+			go func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				defer cancel()
+				_, err := c.Do(ctx, corpus(t, "req-chat-tiny-07.json"))
+				errc <- err
+			}()
+			dl := prov.recvDataAnswering(10 * time.Second)
+			pings := 0
+			for end := time.Now().Add(2 * time.Second); time.Now().Before(end); {
+				if _, cm, err := prov.recvOrPong(time.Until(end)); err == nil && cm != nil && cm.Type == negotiate.TypePing {
+					pings++
+				}
+			}
+			if pings == 0 {
+				t.Fatal("the daemon never PINGed the silent provider")
+			}
+			prov.reply(dl.ch, dl.hdr.RequestID, true, corpus(t, "resp-chat-01.json"))
+			if err := <-errc; err != nil {
+				t.Fatalf("request of a session over its message rate: %v", err)
+			}
+			for _, m := range []string{"m2md_sessions_closed_total", "m2md_failovers_total"} {
+				if n := metric(t, d, m); n != 0 {
+					t.Fatalf("%s = %v", m, n)
+				}
+			}
+		})
 	}
 }
