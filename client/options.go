@@ -56,8 +56,8 @@ const (
 	// QUIC: a daemon killed and restarted on the same address answers the
 	// connection's next packet with a stateless reset, so an idle agent
 	// learns of the restart within this, and a provider is registered
-	// again within about 1.3 s of the daemon accepting. It costs the daemon
-	// about 5% of a core per 1,000 idle QUIC agents (docs/operations.md,
+	// again within about 1.5 s of the daemon accepting. It costs the daemon
+	// about 5.5% of a core per 1,000 idle QUIC agents (docs/operations.md,
 	// "Failure behaviour"); WebSocket agents learn at once from TCP.
 	DefaultQUICKeepAlive = time.Second
 	// DefaultQUICPort is used when a quic:// URL has no port.

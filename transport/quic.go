@@ -82,7 +82,10 @@ type QUICListener struct {
 
 // ListenQUIC listens on the UDP address addr ("127.0.0.1:4433", ":4433").
 // tlsConf must carry the server certificate; its NextProtos is replaced
-// by ALPN m2m/1 and TLS 1.3 is required.
+// by ALPN m2m/1 and TLS 1.3 is required. A packet for a connection the
+// listener does not know (one its predecessor on addr held, before a
+// crash or restart) is answered with a stateless reset, whose key comes
+// from the certificate's private key (statelessResetKey).
 func ListenQUIC(addr string, tlsConf *tls.Config, cfg Config) (*QUICListener, error) {
 	if tlsConf == nil || (len(tlsConf.Certificates) == 0 && tlsConf.GetCertificate == nil && tlsConf.GetConfigForClient == nil) {
 		return nil, errors.New("transport: QUIC listener needs a TLS certificate")

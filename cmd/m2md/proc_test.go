@@ -22,7 +22,7 @@ const asCLIEnv = "M2MD_TEST_AS_CLI"
 // proc is an m2md process a test started: this test binary run as the
 // command, in its own working directory, with the test's environment.
 type proc struct {
-	t              *testing.T
+	t              testing.TB
 	name           string
 	cmd            *exec.Cmd
 	stdout, stderr lockedBuffer
@@ -32,7 +32,7 @@ type proc struct {
 
 // startM2MD starts `m2md args…` in dir. The process is interrupted (then
 // killed) when the test ends, if it still runs.
-func startM2MD(t *testing.T, dir string, args ...string) *proc {
+func startM2MD(t testing.TB, dir string, args ...string) *proc {
 	t.Helper()
 	p := &proc{t: t, name: strings.Join(args[:min(2, len(args))], " "), done: make(chan struct{})}
 	p.cmd = exec.Command(os.Args[0], args...)

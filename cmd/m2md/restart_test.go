@@ -140,7 +140,7 @@ func restartUnderLoad(t *testing.T, n int, sig syscall.Signal) {
 }
 
 // freePort is a loopback address whose port was free a moment ago.
-func freePort(t *testing.T, network string) string {
+func freePort(t testing.TB, network string) string {
 	t.Helper()
 	var addr string
 	if network == "udp" {
