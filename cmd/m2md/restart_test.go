@@ -31,6 +31,14 @@ const restartAgentsEnv = "M2MD_RESTART_AGENTS"
 
 const defaultRestartAgents = 100
 
+// raceRestartAgents is the default under the race detector, whose
+// handshakes cost about ten times as much; it also allows raceSlack more
+// for the agents to come back.
+const (
+	raceRestartAgents = 40
+	raceSlack         = time.Second
+)
+
 // Bounds TestServeRestartedUnderLoad holds the restart to, from the
 // moment the new daemon accepts: providers serve again within
 // providersBackWithin (the client's backoff is at most 1.5 s, a QUIC agent
@@ -57,6 +65,9 @@ const (
 // hangs, none is answered twice or with another's answer.
 func TestServeRestartedUnderLoad(t *testing.T) {
 	n := defaultRestartAgents
+	if raceEnabled {
+		n = raceRestartAgents
+	}
 	if v := os.Getenv(restartAgentsEnv); v != "" {
 		var err error
 		if n, err = strconv.Atoi(v); err != nil || n < 8 {
@@ -101,6 +112,9 @@ func restartUnderLoad(t *testing.T, n int, sig syscall.Signal) {
 	srv, accepting := serve()
 	t.Logf("%v: the daemon exited %v after the signal, the new one accepted %v later", sig, exited.Sub(signalled).Round(time.Millisecond), accepting.Sub(exited).Round(time.Millisecond))
 	queued := time.Duration(max(0, n-defaultRestartAgents)) * perHandshake
+	if raceEnabled {
+		queued += raceSlack
+	}
 	back := f.waitBack(before, accepting, agentsBackWithin+queued+10*time.Second)
 	answered := f.answered.Load()
 	f.waitAnswered(answered + int64(n))
@@ -196,7 +210,7 @@ func newFleet(t *testing.T, n int, urls map[bool]string) *fleet {
 		a := &fleetAgent{quic: i%2 == 1, provider: i%4 < 2}
 		f.agents[i] = a
 		opt := client.Options{
-			AgentID: fmt.Sprintf("fleet-%d", i), Reconnect: true, InsecureSkipVerifyDevOnly: true,
+			AgentID: fmt.Sprintf("fleet-%d", i), Reconnect: true, WaitForDaemon: true, InsecureSkipVerifyDevOnly: true,
 			Logger: zerolog.New(&f.log).Level(zerolog.WarnLevel),
 		}
 		if a.provider {
