@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -390,6 +391,16 @@ func (cs *clusterState) Reply(r *cluster.Reply) {
 		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeUnknownRequest)).Inc()
 		return
 	}
+	if r.End && p.next == 0 && lostBeforeReply(r) {
+		// The provider's node says it lost the provider before it replied,
+		// and this news has overtaken the provider's departure (AgentDown):
+		// the request fails over now, as it would then.
+		if o, ok := srv.router.Lose(p.proxy.rs, p.delivery); ok {
+			srv.endOrphans([]router.Orphan[*session]{o}, r.Provider, failoverNodeGone,
+				"is gone (its node "+r.From+" lost it)")
+			return
+		}
+	}
 	var code negotiate.ErrorCode
 	var message string
 	if r.Shed || hole {
@@ -711,4 +722,28 @@ func (s *Server) AgentNode(org, agentID string) (node string, ok bool) {
 		return n.name, true
 	}
 	return "", true
+}
+
+// lostBeforeReply reports whether r is the agent_gone a provider's node
+// answers a request from this node with when it loses the provider before
+// the provider replied (endOrphans there): an error frame of its own
+// making, with code agent_gone.
+func lostBeforeReply(r *cluster.Reply) bool {
+	if r.N != cluster.Unnumbered || r.Algo != 0 {
+		return false
+	}
+	var h frame.Header
+	if frame.ReadHeader(r.Frame, &h) != nil || h.Schema != frame.SchemaError {
+		return false
+	}
+	body, err := frame.AppendDecode(nil, r.Frame, frame.Limits{})
+	if err != nil {
+		return false
+	}
+	var doc struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	return json.Unmarshal(body, &doc) == nil && doc.Error.Code == string(negotiate.CodeAgentGone)
 }

@@ -50,6 +50,26 @@ func TestKeep(t *testing.T) {
 		{"provider lost before replying", func(t *testing.T, r *Router[string], _, p *Session[string], _ Delivery[string]) []Orphan[string] {
 			return r.Remove(p)
 		}, 0, true, 0},
+		{"lost before a reply", func(t *testing.T, r *Router[string], _, p *Session[string], d Delivery[string]) []Orphan[string] {
+			o, ok := r.Lose(p, d.ID)
+			if !ok {
+				t.Fatal("Lose refused a delivery without a reply")
+			}
+			if _, again := r.Lose(p, d.ID); again {
+				t.Fatal("Lose took the same delivery twice")
+			}
+			if _, err := r.RouteReply(p, d.ID, true); err != ErrUnknownRequest {
+				t.Fatalf("a reply to a lost delivery: %v, want ErrUnknownRequest", err)
+			}
+			return []Orphan[string]{o}
+		}, 0, true, 0},
+		{"lost after a reply", func(t *testing.T, r *Router[string], _, p *Session[string], d Delivery[string]) []Orphan[string] {
+			_ = mustReply(t, r, p, d.ID, false)
+			if _, ok := r.Lose(p, d.ID); ok {
+				t.Fatal("Lose took a delivery that had a reply")
+			}
+			return nil
+		}, 1, false, 0},
 		{"provider lost after a reply", func(t *testing.T, r *Router[string], _, p *Session[string], d Delivery[string]) []Orphan[string] {
 			_ = mustReply(t, r, p, d.ID, false)
 			_ = mustReply(t, r, p, d.ID, false)

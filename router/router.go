@@ -469,6 +469,22 @@ func (r *Router[S]) Abort(provider *Session[S], deliveryID uint64) (Reply[S], er
 	return r.RouteReply(provider, deliveryID, true)
 }
 
+// Lose ends delivery deliveryID of provider as lost before any reply to
+// it was routed (its provider's node says so, before the provider's
+// removal reaches this node): the request is handed back as an orphan,
+// with what was kept for it (the caller owns Kept and must Drop it), as
+// Remove would hand it back. False when the delivery has already ended,
+// a reply to it was routed, or its requester left: then nothing changes.
+func (r *Router[S]) Lose(provider *Session[S], deliveryID uint64) (Orphan[S], bool) {
+	o, ok := provider.lose(deliveryID, r.shift)
+	if !ok {
+		return Orphan[S]{}, false
+	}
+	o.Requester.release(o.RequestID)
+	r.failures[ErrAgentGone].Add(1)
+	return o, true
+}
+
 // Lookup returns the session registered under (org, agentID), if any.
 func (r *Router[S]) Lookup(org, agentID string) (*Session[S], bool) {
 	r.mu.RLock()

@@ -226,6 +226,21 @@ func (s *Session[S]) lookup(id uint64, end bool, shift uint) (Reply[S], time.Dur
 	return rep, start, nil
 }
 
+// lose frees delivery id, to which no reply was routed, and returns it
+// as an orphan with its kept request (Router.Lose).
+func (s *Session[S]) lose(id uint64, shift uint) (Orphan[S], bool) {
+	s.provMu.Lock()
+	defer s.provMu.Unlock()
+	sl, i := s.slotLocked(id, shift)
+	if sl == nil || sl.replies > 0 || sl.requester.closed.Load() {
+		return Orphan[S]{}, false
+	}
+	o := Orphan[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, Kept: sl.kept}
+	sl.kept = nil // handed over, not dropped
+	s.freeLocked(sl, i, shift)
+	return o, true
+}
+
 // slotLocked returns the slot of delivery id, or nil.
 func (s *Session[S]) slotLocked(id uint64, shift uint) (*slot[S], uint32) {
 	i := id & (uint64(1)<<shift - 1)
