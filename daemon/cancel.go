@@ -45,6 +45,7 @@ func (se *session) handleCancel(msg transport.Message) {
 		srv.metrics.cancels.WithLabelValues("not_outstanding").Inc()
 		return
 	}
+	srv.reqm.ended(c.Mark, outcomeCancelled)
 	prov := c.Provider.Value()
 	se.sendError(ch, id, 0, negotiate.CodeCancelled, "request cancelled", prov.agent)
 	if prov.remote != nil {

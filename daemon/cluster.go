@@ -183,6 +183,7 @@ func (cs *clusterState) AgentUp(a cluster.Agent) {
 		return
 	}
 	proxy.rs = rs
+	cs.srv.reqm.marksOf(proxy, rs)
 	cs.proxies[pkey] = proxy
 	cs.newest[key] = a
 	if replaced != nil {
@@ -258,7 +259,7 @@ func (se *session) forwardRemote(dh *negotiate.DataHeader, fr []byte, format fra
 		n.mu.Unlock()
 		code, message := sendFailure(err, "provider "+prov.agent+"'s node")
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
-		if rep, err := srv.router.Abort(d.Provider, d.ID); err == nil {
+		if rep, err := srv.abort(d.Provider, d.ID); err == nil {
 			rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, message, prov.agent)
 		}
 		return
@@ -327,7 +328,7 @@ func (cs *clusterState) Request(r *cluster.Request) {
 	if d.Provider.Value().remote != nil {
 		// It moved to a third node since the sender looked: one hop only,
 		// so that two nodes that disagree cannot bounce a request.
-		if rep, err := srv.router.Abort(d.Provider, d.ID); err == nil {
+		if rep, err := srv.abort(d.Provider, d.ID); err == nil {
 			rep.Requester.Value().sendError(0, rep.RequestID, 0, negotiate.CodeAgentGone, "agent "+r.Target+" moved to another node", r.Target)
 		}
 		return
@@ -408,12 +409,15 @@ func (cs *clusterState) Reply(r *cluster.Reply) {
 		if hole {
 			message = "node " + cs.c.Node() + " fell behind: a reply before this one was lost between cluster nodes"
 		}
-		rep, err := srv.router.Abort(p.proxy.rs, p.delivery)
+		rep, err := srv.abort(p.proxy.rs, p.delivery)
 		if err == nil {
 			rep.Requester.Value().endRequestWithError(transport.ChannelID(rep.Channel), rep.RequestID, code, "a reply to this request was dropped: "+message, r.Provider)
 		}
 	} else {
 		rep, err := srv.router.RouteReply(p.proxy.rs, p.delivery, r.End)
+		if errors.Is(err, router.ErrRequesterGone) {
+			srv.requesterGone(&rep)
+		}
 		if err != nil {
 			if reason, ok := err.(router.Reason); ok {
 				srv.metrics.routingFailures.WithLabelValues(string(reason.Code())).Inc()
@@ -503,7 +507,7 @@ func (cs *clusterState) Lost(l *cluster.Lost) {
 // endPending ends a request this node sent to another for its requester.
 func (cs *clusterState) endPending(p pendingRequest, code negotiate.ErrorCode, message string) {
 	cs.srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
-	if rep, err := cs.srv.router.Abort(p.proxy.rs, p.delivery); err == nil {
+	if rep, err := cs.srv.abort(p.proxy.rs, p.delivery); err == nil {
 		rep.Requester.Value().endRequestWithError(transport.ChannelID(rep.Channel), rep.RequestID, code, message, p.proxy.agent)
 	}
 }

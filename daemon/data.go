@@ -81,6 +81,7 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 			srv.metrics.routingFailures.WithLabelValues(string(reason.Code())).Inc()
 			return
 		}
+		srv.reqm.refused(h.Model)
 		code := negotiate.CodeBadFrame
 		if errors.As(err, &reason) {
 			code = reason.Code()
@@ -113,7 +114,7 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 	prov := d.Provider.Value()
 	fail := func(code negotiate.ErrorCode, message string) {
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
-		if rep, err := srv.router.Abort(d.Provider, d.ID); err == nil {
+		if rep, err := srv.abort(d.Provider, d.ID); err == nil {
 			rep.Requester.Value().sendError(transport.ChannelID(rep.Channel), rep.RequestID, 0, code, message, prov.agent)
 		}
 	}
@@ -279,6 +280,7 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 		}
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
 		if reason == router.ErrRequesterGone {
+			srv.requesterGone(&rep)
 			se.sendError(ch, dh.RequestID, negotiate.FlagNotice, negotiate.CodeRequesterGone, "the requester of this delivery has disconnected", "")
 		}
 		return
@@ -298,11 +300,18 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 // the requester's request with an error when the reply cannot reach it
 // whole.
 func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Session[*session], deliveryID uint64, provCh transport.ChannelID, provider string, batch bool, fr []byte, format frameFormat, start time.Time) (negotiate.ErrorCode, string) {
+	code, message := srv.passReply(rep, provRS, deliveryID, provCh, provider, batch, fr, format, start)
+	srv.reqm.replied(&rep, string(code), fr, format)
+	return code, message
+}
+
+// passReply is deliverReply but for the per-model metrics.
+func (srv *Server) passReply(rep router.Reply[*session], provRS *router.Session[*session], deliveryID uint64, provCh transport.ChannelID, provider string, batch bool, fr []byte, format frameFormat, start time.Time) (negotiate.ErrorCode, string) {
 	req := rep.Requester.Value()
 	end := rep.End
 	if batch && (req.remote != nil || !req.takesBatches()) {
 		// The delivery was not marked BATCH: the provider broke the rule.
-		if _, err := srv.router.Abort(provRS, deliveryID); err == nil {
+		if _, err := srv.abort(provRS, deliveryID); err == nil {
 			req.endRequestWithError(transport.ChannelID(rep.Channel), rep.RequestID, negotiate.CodeBadFrame, "provider sent a batch of stream chunks to a requester that does not take them", provider)
 		}
 		return negotiate.CodeBadFrame, "a batch of stream chunks to a delivery not marked BATCH"
@@ -310,7 +319,7 @@ func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Sessi
 	if req.remote != nil {
 		if err := req.replyRemote(rep.RequestID, rep.N, end, provider, format, fr, provRS.Value(), deliveryID, provCh); err != nil {
 			if !end {
-				_, _ = srv.router.Abort(provRS, deliveryID) // later chunks are unknown and dropped
+				_, _ = srv.abort(provRS, deliveryID) // later chunks are unknown and dropped
 			}
 			code, message := sendFailure(err, "the requester's node")
 			if code != negotiate.CodeAgentGone {
@@ -335,7 +344,7 @@ func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Sessi
 	endRequest := func(code negotiate.ErrorCode, message string) {
 		if !end {
 			var err error
-			if rep, err = srv.router.Abort(provRS, deliveryID); err != nil {
+			if rep, err = srv.abort(provRS, deliveryID); err != nil {
 				return
 			}
 		}
@@ -411,7 +420,7 @@ func (se *session) refuseTelling(ch transport.ChannelID, dh *negotiate.DataHeade
 		// provider to stop): end its request now with the same error.
 		// Later replies to the delivery are unknown and dropped, and the
 		// requester may reuse its request id at once.
-		if rep, err := se.srv.router.Abort(se.rs, dh.RequestID); err == nil {
+		if rep, err := se.srv.abort(se.rs, dh.RequestID); err == nil {
 			se.tellRequesterRefused(rep, code, message)
 		}
 	}

@@ -123,6 +123,7 @@ func (srv *Server) endOrphans(orphans []router.Orphan[*session], agent, reason, 
 			continue
 		}
 		srv.metrics.routingFailures.WithLabelValues(string(negotiate.CodeAgentGone)).Inc()
+		srv.reqm.ended(o.Mark, outcomeFailed)
 		message := "provider " + agent + " " + gone + " before its final reply"
 		if o.Replies > 0 {
 			message = fmt.Sprintf("provider %s %s after %d of its replies had been delivered: the answer is incomplete", agent, gone, o.Replies)

@@ -28,6 +28,7 @@ type Server struct {
 	cfg     Config
 	log     zerolog.Logger
 	metrics *metrics
+	reqm    *requestMetrics
 	neg     *negotiate.Server
 	router  *router.Router[*session]
 	// affinity maps conversations' documents to the provider that received
@@ -125,6 +126,8 @@ func New(cfg Config) (*Server, error) {
 	if err := s.setupTLS(); err != nil {
 		return nil, err
 	}
+	s.reqm = newRequestMetrics(s.metrics.registry)
+	s.router.SetMarker(s.reqm.mark)
 	s.metrics.registry.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "m2md_outstanding_requests",
 		Help: "Requests delivered to providers whose final reply has not arrived (nor been cancelled).",

@@ -35,6 +35,8 @@ type session struct {
 	// (daemon/cluster.go): they have no connection, and what is routed to
 	// them is published.
 	remote *remoteNode
+	// marks are its per-model series as a provider (reqmetrics.go).
+	marks atomic.Pointer[providerMarks]
 	// weakSelf is made on the first reply this session sends to another
 	// node (ref, daemon/cluster.go).
 	weakSelf atomic.Pointer[weak.Pointer[session]]
@@ -290,6 +292,7 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 		return nil, err
 	}
 	se.rs = rs
+	s.reqm.marksOf(se, rs) // its series exist, at zero, from now
 	se.rearm()
 	// A replaced proxy of a remote agent (daemon/cluster.go) is closed by
 	// its own node when our announcement reaches it.

@@ -28,7 +28,23 @@ type Router[S any] struct {
 	retiring map[*Session[S]]struct{}
 
 	failures [numReasons]atomic.Uint64
+
+	marker Marker[S]
 }
+
+// Marker tags a delivery as it is made, with the provider chosen: the tag
+// (Mark) comes back with each of its replies and with its end (Reply,
+// Orphan, Cancelled), so that the daemon can keep figures per delivery
+// without a table of its own. model is the index of the request's model
+// (its routing header's) in provider.Models(), -1 when the request names no
+// model or one the provider did not register (an addressed request). It is
+// called under the router's read lock, so it must be quick and must not
+// call the router.
+type Marker[S any] func(requester, provider *Session[S], model int) uint32
+
+// SetMarker sets the Marker; call it before routing anything. Without one
+// every Mark is 0.
+func (r *Router[S]) SetMarker(m Marker[S]) { r.marker = m }
 
 // New returns an empty router.
 func New[S any](cfg Config) *Router[S] {
@@ -109,6 +125,8 @@ type Reply[S any] struct {
 	// cluster node forwarding them says it, so that the requester's node
 	// sees one lost on the way (daemon/cluster.go).
 	N uint32
+	// Mark is what the Marker said of the delivery.
+	Mark uint32
 }
 
 // Orphan is a request whose provider left before its final reply: the
@@ -125,6 +143,8 @@ type Orphan[S any] struct {
 	// Kept is what the daemon attached with Keep, nil if nothing or if a
 	// reply was routed: the caller owns it now and must Drop it.
 	Kept Kept
+	// Mark is what the Marker said of the delivery.
+	Mark uint32
 }
 
 // Kept is what the daemon keeps beside a delivery to deliver its request
@@ -307,7 +327,7 @@ func (r *Router[S]) close(s *Session[S]) []Orphan[S] {
 			continue
 		}
 		sl.requester.release(sl.requestID)
-		orphans = append(orphans, Orphan[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, Replies: sl.replies, Kept: sl.kept})
+		orphans = append(orphans, Orphan[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, Replies: sl.replies, Kept: sl.kept, Mark: sl.mark})
 	}
 	r.failures[ErrAgentGone].Add(uint64(len(orphans)))
 	return orphans
@@ -369,7 +389,15 @@ func (r *Router[S]) routeRequest(requester *Session[S], req *Request) (Delivery[
 	}
 	var id uint64
 	if err == nil {
-		id, err = provider.deliver(requester, req.ID, req.Channel, start, r.cfg.MaxDeliveries, r.shift)
+		var mark uint32
+		if r.marker != nil {
+			model := -1
+			if req.HasRoutingHeader {
+				model = provider.modelIndex(req.Model)
+			}
+			mark = r.marker(requester, provider, model)
+		}
+		id, err = provider.deliver(requester, req.ID, req.Channel, mark, start, r.cfg.MaxDeliveries, r.shift)
 	}
 	r.mu.RUnlock()
 
@@ -419,6 +447,8 @@ type Cancelled[S any] struct {
 	Provider        *Session[S]
 	DeliveryID      uint64
 	ProviderChannel uint64
+	// Mark is what the Marker said of the delivery.
+	Mark uint32
 }
 
 // Cancel ends the requester's outstanding request requestID, which must
@@ -433,11 +463,11 @@ func (r *Router[S]) Cancel(requester *Session[S], requestID, channel uint64) (Ca
 	if !ok {
 		return Cancelled[S]{}, ErrUnknownRequest
 	}
-	pch, ok := p.provider.cancel(p.delivery, r.shift)
+	pch, mark, ok := p.provider.cancel(p.delivery, r.shift)
 	if !ok {
 		return Cancelled[S]{}, ErrUnknownRequest
 	}
-	return Cancelled[S]{Provider: p.provider, DeliveryID: p.delivery, ProviderChannel: pch}, nil
+	return Cancelled[S]{Provider: p.provider, DeliveryID: p.delivery, ProviderChannel: pch, Mark: mark}, nil
 }
 
 // RouteReply maps a reply from provider, whose request_id is deliveryID,
@@ -454,8 +484,10 @@ func (r *Router[S]) RouteReply(provider *Session[S], deliveryID uint64, end bool
 		rep.Requester.release(rep.RequestID)
 	}
 	if rep.Requester.closed.Load() {
+		// rep still says which delivery it was (Mark, End), though there is
+		// nobody to send it to.
 		r.count(ErrRequesterGone)
-		return Reply[S]{}, ErrRequesterGone
+		return rep, ErrRequesterGone
 	}
 	return rep, nil
 }

@@ -75,6 +75,7 @@ type slot[S any] struct {
 	// kept is what the daemon keeps to deliver the request again (Keep),
 	// until the first reply or the delivery's end.
 	kept Kept
+	mark uint32 // the Marker's
 }
 
 // Value returns the value the daemon registered the session with.
@@ -91,13 +92,16 @@ func (s *Session[S]) AgentID() string { return s.agentID }
 func (s *Session[S]) Models() []string { return s.models }
 
 // serves reports whether s serves model.
-func (s *Session[S]) serves(model []byte) bool {
-	for _, m := range s.models {
+func (s *Session[S]) serves(model []byte) bool { return s.modelIndex(model) >= 0 }
+
+// modelIndex is model's index in s.models, -1 if s does not serve it.
+func (s *Session[S]) modelIndex(model []byte) int {
+	for i, m := range s.models {
 		if m == string(model) {
-			return true
+			return i
 		}
 	}
-	return false
+	return -1
 }
 
 // Closed reports whether the session was removed.
@@ -171,7 +175,7 @@ func (s *Session[S]) release(id uint64) {
 }
 
 // deliver records a delivery to s (as provider) and returns its id.
-func (s *Session[S]) deliver(req *Session[S], requestID, channel uint64, start time.Duration, max int, shift uint) (uint64, error) {
+func (s *Session[S]) deliver(req *Session[S], requestID, channel uint64, mark uint32, start time.Duration, max int, shift uint) (uint64, error) {
 	s.provMu.Lock()
 	defer s.provMu.Unlock()
 	if s.provDone {
@@ -200,6 +204,7 @@ func (s *Session[S]) deliver(req *Session[S], requestID, channel uint64, start t
 	sl.ext = false
 	sl.replies = 0
 	sl.kept = nil
+	sl.mark = mark
 	s.outstanding.Add(1)
 	return sl.id, nil
 }
@@ -216,7 +221,7 @@ func (s *Session[S]) lookup(id uint64, end bool, shift uint) (Reply[S], time.Dur
 	if sl == nil {
 		return Reply[S]{}, 0, ErrUnknownRequest
 	}
-	rep := Reply[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, End: end, Ext: sl.ext, N: sl.replies}
+	rep := Reply[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, End: end, Ext: sl.ext, N: sl.replies, Mark: sl.mark}
 	sl.replies++
 	sl.dropKept() // a reply has reached the requester's way: never deliver it again
 	start := sl.start
@@ -289,18 +294,18 @@ func (s *Session[S]) setProviderChannel(id, ch uint64, ext bool, shift uint) {
 	s.provMu.Unlock()
 }
 
-// cancel frees delivery id and returns its channel; false when it already
-// ended (its END won the race) or the session was removed.
-func (s *Session[S]) cancel(id uint64, shift uint) (uint64, bool) {
+// cancel frees delivery id and returns its channel and mark; false when it
+// already ended (its END won the race) or the session was removed.
+func (s *Session[S]) cancel(id uint64, shift uint) (uint64, uint32, bool) {
 	s.provMu.Lock()
 	defer s.provMu.Unlock()
 	sl, i := s.slotLocked(id, shift)
 	if sl == nil {
-		return 0, false
+		return 0, 0, false
 	}
-	ch := sl.provChannel
+	ch, mark := sl.provChannel, sl.mark
 	s.freeLocked(sl, i, shift)
-	return ch, true
+	return ch, mark, true
 }
 
 // closeProvider marks s removed as a provider and returns the deliveries it

@@ -1,0 +1,124 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/internal/daemontest"
+	"github.com/m2md/m2md/negotiate"
+)
+
+// modelHandler answers by what the request's last message says: "fail"
+// with an error, "stream" with three chunks and a final one, "hold" not until it is
+// cancelled, anything else with one answer whose usage counts 7 + 5 tokens.
+var modelHandler = client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
+	body := string(req.Body)
+	switch {
+	case strings.Contains(body, `"content":"fail"`):
+		_ = w.Error(negotiate.CodeNoResponse, "the model is down")
+	case strings.Contains(body, `"content":"stream"`):
+		for range 3 {
+			if w.Chunk([]byte(`{"id":"c","object":"chat.completion.chunk","model":"m-chat","choices":[{"index":0,"delta":{"content":"x"}}]}`)) != nil {
+				return
+			}
+		}
+		_ = w.Respond([]byte(`{"id":"c","object":"chat.completion.chunk","model":"m-chat","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`))
+	case strings.Contains(body, `"content":"hold"`):
+		<-ctx.Done()
+	default:
+		_ = w.Respond([]byte(`{"id":"r","object":"chat.completion","model":"m-chat","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":5,"total_tokens":12}}`))
+	}
+})
+
+func chat(model, content string, stream bool) []byte {
+	s := "false"
+	if stream {
+		s = "true"
+	}
+	return []byte(`{"model":"` + model + `","stream":` + s + `,"messages":[{"role":"user","content":"` + content + `"}]}`)
+}
+
+// The per-model metrics count what the requester saw: a provider's series
+// exist at zero once it connects; answers, errors, streams, cancels and
+// requests for a model nobody serves land in their outcome, with durations,
+// time to first chunk and the tokens of the answers' usage.
+func TestModelMetrics(t *testing.T) {
+	t.Parallel()
+	d := startDaemon(t, nil)
+	dialClient(t, d.url("ws"), client.Options{AgentID: "mprov", Models: []string{"m-chat"}, Handler: modelHandler})
+	req := dialClient(t, d.url("ws"), client.Options{AgentID: "mreq"})
+	pair := []string{"model=m-chat", "provider=mprov"}
+	with := func(kv ...string) []string { return append(append([]string{}, pair...), kv...) }
+
+	text, err := daemontest.FetchMetrics(d.AdminAddr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, series := range []string{
+		`m2md_model_requests_total{model="m-chat",outcome="ok",provider="mprov"} 0`,
+		`m2md_model_requests_total{model="m-chat",outcome="cancelled",provider="mprov"} 0`,
+		`m2md_model_requests_total{model="m-chat",outcome="unrouted",provider=""} 0`,
+		`m2md_model_tokens_total{model="m-chat",provider="mprov",type="output"} 0`,
+		`m2md_model_request_duration_seconds_count{model="m-chat",provider="mprov"} 0`,
+		`m2md_model_time_to_first_chunk_seconds_count{model="m-chat",provider="mprov"} 0`,
+	} {
+		if !strings.Contains(text, series+"\n") {
+			t.Errorf("before any request, /metrics lacks %s", series)
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for range 2 {
+		if _, err := req.Do(ctx, chat("m-chat", "hello", false)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := req.Do(ctx, chat("m-chat", "fail", false)); err == nil {
+		t.Fatal("the failing request succeeded")
+	}
+	st, err := req.Stream(ctx, chat("m-chat", "stream", true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			break
+		}
+	}
+	if _, err := req.Do(ctx, chat("nobody-serves-this", "hello", false)); remoteCode(err) != negotiate.CodeNoRoute {
+		t.Fatalf("request for an unserved model: %v, want no_route", err)
+	}
+	hold, stop := context.WithCancel(ctx)
+	go func() { time.Sleep(200 * time.Millisecond); stop() }()
+	if _, err := req.Do(hold, chat("m-chat", "hold", false)); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled request: %v", err)
+	}
+
+	d.WaitMetric(t, 1, "m2md_model_requests_total", with("outcome=cancelled")...)
+	d.WaitMetric(t, 3, "m2md_model_requests_total", with("outcome=ok")...)
+	for _, c := range []struct {
+		name   string
+		labels []string
+		want   float64
+	}{
+		{"m2md_model_requests_total", with("outcome=ok"), 3},
+		{"m2md_model_requests_total", with("outcome=error"), 1},
+		{"m2md_model_requests_total", with("outcome=cancelled"), 1},
+		{"m2md_model_requests_total", with("outcome=failed"), 0},
+		// A model no provider registered is not given a label of its own.
+		{"m2md_model_requests_total", []string{"model=other", "provider=", "outcome=unrouted"}, 1},
+		{"m2md_model_request_duration_seconds_count", pair, 4},
+		{"m2md_model_time_to_first_chunk_seconds_count", pair, 4},
+		{"m2md_model_tokens_total", with("type=input"), 14},
+		{"m2md_model_tokens_total", with("type=output"), 10},
+	} {
+		if got := d.Metric(t, c.name, c.labels...); got != c.want {
+			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
+		}
+	}
+}
