@@ -1,27 +1,21 @@
 package daemon
 
 import (
-	"encoding/json"
 	"net/http"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/m2md/m2md/internal/admin"
 )
 
-// adminHandler serves /healthz (liveness plus a few figures) and /metrics.
+// adminHandler serves /healthz (liveness plus a few figures), /metrics,
+// the status page at / and, with Config.Pprof, Go's profiles.
 func (s *Server) adminHandler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(s.metrics.registry, promhttp.HandlerOpts{}))
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+	mux := admin.Mux(s.metrics.registry, admin.Options{Pprof: s.cfg.Pprof, Health: func() (int, any) {
 		status, code := "ok", http.StatusOK
 		if s.draining.Load() {
 			status, code = "draining", http.StatusServiceUnavailable
 		}
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(code)
-		_ = json.NewEncoder(w).Encode(map[string]any{
-			"status":   status,
-			"sessions": s.sessionCount(),
-		})
-	})
+		return code, map[string]any{"status": status, "sessions": s.sessionCount()}
+	}})
+	mux.Handle("GET /", s.statusHandler())
 	return mux
 }

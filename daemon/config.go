@@ -103,8 +103,13 @@ type Config struct {
 	WSSAddr string
 	// WSPath is the HTTP path WebSocket clients connect to.
 	WSPath string
-	// AdminAddr serves /healthz and /metrics. "-" disables it.
+	// AdminAddr serves /healthz, /metrics and the status page (/). "-"
+	// disables it.
 	AdminAddr string
+	// Pprof serves Go's profiles (net/http/pprof) under /debug/pprof/ on
+	// the admin endpoint. Off by default: they show the daemon's
+	// internals and a CPU profile costs CPU while it runs.
+	Pprof bool
 
 	// CertFile and KeyFile name a production certificate. When empty, a
 	// development certificate is created in (and reused from) CertDir.

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
@@ -34,12 +35,21 @@ var modelHandler = client.HandlerFunc(func(ctx context.Context, req *client.Requ
 	}
 })
 
+// chat is a chat request's body.
 func chat(model, content string, stream bool) []byte {
-	s := "false"
-	if stream {
-		s = "true"
+	type message struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
 	}
-	return []byte(`{"model":"` + model + `","stream":` + s + `,"messages":[{"role":"user","content":"` + content + `"}]}`)
+	b, err := json.Marshal(struct {
+		Model    string    `json:"model"`
+		Stream   bool      `json:"stream"`
+		Messages []message `json:"messages"`
+	}{model, stream, []message{{"user", content}}})
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 // The per-model metrics count what the requester saw: a provider's series

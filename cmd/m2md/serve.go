@@ -49,7 +49,8 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs.StringVar(&cfg.WSSAddr, "wss-addr", "", "TCP `address` for wss:// (TLS); off when empty")
 	fs.BoolVar(&cfg.AllowInsecureWS, "allow-insecure-ws", false, "let --ws-addr (plain ws://) listen beyond loopback although --org-secrets-file is set")
 	fs.StringVar(&cfg.WSPath, "ws-path", daemon.DefaultWSPath, "HTTP `path` WebSocket clients connect to")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", daemon.DefaultAdminAddr, "TCP `address` for /healthz and /metrics (\"-\" disables)")
+	fs.StringVar(&cfg.AdminAddr, "admin-addr", daemon.DefaultAdminAddr, "TCP `address` for /healthz, /metrics and the status page (\"-\" disables)")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on --admin-addr")
 	fs.StringVar(&cfg.CertFile, "tls-cert", "", "certificate `file` (PEM); default: a development certificate in --cert-dir")
 	fs.StringVar(&cfg.KeyFile, "tls-key", "", "private key `file` (PEM) for --tls-cert")
 	defaultCertDir, _ := certs.DefaultDevDir() // empty: daemon.New says why
