@@ -16,6 +16,6 @@ func (s *Server) adminHandler() http.Handler {
 		}
 		return code, map[string]any{"status": status, "sessions": s.sessionCount()}
 	}})
-	mux.Handle("GET /", s.statusHandler())
+	mux.Handle("GET /{$}", s.statusHandler())
 	return mux
 }

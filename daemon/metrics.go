@@ -6,7 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/m2md/m2md/internal/buildinfo"
+	"github.com/m2md/m2md/internal/admin"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/router"
 )
@@ -202,11 +202,6 @@ func newMetrics() *metrics {
 			Name: "m2md_sessions_closed_total", Help: "Sessions ended, by CLOSE reason in lower case (disconnected: the connection went away without one).",
 		}, []string{"reason"}),
 	}
-	build := prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "m2md_build_info", Help: "Always 1; the labels say which build runs: module version, VCS commit, Go version.",
-		ConstLabels: prometheus.Labels{"version": buildinfo.Get().Version, "commit": buildinfo.Get().Commit, "goversion": buildinfo.Get().GoVersion},
-	})
-	build.Set(1)
 	for _, t := range transportLabels {
 		m.sessions.WithLabelValues(t)
 		m.sessionsTotal.WithLabelValues(t)
@@ -234,7 +229,7 @@ func newMetrics() *metrics {
 		Name: "m2md_delta_replies_total", Help: "Final responses that providers sent as reply deltas (feature delta: compressed against the request they answer) and this node accepted for delivery.",
 	})
 	m.registry.MustRegister(
-		build,
+		admin.BuildInfo(),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		m.sessions, m.sessionsTotal, m.handshakeFailures, m.handshakeSeconds,

@@ -139,10 +139,6 @@ func formatRate(v float64) string {
 func (s *Server) statusHandler() http.HandlerFunc {
 	var rates rateSampler
 	return func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path != "/" {
-			http.NotFound(w, r)
-			return
-		}
 		page := s.statusPage(&rates, time.Now())
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		w.Header().Set("Cache-Control", "no-store")

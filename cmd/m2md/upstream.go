@@ -4,14 +4,21 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/dustin/go-humanize/english"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/rs/zerolog"
+
 	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/internal/admin"
 	"github.com/m2md/m2md/openai/upstream"
 )
 
@@ -19,10 +26,12 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("upstream", "upstream --base-url URL [flags]\n\nA provider agent in front of an OpenAI-compatible server (vLLM, llama.cpp, Ollama,\nLM Studio, OpenRouter, OpenAI): requests routed to its models are POSTed to the\nserver's /chat/completions or /embeddings and its answers relayed byte for byte.", stderr)
 	af := registerAgentFlags(fs, "upstream", "info")
 	var (
-		cfg    upstream.Config
-		bases  int
-		models = fs.String("models", "", "comma-separated `models` to serve (default: the server's GET /models)")
-		keyEnv = fs.String("api-key-env", "", "environment `variable` holding the server's API key (sent as Bearer; never logged)")
+		cfg       upstream.Config
+		bases     int
+		models    = fs.String("models", "", "comma-separated `models` to serve (default: the server's GET /models)")
+		keyEnv    = fs.String("api-key-env", "", "environment `variable` holding the server's API key (sent as Bearer; never logged)")
+		adminAddr = fs.String("admin-addr", "", "TCP `address` for /healthz and /metrics (off when empty or \"-\")")
+		pprofOn   = fs.Bool("pprof", false, "serve Go's profiles under /debug/pprof/ on --admin-addr")
 	)
 	fs.StringVar(&cfg.BaseURL, "base-url", "http://127.0.0.1:11434/v1", "the server's OpenAI API root `URL`")
 	fs.IntVar(&cfg.Concurrency, "concurrency", upstream.DefaultConcurrency, "requests in flight at the server at most")
@@ -34,6 +43,10 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	if cfg.Concurrency <= 0 {
 		return usagef("--concurrency must be at least 1, not %d", cfg.Concurrency)
+	}
+	adminOn := *adminAddr != "" && *adminAddr != "-"
+	if *pprofOn && !adminOn {
+		return usagef("--pprof serves the profiles on --admin-addr, which is off")
 	}
 	if *keyEnv != "" {
 		cfg.APIKey = os.Getenv(*keyEnv)
@@ -62,7 +75,7 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opt.Reconnect, opt.WaitForDaemon, opt.Handler, opt.Logger = true, true, up, logger
+	opt.Reconnect, opt.WaitForDaemon, opt.Logger = true, true, logger
 	opt.MaxConcurrentHandlers = max(client.DefaultMaxConcurrentHandlers, cfg.Concurrency)
 	// A provider only: it keeps bases for the deltas it is sent, and no
 	// history of requests, which it never sends.
@@ -76,11 +89,21 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			return err
 		}
 	}
+	var connected atomic.Pointer[client.Client]
+	opt.Handler = up
+	if adminOn {
+		stopAdmin, err := serveUpstreamAdmin(*adminAddr, *pprofOn, up, &opt, &connected, logger)
+		if err != nil {
+			return err
+		}
+		defer stopAdmin()
+	}
 	c, err := client.Dial(ctx, af.url, opt)
 	if err != nil {
 		return af.dialError(err)
 	}
 	defer c.Close()
+	connected.Store(c)
 	s := c.Session()
 	logger.Info().Str("agent", s.AgentID).Str("transport", s.Transport).Str("security", s.Params.SecurityMode.String()).
 		Str("upstream", up.URL()).Strs("models", opt.Models).Msg("upstream agent connected")
@@ -91,4 +114,36 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return agentEnded(c.Err(), s.AgentID)
 	}
 	return nil
+}
+
+// serveUpstreamAdmin starts the upstream agent's admin endpoint on addr:
+// its metrics (the handler opt gets is up, counted per model of
+// opt.Models), /healthz (503 until the agent is connected) and, with
+// pprofOn, Go's profiles.
+func serveUpstreamAdmin(addr string, pprofOn bool, up *upstream.Upstream, opt *client.Options, connected *atomic.Pointer[client.Client], logger zerolog.Logger) (stop func(), err error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(admin.BuildInfo(), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	counted, err := upstream.Instrument(up, reg, opt.Models)
+	if err != nil {
+		return nil, err
+	}
+	opt.Handler = counted
+	mux := admin.Mux(reg, admin.Options{Pprof: pprofOn, Health: func() (int, any) {
+		c := connected.Load()
+		if c == nil {
+			return http.StatusServiceUnavailable, map[string]any{"status": "connecting"}
+		}
+		select {
+		case <-c.Done():
+			return http.StatusServiceUnavailable, map[string]any{"status": "stopped", "agent": c.AgentID()}
+		default:
+		}
+		return http.StatusOK, map[string]any{"status": "ok", "agent": c.AgentID(), "in_flight": counted.InFlight()}
+	}})
+	bound, stop, err := admin.Start(addr, mux)
+	if err != nil {
+		return nil, usagef("--admin-addr %s: %v", addr, err)
+	}
+	logger.Info().Str("admin", "http://"+bound.String()).Msg("admin endpoint listening")
+	return stop, nil
 }

@@ -6,13 +6,29 @@
 package admin
 
 import (
+	"context"
 	"encoding/json"
+	"net"
 	"net/http"
 	"net/http/pprof"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/m2md/m2md/internal/buildinfo"
 )
+
+// BuildInfo is m2md_build_info: always 1, its labels say which build runs.
+func BuildInfo() prometheus.Collector {
+	bi := buildinfo.Get()
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "m2md_build_info", Help: "Always 1; the labels say which build runs: module version, VCS commit, Go version.",
+		ConstLabels: prometheus.Labels{"version": bi.Version, "commit": bi.Commit, "goversion": bi.GoVersion},
+	})
+	g.Set(1)
+	return g
+}
 
 // Options say what the mux serves beside /metrics.
 type Options struct {
@@ -41,4 +57,25 @@ func Mux(g prometheus.Gatherer, opt Options) *http.ServeMux {
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
 	return mux
+}
+
+// Start serves h on the TCP address addr until stop is called, which shuts
+// the server down (waiting up to a second for requests in progress).
+func Start(addr string, h http.Handler) (bound net.Addr, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, nil, err
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = hs.Serve(ln) // ends with ErrServerClosed, or with the listener
+	}()
+	return ln.Addr(), func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = hs.Shutdown(ctx)
+		<-done
+	}, nil
 }
