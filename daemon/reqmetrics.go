@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -55,9 +56,12 @@ type pairSeries struct {
 }
 
 // providerMarks is a provider session's marks, one per model it serves
-// (router.Session.Models, in that order).
+// (router.Session.Models, in that order), and other's: model "other", for
+// requests addressed to it that name no model it registered, resolved on
+// the first such request.
 type providerMarks struct {
 	marks []uint32
+	other atomic.Uint32
 }
 
 type requestMetrics struct {
@@ -80,11 +84,11 @@ type requestMetrics struct {
 func newRequestMetrics(reg prometheus.Registerer) *requestMetrics {
 	r := &requestMetrics{
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "m2md_model_request_duration_seconds", Help: "Time from a request's routing to its final reply delivered to the requester, by model and provider (the agent id), for requests that ended with a reply (outcome ok or error).",
+			Name: "m2md_model_request_duration_seconds", Help: "Time from a request's routing to its final reply back on this node, by model and provider (the agent id), for requests that ended with a reply (outcome ok or error).",
 			Buckets: requestBuckets,
 		}, []string{"model", "provider"}),
 		ttfc: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "m2md_model_time_to_first_chunk_seconds", Help: "Time from a request's routing to its first reply (a stream's first chunk, or the whole answer) delivered to the requester, by model and provider.",
+			Name: "m2md_model_time_to_first_chunk_seconds", Help: "Time from a streamed request's routing to its first chunk back on this node, by model and provider (an answer in one reply is timed by m2md_model_request_duration_seconds alone).",
 			Buckets: requestBuckets,
 		}, []string{"model", "provider"}),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -181,12 +185,18 @@ func (r *requestMetrics) mark(requester, provider *router.Session[*session], mod
 	if requester.Value().remote != nil {
 		return 0
 	}
-	if pm := r.marksOf(provider.Value(), provider); model >= 0 && model < len(pm.marks) {
+	pm := r.marksOf(provider.Value(), provider)
+	if model >= 0 && model < len(pm.marks) {
 		return pm.marks[model]
 	}
+	if m := pm.other.Load(); m != 0 {
+		return m
+	}
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.pairLocked(labelOther, provider.AgentID(), false)
+	m := r.pairLocked(labelOther, provider.AgentID(), false)
+	r.mu.Unlock()
+	pm.other.Store(m)
+	return m
 }
 
 // series returns the series of mark, nil for 0 (a request this node does
@@ -214,10 +224,12 @@ func (r *requestMetrics) ended(mark uint32, outcome int) {
 	}
 }
 
-// replied counts a reply that reached (code "") or failed to reach its
-// requester: the first is the time to first chunk, the final one ends the
-// request and its header's usage counts its tokens.
-func (r *requestMetrics) replied(rep *router.Reply[*session], code string, fr []byte, format frameFormat) {
+// replied counts a reply that arrived at this node at (the read loop's
+// clock, so that the hot path reads no clock of its own) and reached (code
+// "") or failed to reach its requester: a stream's first is its time to
+// first chunk (an answer in one reply has none: its duration says it), the
+// final one ends the request and its header's usage counts its tokens.
+func (r *requestMetrics) replied(rep *router.Reply[*session], code string, fr []byte, format frameFormat, at time.Time) {
 	s := r.series(rep.Mark)
 	if s == nil {
 		return
@@ -228,14 +240,11 @@ func (r *requestMetrics) replied(rep *router.Reply[*session], code string, fr []
 		}
 		return
 	}
-	var since float64
-	if rep.N == 0 || rep.End {
-		since = time.Since(rep.Start).Seconds()
-	}
-	if rep.N == 0 {
-		s.ttfc.Observe(since)
-	}
+	since := at.Sub(rep.Start).Seconds()
 	if !rep.End {
+		if rep.N == 0 {
+			s.ttfc.Observe(since) // a stream's first chunk
+		}
 		return
 	}
 	s.duration.Observe(since)

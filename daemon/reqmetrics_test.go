@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/router"
 )
 
 // TestModelMetricsDocumented: the per-model metrics of a provider's models
@@ -112,5 +116,63 @@ func TestModelLabelsBounded(t *testing.T) {
 	}
 	if _, ok := r.unrouted["hostile-1"]; ok {
 		t.Error("a model no provider registered got an unrouted series of its own")
+	}
+}
+
+// BenchmarkRequestMetrics is the router's work for one request answered
+// with a stream chunk and a final response, without the per-model metrics
+// (off) and with them (on: the Marker's look-up, the first reply's time to
+// first chunk, the final reply's duration, outcome and tokens, its response
+// header read once more). The two run in turn, so -count interleaves them:
+//
+//	go test ./daemon -run '^$' -bench RequestMetrics -count 6
+func BenchmarkRequestMetrics(b *testing.B) {
+	final, err := frame.AppendEncode(nil, []byte(`{"id":"r","object":"chat.completion","model":"m-b","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],"usage":{"prompt_tokens":7,"completion_tokens":5,"total_tokens":12}}`), frame.Limits{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	model := []byte("m-b")
+	for _, on := range []bool{false, true} {
+		name := "off"
+		if on {
+			name = "on"
+		}
+		b.Run(name, func(b *testing.B) {
+			rt := router.New[*session](router.Config{})
+			r := newRequestMetrics(prometheus.NewRegistry())
+			if on {
+				rt.SetMarker(r.mark)
+			}
+			prov := &session{agent: "p"}
+			if _, _, err := rt.Register("", "p", []string{"m-a", "m-b"}, prov); err != nil {
+				b.Fatal(err)
+			}
+			rrs, _, err := rt.Register("", "q", nil, &session{agent: "q"})
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportAllocs()
+			at := time.Now() // the read loop's clock, read with or without the metrics
+			id := uint64(0)
+			for b.Loop() {
+				id++
+				d, err := rt.RouteRequest(rrs, router.Request{ID: id, Channel: 4, Model: model, HasRoutingHeader: true})
+				if err != nil {
+					b.Fatal(err)
+				}
+				rep, _ := rt.RouteReply(d.Provider, d.ID, false)
+				if on {
+					r.replied(&rep, "", final, formatM2M, at)
+				}
+				rep, _ = rt.RouteReply(d.Provider, d.ID, true)
+				if on {
+					r.replied(&rep, "", final, formatM2M, at)
+				}
+			}
+			b.StopTimer()
+			if on && r.series(prov.marks.Load().marks[1]).duration == nil {
+				b.Fatal("no series for m-b")
+			}
+		})
 	}
 }
