@@ -29,9 +29,15 @@ func httpGet(t *testing.T, url string) (int, string) {
 
 // TestCLIUpstreamAdmin: `m2md upstream --admin-addr` serves /healthz, which
 // says when the agent is connected, /metrics with its requests per model
-// (every series at zero from the start) and, with --pprof, the profiles.
+// (every series at zero from the start; an answer and a stream counted)
+// and, with --pprof, the profiles.
 func TestCLIUpstreamAdmin(t *testing.T) {
 	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if b, _ := io.ReadAll(r.Body); strings.Contains(string(b), `"stream":true`) {
+			w.Header().Set("Content-Type", "text/event-stream")
+			io.WriteString(w, "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
 		io.WriteString(w, `{"id":"x","object":"chat.completion","model":"m1","choices":[{"index":0,"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}]}`)
 	}))
@@ -70,16 +76,26 @@ func TestCLIUpstreamAdmin(t *testing.T) {
 	if _, err := c.Do(ctx, []byte(`{"model":"m1","messages":[{"role":"user","content":"hi"}]}`)); err != nil {
 		t.Fatal(err)
 	}
+	st, err := c.Stream(ctx, []byte(`{"model":"m1","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if _, err := st.Recv(); err != nil {
+			break
+		}
+	}
 	// Counted once the reply is written: the requester may have it first.
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if _, metrics = httpGet(t, admin+"/metrics"); strings.Contains(metrics, `m2md_upstream_requests_total{model="m1",outcome="ok"} 1`) {
+		if _, metrics = httpGet(t, admin+"/metrics"); strings.Contains(metrics, `m2md_upstream_requests_total{model="m1",outcome="ok"} 2`) {
 			break
 		}
 	}
 	for _, want := range []string{
-		`m2md_upstream_requests_total{model="m1",outcome="ok"} 1`,
-		`m2md_upstream_request_duration_seconds_count{model="m1"} 1`,
-		`m2md_upstream_time_to_first_chunk_seconds_count{model="m1"} 1`,
+		`m2md_upstream_requests_total{model="m1",outcome="ok"} 2`,
+		`m2md_upstream_request_duration_seconds_count{model="m1"} 2`,
+		`m2md_upstream_time_to_first_chunk_seconds_count{model="m1"} 1`, // the stream's
+		`m2md_upstream_in_flight 0`,
 	} {
 		if !strings.Contains(metrics, want) {
 			t.Errorf("/metrics after one answer lacks %s", want)

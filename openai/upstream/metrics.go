@@ -59,7 +59,7 @@ func Instrument(h client.Handler, reg prometheus.Registerer, models []string) (*
 		Buckets: buckets,
 	}, []string{"model"})
 	ttfc := prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name: "m2md_upstream_time_to_first_chunk_seconds", Help: "Time from a request's delivery to this agent to its first reply sent (a stream's first chunk, or the whole answer), by model.",
+		Name: "m2md_upstream_time_to_first_chunk_seconds", Help: "Time from a streamed request's delivery to this agent to its first chunk sent, by model.",
 		Buckets: buckets,
 	}, []string{"model"})
 	in := &Instrumented{next: h, byModel: map[string]*modelSeries{}}
@@ -142,10 +142,10 @@ func (w *countingWriter) sent(err error, final, failed bool) error {
 		return nil
 	}
 	since := time.Since(w.start).Seconds()
-	if !w.first {
-		w.first = true
-		w.s.ttfc.Observe(since)
+	if !w.first && !final {
+		w.s.ttfc.Observe(since) // a stream's first chunk
 	}
+	w.first = true
 	if final {
 		w.ended = true
 		w.s.duration.Observe(since)
