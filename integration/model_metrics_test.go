@@ -53,9 +53,10 @@ func chat(model, content string, stream bool) []byte {
 }
 
 // The per-model metrics count what the requester saw: a provider's series
-// exist at zero once it connects; answers, errors, streams, cancels and
-// requests for a model nobody serves land in their outcome, with durations,
-// time to first chunk and the tokens of the answers' usage.
+// exist at zero once it connects; answers, errors, streams, cancels, a
+// provider lost mid-request and requests for a model nobody serves land in
+// their outcome, with durations, time to first chunk and the tokens of the
+// answers' usage.
 func TestModelMetrics(t *testing.T) {
 	t.Parallel()
 	d := startDaemon(t, nil)
@@ -109,6 +110,19 @@ func TestModelMetrics(t *testing.T) {
 		t.Fatalf("cancelled request: %v", err)
 	}
 
+	// A provider lost mid-request, with no other to fail over to: the
+	// daemon ends the request (agent_gone).
+	held := make(chan struct{}, 1)
+	lost := dialClient(t, d.url("ws"), client.Options{AgentID: "mlost", Models: []string{"m-lost"},
+		Handler: client.HandlerFunc(func(ctx context.Context, _ *client.Request, _ client.ResponseWriter) {
+			held <- struct{}{}
+			<-ctx.Done()
+		})})
+	go func() { <-held; lost.Close() }()
+	if _, err := req.Do(ctx, chat("m-lost", "hello", false)); remoteCode(err) != negotiate.CodeAgentGone {
+		t.Fatalf("request whose provider left: %v, want agent_gone", err)
+	}
+
 	d.WaitMetric(t, 1, "m2md_model_requests_total", with("outcome=cancelled")...)
 	d.WaitMetric(t, 3, "m2md_model_requests_total", with("outcome=ok")...)
 	for _, c := range []struct {
@@ -120,6 +134,7 @@ func TestModelMetrics(t *testing.T) {
 		{"m2md_model_requests_total", with("outcome=error"), 1},
 		{"m2md_model_requests_total", with("outcome=cancelled"), 1},
 		{"m2md_model_requests_total", with("outcome=failed"), 0},
+		{"m2md_model_requests_total", []string{"model=m-lost", "provider=mlost", "outcome=failed"}, 1},
 		// A model no provider registered is not given a label of its own.
 		{"m2md_model_requests_total", []string{"model=other", "provider=", "outcome=unrouted"}, 1},
 		{"m2md_model_request_duration_seconds_count", pair, 4},
