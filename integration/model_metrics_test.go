@@ -147,3 +147,31 @@ func TestModelMetrics(t *testing.T) {
 		}
 	}
 }
+
+// A request that crosses a cluster is counted once, on the requester's
+// node, under the provider on the other node; that node, which delivered
+// it, counts nothing.
+func TestModelMetricsCluster(t *testing.T) {
+	t.Parallel()
+	nodes := startCluster(t, 2, nil, nil)
+	dialClient(t, nodes[1].url("ws"), client.Options{AgentID: "xprov", Models: []string{"m-x"}, Handler: modelHandler})
+	waitAgentAt(t, nodes[0], "", "xprov", nodes[1])
+	req := dialClient(t, nodes[0].url("ws"), client.Options{AgentID: "xreq"})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := req.Do(ctx, chat("m-x", "hello", false)); err != nil {
+		t.Fatal(err)
+	}
+	pair := []string{"model=m-x", "provider=xprov"}
+	nodes[0].WaitMetric(t, 1, "m2md_model_requests_total", append(pair, "outcome=ok")...)
+	for i, want := range []float64{1, 0} {
+		for _, name := range []string{"m2md_model_requests_total", "m2md_model_request_duration_seconds_count"} {
+			if got := nodes[i].Metric(t, name, pair...); got != want {
+				t.Errorf("node %d: %s%v = %v, want %v", i, name, pair, got, want)
+			}
+		}
+	}
+	if got := nodes[0].Metric(t, "m2md_model_tokens_total", append(pair, "type=output")...); got != 5 {
+		t.Errorf("tokens of the answer from the other node: %v, want 5", got)
+	}
+}
