@@ -61,6 +61,7 @@ func browserText(t *testing.T, url string) (dom, text string) {
 // not obeyed.
 func TestStatusPageInBrowser(t *testing.T) {
 	t.Parallel()
+	chromium(t) // before anything starts
 	d := startDaemon(t, nil)
 	const markup = `<b id="injected">bold</b>`
 	held, release := make(chan struct{}, 1), make(chan struct{})
