@@ -178,4 +178,13 @@ func TestModelMetricsCluster(t *testing.T) {
 	if got := nodes[0].Metric(t, "m2md_model_tokens_total", append(pair, "type=output")...); got != 5 {
 		t.Errorf("tokens of the answer from the other node: %v, want 5", got)
 	}
+	// The status page of the requester's node names the other node and
+	// the provider there.
+	code, page := adminGet(t, nodes[0], "/")
+	other := nodes[1].Cluster().Node
+	for _, want := range []string{"This node is " + nodes[0].Cluster().Node, "<td>" + other + "</td><td class=\"n\">1</td>", "xprov (" + other + ", 0 outstanding)"} {
+		if code != 200 || !strings.Contains(page, want) {
+			t.Errorf("status page of node 0 (HTTP %d) lacks %q", code, want)
+		}
+	}
 }
