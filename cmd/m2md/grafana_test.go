@@ -97,7 +97,7 @@ func TestGrafanaDashboardMetricsExist(t *testing.T) {
 		"--openai-addr", "127.0.0.1:0", "--openai-keys-file", keys, "--log-format", "json")
 	ws := serve.waitOutput(`"ws":"(ws://127\.0\.0\.1:\d+/m2m)"`, 60*time.Second)
 	serveAdmin := serve.waitOutput(`"admin":"(http://127\.0\.0\.1:\d+)"`, 5*time.Second)
-	endpoint := serve.waitOutput(`"addr":"(127\.0\.0\.1:\d+)","mesh"[^\n]*"keys"`, 30*time.Second)
+	endpoint := serve.waitOutput(`"addr":"(127\.0\.0\.1:\d+)"[^\n]*OpenAI-compatible ingress listening`, 30*time.Second)
 	up := startM2MD(t, t.TempDir(), "upstream", "--url", ws, "--security", "none", "--agent", "dash-up", "--models", "m1",
 		"--base-url", model.URL+"/v1", "--log-format", "json", "--admin-addr", "127.0.0.1:0")
 	upAdmin := up.waitOutput(`"admin":"(http://127\.0\.0\.1:\d+)"`, 30*time.Second)
