@@ -301,7 +301,9 @@ func (se *session) forwardReply(ch transport.ChannelID, dh *negotiate.DataHeader
 // whole.
 func (srv *Server) deliverReply(rep router.Reply[*session], provRS *router.Session[*session], deliveryID uint64, provCh transport.ChannelID, provider string, batch bool, fr []byte, format frameFormat, start time.Time) (negotiate.ErrorCode, string) {
 	code, message := srv.passReply(rep, provRS, deliveryID, provCh, provider, batch, fr, format, start)
-	srv.reqm.replied(&rep, string(code), fr, format, start)
+	if mark := srv.reqm.replied(&rep, string(code), fr, format, start); mark != rep.Mark {
+		srv.router.Remark(provRS, deliveryID, mark)
+	}
 	return code, message
 }
 

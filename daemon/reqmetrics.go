@@ -44,6 +44,11 @@ var outcomeLabels = [numOutcomes]string{"ok", "error", "cancelled", "failed"}
 
 const outcomeUnrouted = "unrouted"
 
+// markHeaders is set in a delivery's mark once its first reply was a
+// headers reply (docs/protocol.md §4.7), which is no chunk of the answer:
+// the stream's first chunk is then its second reply.
+const markHeaders = 1 << 31
+
 // requestBuckets spans what a model takes: a cached embedding in
 // milliseconds to a long generation in minutes.
 var requestBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300}
@@ -202,6 +207,7 @@ func (r *requestMetrics) mark(requester, provider *router.Session[*session], mod
 // series returns the series of mark, nil for 0 (a request this node does
 // not count: its requester is on another node).
 func (r *requestMetrics) series(mark uint32) *pairSeries {
+	mark &^= markHeaders
 	if mark == 0 || mark > maxPairLabels+1 {
 		return nil
 	}
@@ -226,36 +232,41 @@ func (r *requestMetrics) ended(mark uint32, outcome int) {
 
 // replied counts a reply that arrived at this node at (the read loop's
 // clock, so that the hot path reads no clock of its own) and reached (code
-// "") or failed to reach its requester: a stream's first is its time to
-// first chunk (an answer in one reply has none: its duration says it), the
-// final one ends the request and its header's usage counts its tokens.
-func (r *requestMetrics) replied(rep *router.Reply[*session], code string, fr []byte, format frameFormat, at time.Time) {
+// "") or failed to reach its requester: a stream's first chunk is its time
+// to first chunk (an answer in one reply has none: its duration says it),
+// the final reply ends the request and its header's usage counts its
+// tokens. It returns the delivery's mark from now on: with markHeaders
+// after a headers reply.
+func (r *requestMetrics) replied(rep *router.Reply[*session], code string, fr []byte, format frameFormat, at time.Time) uint32 {
 	s := r.series(rep.Mark)
 	if s == nil {
-		return
+		return rep.Mark
 	}
 	if code != "" {
 		if rep.End {
 			s.ended[outcomeFailed].Inc()
 		}
-		return
+		return rep.Mark
 	}
 	since := at.Sub(rep.Start).Seconds()
 	if !rep.End {
-		if rep.N == 0 {
+		switch {
+		case rep.N == 0 && format == formatM2M && frame.IsHeadersReply(fr):
+			return rep.Mark | markHeaders
+		case rep.N == 0 || rep.N == 1 && rep.Mark&markHeaders != 0:
 			s.ttfc.Observe(since) // a stream's first chunk
 		}
-		return
+		return rep.Mark
 	}
 	s.duration.Observe(since)
 	if format != formatM2M || len(fr) <= frame.OffSchema {
 		s.ended[outcomeOK].Inc()
-		return
+		return rep.Mark
 	}
 	switch frame.Schema(fr[frame.OffSchema]) {
 	case frame.SchemaError:
 		s.ended[outcomeError].Inc()
-		return
+		return rep.Mark
 	case frame.SchemaResponse, frame.SchemaEmbeddingResponse:
 		var h frame.Header
 		if frame.ReadHeader(fr, &h) == nil {
@@ -264,6 +275,7 @@ func (r *requestMetrics) replied(rep *router.Reply[*session], code string, fr []
 		}
 	}
 	s.ended[outcomeOK].Inc()
+	return rep.Mark
 }
 
 // abort is router.Abort for a delivery the daemon ends with an error: the

@@ -162,11 +162,11 @@ func BenchmarkRequestMetrics(b *testing.B) {
 				}
 				rep, _ := rt.RouteReply(d.Provider, d.ID, false)
 				if on {
-					r.replied(&rep, "", final, formatM2M, at)
+					_ = r.replied(&rep, "", final, formatM2M, at)
 				}
 				rep, _ = rt.RouteReply(d.Provider, d.ID, true)
 				if on {
-					r.replied(&rep, "", final, formatM2M, at)
+					_ = r.replied(&rep, "", final, formatM2M, at)
 				}
 			}
 			b.StopTimer()

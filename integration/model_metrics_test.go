@@ -14,10 +14,14 @@ import (
 )
 
 // modelHandler answers by what the request's last message says: "fail"
-// with an error, "stream" with three chunks and a final one, "hold" not until it is
-// cancelled, anything else with one answer whose usage counts 7 + 5 tokens.
+// with an error, "stream" with three chunks and a final one, "hold" not
+// until it is cancelled, anything else with one answer whose usage counts
+// 7 + 5 tokens; a headers reply first when the request asks for one.
 var modelHandler = client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
 	body := string(req.Body)
+	if hw, ok := w.(client.HeaderWriter); ok && req.WantsHeaders {
+		_ = hw.Headers([]byte(`{"x-request-id":"req_1"}`))
+	}
 	switch {
 	case strings.Contains(body, `"content":"fail"`):
 		_ = w.Error(negotiate.CodeNoResponse, "the model is down")
@@ -92,14 +96,22 @@ func TestModelMetrics(t *testing.T) {
 	if _, err := req.Do(ctx, chat("m-chat", "fail", false)); err == nil {
 		t.Fatal("the failing request succeeded")
 	}
-	st, err := req.Stream(ctx, chat("m-chat", "stream", true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := st.Recv(); err != nil {
-			break
+	// Two streams, the second with a headers reply (docs/protocol.md
+	// §4.7) before its first chunk, which is no chunk of the answer; and
+	// an answer in one reply after one.
+	for _, opts := range [][]client.CallOption{nil, {client.ResponseHeaders()}} {
+		st, err := req.Stream(ctx, chat("m-chat", "stream", true), opts...)
+		if err != nil {
+			t.Fatal(err)
 		}
+		for {
+			if _, err := st.Recv(); err != nil {
+				break
+			}
+		}
+	}
+	if _, err := req.Do(ctx, chat("m-chat", "hello", false), client.ResponseHeaders()); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := req.Do(ctx, chat("nobody-serves-this", "hello", false)); remoteCode(err) != negotiate.CodeNoRoute {
 		t.Fatalf("request for an unserved model: %v, want no_route", err)
@@ -124,23 +136,23 @@ func TestModelMetrics(t *testing.T) {
 	}
 
 	d.WaitMetric(t, 1, "m2md_model_requests_total", with("outcome=cancelled")...)
-	d.WaitMetric(t, 3, "m2md_model_requests_total", with("outcome=ok")...)
+	d.WaitMetric(t, 5, "m2md_model_requests_total", with("outcome=ok")...)
 	for _, c := range []struct {
 		name   string
 		labels []string
 		want   float64
 	}{
-		{"m2md_model_requests_total", with("outcome=ok"), 3},
+		{"m2md_model_requests_total", with("outcome=ok"), 5},
 		{"m2md_model_requests_total", with("outcome=error"), 1},
 		{"m2md_model_requests_total", with("outcome=cancelled"), 1},
 		{"m2md_model_requests_total", with("outcome=failed"), 0},
 		{"m2md_model_requests_total", []string{"model=m-lost", "provider=mlost", "outcome=failed"}, 1},
 		// A model no provider registered is not given a label of its own.
 		{"m2md_model_requests_total", []string{"model=other", "provider=", "outcome=unrouted"}, 1},
-		{"m2md_model_request_duration_seconds_count", pair, 4},
-		{"m2md_model_time_to_first_chunk_seconds_count", pair, 1}, // the stream's
-		{"m2md_model_tokens_total", with("type=input"), 14},
-		{"m2md_model_tokens_total", with("type=output"), 10},
+		{"m2md_model_request_duration_seconds_count", pair, 6},
+		{"m2md_model_time_to_first_chunk_seconds_count", pair, 2}, // the streams', once each
+		{"m2md_model_tokens_total", with("type=input"), 21},
+		{"m2md_model_tokens_total", with("type=output"), 15},
 	} {
 		if got := d.Metric(t, c.name, c.labels...); got != c.want {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)

@@ -48,6 +48,17 @@ func TestMarkFollowsTheDelivery(t *testing.T) {
 		t.Errorf("orphans %+v, want one with Mark 104", orphans)
 	}
 
+	// Remark changes what the delivery's later replies and end carry.
+	r3, ss3 := setup(t, Config{}, agentSpec{id: "req"}, agentSpec{id: "p", models: []string{"a"}})
+	r3.SetMarker(func(_, _ *Session[string], _ int) uint32 { return 1 })
+	d = mustRoute(t, r3, ss3["req"], byModel(1, "a"))
+	mustReply(t, r3, ss3["p"], d.ID, false)
+	r3.Remark(ss3["p"], d.ID, 9)
+	if rep := mustReply(t, r3, ss3["p"], d.ID, true); rep.Mark != 9 {
+		t.Errorf("after Remark: Mark %d, want 9", rep.Mark)
+	}
+	r3.Remark(ss3["p"], d.ID, 10) // ended: nothing to change, and no panic
+
 	// A requester that left: the final reply is not routed, but says which
 	// delivery it ended.
 	r2, ss2 := setup(t, Config{}, agentSpec{id: "req"}, agentSpec{id: "p", models: []string{"a"}})

@@ -46,6 +46,12 @@ type Marker[S any] func(requester, provider *Session[S], model int) uint32
 // every Mark is 0.
 func (r *Router[S]) SetMarker(m Marker[S]) { r.marker = m }
 
+// Remark replaces the mark of provider's delivery deliveryID, if it is
+// still open: its later replies and its end carry the new one.
+func (r *Router[S]) Remark(provider *Session[S], deliveryID uint64, mark uint32) {
+	provider.remark(deliveryID, mark, r.shift)
+}
+
 // New returns an empty router.
 func New[S any](cfg Config) *Router[S] {
 	cfg = cfg.effective()

@@ -284,6 +284,15 @@ func (s *Session[S]) keep(id uint64, k Kept, shift uint) bool {
 	return true
 }
 
+// remark sets the mark of delivery id, if open.
+func (s *Session[S]) remark(id uint64, mark uint32, shift uint) {
+	s.provMu.Lock()
+	if sl, _ := s.slotLocked(id, shift); sl != nil {
+		sl.mark = mark
+	}
+	s.provMu.Unlock()
+}
+
 // setProviderChannel records the channel of delivery id and whether it
 // carried an extension block.
 func (s *Session[S]) setProviderChannel(id, ch uint64, ext bool, shift uint) {
