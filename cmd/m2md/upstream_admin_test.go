@@ -33,6 +33,7 @@ func httpGet(t *testing.T, url string) (int, string) {
 // and, with --pprof, the profiles.
 func TestCLIUpstreamAdmin(t *testing.T) {
 	model := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Request-Id", "req_7")
 		if b, _ := io.ReadAll(r.Body); strings.Contains(string(b), `"stream":true`) {
 			w.Header().Set("Content-Type", "text/event-stream")
 			io.WriteString(w, "data: {\"id\":\"x\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n")
@@ -76,7 +77,9 @@ func TestCLIUpstreamAdmin(t *testing.T) {
 	if _, err := c.Do(ctx, []byte(`{"model":"m1","messages":[{"role":"user","content":"hi"}]}`)); err != nil {
 		t.Fatal(err)
 	}
-	st, err := c.Stream(ctx, []byte(`{"model":"m1","stream":true,"messages":[{"role":"user","content":"hi"}]}`))
+	// The server's headers still reach a requester that asks for them,
+	// and are no chunk of the answer.
+	st, err := c.Stream(ctx, []byte(`{"model":"m1","stream":true,"messages":[{"role":"user","content":"hi"}]}`), client.ResponseHeaders())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +87,9 @@ func TestCLIUpstreamAdmin(t *testing.T) {
 		if _, err := st.Recv(); err != nil {
 			break
 		}
+	}
+	if h := string(st.Headers()); !strings.Contains(h, `"x-request-id":"req_7"`) {
+		t.Errorf("headers reply through the counted upstream: %q", h)
 	}
 	// Counted once the reply is written: the requester may have it first.
 	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {

@@ -2,6 +2,7 @@ package upstream
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -156,6 +157,18 @@ func (w *countingWriter) sent(err error, final, failed bool) error {
 		}
 	}
 	return nil
+}
+
+// errNoHeaders: the wrapped ResponseWriter cannot send a headers reply.
+var errNoHeaders = errors.New("upstream: the response writer sends no headers reply")
+
+// Headers passes the headers reply on (client.HeaderWriter): it is no
+// chunk of the answer, so it counts for nothing.
+func (w *countingWriter) Headers(json []byte) error {
+	if hw, ok := w.ResponseWriter.(client.HeaderWriter); ok {
+		return hw.Headers(json)
+	}
+	return errNoHeaders
 }
 
 func (w *countingWriter) Chunk(json []byte) error {
