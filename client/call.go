@@ -465,7 +465,8 @@ func (c *Client) start(ctx context.Context, payload []byte, raw bool, opts []Cal
 		flags = negotiate.FlagOnce
 	}
 	id := c.newRequestID()
-	o, err := newOutgoing(flags, id, co.to, len(payload))
+	var tb [negotiate.MaxTraceLen]byte
+	o, err := newTracedOutgoing(flags, id, co.to, s.appendTrace(tb[:0], ctx), len(payload))
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ import (
 // in every HELLO unless Options.DisableFeatures names them.
 func Features() []negotiate.Feature { return slices.Clone(features) }
 
-var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureDelta, negotiate.FeatureTNSealed, negotiate.FeatureBatch, negotiate.FeatureCompact, negotiate.FeatureSharedStream, negotiate.FeatureOnce}
+var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureDelta, negotiate.FeatureTNSealed, negotiate.FeatureBatch, negotiate.FeatureCompact, negotiate.FeatureSharedStream, negotiate.FeatureOnce, negotiate.FeatureTrace}
 
 // Defaults of Options.
 const (

@@ -209,6 +209,11 @@ func (s *session) handleData(msg transport.Message) {
 		s.protocolError(fmt.Errorf("%w: BATCH in a session without feature batch", negotiate.ErrBadDataHeader))
 		return
 	}
+	if len(hdr.Trace) > 0 && !s.info.Params.Has(negotiate.FeatureTrace) {
+		msg.Release()
+		s.protocolError(fmt.Errorf("%w: TRACE in a session without feature trace", negotiate.ErrBadDataHeader))
+		return
+	}
 	st := &s.c.stats
 	st.framesReceived.Add(1)
 	st.wireReceived.Add(uint64(len(msg.Data)))
@@ -355,6 +360,7 @@ func (s *session) handleRequest(hdr negotiate.DataHeader, msg transport.Message,
 		return
 	}
 	d := newDelivery(s, id, ch, string(hdr.Peer))
+	d.ctx = withRemoteTrace(d.ctx, hdr.Trace)
 	d.batch = hdr.IsBatch()
 	s.mu.Lock()
 	switch {

@@ -25,8 +25,14 @@ type outgoing struct {
 }
 
 func newOutgoing(flags negotiate.DataFlags, id uint64, peer string, sizeHint int) (outgoing, error) {
-	buf := bufpool.Get(negotiate.MaxDataHeaderLen + sizeHint + frameSlack)
-	b, err := negotiate.AppendDataHeader((*buf)[:0], flags, id, peer)
+	return newTracedOutgoing(flags, id, peer, nil, sizeHint)
+}
+
+// newTracedOutgoing is newOutgoing for a request with a trace block (nil:
+// none, docs/protocol.md §4.8).
+func newTracedOutgoing(flags negotiate.DataFlags, id uint64, peer string, trace []byte, sizeHint int) (outgoing, error) {
+	buf := bufpool.Get(negotiate.MaxDataHeaderLen + len(trace) + sizeHint + frameSlack)
+	b, err := negotiate.AppendTracedDataHeader((*buf)[:0], flags, id, peer, trace)
 	if err != nil {
 		bufpool.Put(buf)
 		return outgoing{}, fmt.Errorf("client: %w", err)

@@ -167,7 +167,8 @@ func (st *Stream) resend() error {
 	}
 	doc := t.d[:t.reqLen]
 	id := c.newRequestID()
-	o, err := newOutgoing(0, id, st.to, len(doc))
+	var tb [negotiate.MaxTraceLen]byte
+	o, err := newTracedOutgoing(0, id, st.to, s.appendTrace(tb[:0], st.ctx), len(doc))
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"unsafe"
+
+	"github.com/m2md/m2md/negotiate"
 )
 
 // Messages on the cluster's subjects. Every message is authenticated by the
@@ -18,7 +20,7 @@ import (
 //
 // The data messages inside a seal:
 //
-//	request: 0x01 | seq u64 | w u64 | algo u8 | len u8 | from node | len u8 | org | len u8 | requester | len u8 | target | frame
+//	request: 0x01 | seq u64 | w u64 | algo u8 | len u8 | from node | len u8 | org | len u8 | requester | len u8 | target | [trace] | frame
 //	reply:   0x02 | seq u64 | w u64 | n u32 | flags u8 | algo u8 | len u8 | from node | len u8 | provider | frame
 //	cancel:  0x04 | seq u64 | w u64 | len u8 | from node
 //	notice:  0x05 | seq u64 | w u64 | about u64 | len u8 | from node | len u8 | code | message
@@ -29,7 +31,10 @@ import (
 // The frame is the one the sending daemon verified, without its session's
 // protection: the seal is what protects it between nodes, and the
 // delivering node protects it again for its session. from must be the
-// node of the seal.
+// node of the seal. A traced request sets bit 7 (0x80) of its algo byte and
+// carries, after target, the trace block of docs/protocol.md §4.8 (26 to
+// 281 bytes): the sending node's span, the parent of the delivering
+// node's.
 //
 // w is the requesting node's id for the request (see Handler). n is a
 // reply's place among the request's replies, from 0 (Unnumbered for an
@@ -56,6 +61,9 @@ const (
 	kindVoid    = 0x08
 
 	flagEnd = 0x01
+
+	// algoTrace, in a request's algo byte: a trace block follows target.
+	algoTrace = 0x80
 )
 
 // Unnumbered is Reply.N of an error the provider's node made itself (the
@@ -75,7 +83,10 @@ type Request struct {
 	Requester string // the requesting agent's id (the provider sees it as peer)
 	Target    string // the provider's agent id
 	Algo      int8   // 0 M2M frame, 1 TokenNative (as the daemon's DATA path)
-	Frame     []byte // valid only during the Handler call
+	// Trace is the request's trace block (docs/protocol.md §4.8), nil if
+	// not traced; valid only during the Handler call.
+	Trace []byte
+	Frame []byte // valid only during the Handler call
 	// Shed (not on the wire): the request found Config.Inbox messages or
 	// Config.InboxBytes bytes waiting in the node's inbox, so the Handler
 	// answers it with an error instead of delivering it. Frame is nil:
@@ -149,7 +160,14 @@ func appendRequest(b []byte, r *Request) ([]byte, error) {
 	b = append(b, kindRequest)
 	b = binary.BigEndian.AppendUint64(b, r.Seq)
 	b = binary.BigEndian.AppendUint64(b, r.W)
-	b = append(b, byte(r.Algo))
+	algo := byte(r.Algo)
+	if len(r.Trace) > 0 {
+		if _, err := negotiate.ParseTrace(r.Trace); err != nil {
+			return b, fmt.Errorf("cluster: %w", err)
+		}
+		algo |= algoTrace
+	}
+	b = append(b, algo)
 	b, err := appendStr(b, r.From)
 	if err != nil {
 		return b, err
@@ -162,6 +180,7 @@ func appendRequest(b []byte, r *Request) ([]byte, error) {
 			return b, err
 		}
 	}
+	b = append(b, r.Trace...)
 	return append(b, r.Frame...), nil
 }
 
@@ -312,7 +331,8 @@ func decodeRequest(b []byte, r *Request) error {
 	}
 	r.Seq = binary.BigEndian.Uint64(b[1:9])
 	r.W = binary.BigEndian.Uint64(b[9:17])
-	r.Algo = int8(b[17])
+	traced := b[17]&algoTrace != 0
+	r.Algo = int8(b[17] &^ algoTrace)
 	if r.Seq == 0 || r.W == 0 || r.Algo < 0 || r.Algo > 1 {
 		return ErrMalformed
 	}
@@ -329,6 +349,14 @@ func decodeRequest(b []byte, r *Request) error {
 	}
 	if r.Target, rest, err = readStr(rest); err != nil {
 		return err
+	}
+	r.Trace = nil
+	if traced {
+		n, err := negotiate.TraceLen(rest)
+		if err != nil {
+			return ErrMalformed
+		}
+		r.Trace, rest = rest[:n:n], rest[n:]
 	}
 	if len(rest) == 0 {
 		return ErrMalformed

@@ -4,7 +4,59 @@ import (
 	"bytes"
 	"errors"
 	"testing"
+
+	"github.com/m2md/m2md/negotiate"
 )
+
+// testTrace is a trace block (docs/protocol.md §4.8) with a tracestate.
+func testTrace(t testing.TB) []byte {
+	b, err := negotiate.AppendTrace(nil, &negotiate.Trace{TraceID: [16]byte{1, 15: 2}, SpanID: [8]byte{3, 7: 4}, Flags: 1, State: "k=v"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// A traced request carries its trace block between target and frame,
+// flagged in its algo byte; a malformed block is refused.
+func TestWireTracedRequest(t *testing.T) {
+	tr := testTrace(t)
+	in := Request{Seq: 5, From: "node-a", W: 77, Requester: "req", Target: "prov", Algo: 1, Trace: tr, Frame: []byte("#M2M|1|frame")}
+	b, err := appendRequest(nil, &in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b[17] != 0x81 {
+		t.Fatalf("algo byte %#02x, want 81", b[17])
+	}
+	var out Request
+	if err := decodeRequest(b, &out); err != nil || !bytes.Equal(out.Trace, tr) || out.Algo != 1 || !bytes.Equal(out.Frame, in.Frame) {
+		t.Fatalf("traced request: %+v, %v", out, err)
+	}
+	// Untraced: no bit, no block, and a decoded Request forgets an
+	// earlier one's trace.
+	in.Trace = nil
+	if b, err = appendRequest(nil, &in); err != nil || b[17] != 1 {
+		t.Fatalf("untraced algo byte %#02x, %v", b[17], err)
+	}
+	if err := decodeRequest(b, &out); err != nil || out.Trace != nil {
+		t.Fatalf("untraced request: %+v, %v", out, err)
+	}
+	in.Trace = tr[:20]
+	if _, err := appendRequest(nil, &in); err == nil {
+		t.Fatal("a truncated trace block was encoded")
+	}
+	in.Trace = tr
+	b, _ = appendRequest(nil, &in)
+	bad := bytes.Clone(b)
+	copy(bad[len(b)-len(in.Frame)-len(tr):], make([]byte, 16))
+	if decodeRequest(bad, &out) == nil {
+		t.Fatal("decoded a zero trace-id")
+	}
+	if decodeRequest(b[:len(b)-len(in.Frame)-10], &out) == nil {
+		t.Fatal("decoded a truncated trace block")
+	}
+}
 
 func TestWireRoundTrip(t *testing.T) {
 	in := Request{Seq: 5, From: "node-a", W: 77, Org: "acme", Requester: "req", Target: "prov", Algo: 1, Frame: []byte("#M2M|1|frame")}
@@ -106,6 +158,8 @@ func FuzzDecode(f *testing.F) {
 	rep, _ := appendReply(nil, &Reply{Seq: 2, From: "b", W: 2, End: true, Provider: "p", Frame: []byte{0}})
 	f.Add(req)
 	f.Add(rep)
+	traced, _ := appendRequest(nil, &Request{Seq: 1, From: "a", W: 1, Requester: "r", Target: "p", Trace: testTrace(f), Frame: []byte("#M2M")})
+	f.Add(traced)
 	cn, _ := appendCancel(nil, &Cancel{Seq: 3, From: "a", W: 9})
 	f.Add(cn)
 	nt, _ := appendNotice(nil, &Notice{Seq: 4, From: "b", W: 3, About: 2, Code: "queue_full", Message: "m"})

@@ -244,7 +244,7 @@ func (cs *clusterState) NodeDown(node string) {
 
 // forwardRemote sends a request routed to a remote agent's proxy to the
 // agent's node.
-func (se *session) forwardRemote(dh *negotiate.DataHeader, fr []byte, format frameFormat, d router.Delivery[*session], start time.Time) {
+func (se *session) forwardRemote(fr []byte, format frameFormat, trace []byte, d router.Delivery[*session], start time.Time) {
 	srv := se.srv
 	prov := d.Provider.Value()
 	n := prov.remote
@@ -252,7 +252,7 @@ func (se *session) forwardRemote(dh *negotiate.DataHeader, fr []byte, format fra
 	n.mu.Lock()
 	n.pending[w] = pendingRequest{proxy: prov, delivery: d.ID}
 	n.mu.Unlock()
-	err := srv.cluster.c.SendRequest(n.name, &cluster.Request{W: w, Org: se.neg.Org, Requester: se.agent, Target: prov.agent, Algo: int8(format), Frame: fr})
+	err := srv.cluster.c.SendRequest(n.name, &cluster.Request{W: w, Org: se.neg.Org, Requester: se.agent, Target: prov.agent, Algo: int8(format), Frame: fr, Trace: trace})
 	if err != nil {
 		n.mu.Lock()
 		delete(n.pending, w)
@@ -307,10 +307,10 @@ func (cs *clusterState) Request(r *cluster.Request) {
 		fail(negotiate.CodeShutdown, "daemon shutting down")
 		return
 	}
+	var h frame.Header
 	if r.Algo == 0 {
 		// The sending node verified the frame; its header must still be
 		// readable before anything is handed to a provider.
-		var h frame.Header
 		if err := frame.ReadHeader(r.Frame, &h); err != nil {
 			fail(negotiate.CodeBadFrame, "frame header unreadable")
 			return
@@ -333,7 +333,11 @@ func (cs *clusterState) Request(r *cluster.Request) {
 		}
 		return
 	}
-	srv.deliverRequest(d, r.Requester, false, r.Frame, frameFormat(r.Algo), start)
+	var trace []byte
+	if len(r.Trace) > 0 {
+		trace = srv.traceDelivery(d, r.Trace, h.Model, r.Requester, start)
+	}
+	srv.deliverRequest(d, r.Requester, false, r.Frame, frameFormat(r.Algo), trace, start)
 }
 
 // announced reports whether node announced agent id of org (and is its

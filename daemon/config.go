@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/cluster"
@@ -21,7 +22,7 @@ import (
 // to every client that lists them in HELLO (docs/protocol.md §3.6).
 func Features() []negotiate.Feature { return slices.Clone(features) }
 
-var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureDelta, negotiate.FeatureTNSealed, negotiate.FeatureBatch, negotiate.FeatureCompact, negotiate.FeatureSharedStream, negotiate.FeatureOnce}
+var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureDelta, negotiate.FeatureTNSealed, negotiate.FeatureBatch, negotiate.FeatureCompact, negotiate.FeatureSharedStream, negotiate.FeatureOnce, negotiate.FeatureTrace}
 
 // The daemon's own defaults. Every one is a Config field and an `m2md
 // serve` flag. The protocol's defaults and ranges (max_payload, the
@@ -249,6 +250,12 @@ type Config struct {
 	// (docs/operations.md, "Cluster"). The zero value is a single node with
 	// no NATS at all.
 	Cluster cluster.Config
+
+	// TracerProvider records a span for each routed request that carries a
+	// trace context (docs/operations.md, "Traces"); nil records none, and
+	// the trace context passes on unchanged. m2md serve sets it from the
+	// OTEL_* environment (internal/telemetry).
+	TracerProvider trace.TracerProvider
 
 	// Logger receives structured logs; it never receives payloads or keys.
 	// The zero value discards them.

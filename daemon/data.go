@@ -96,21 +96,27 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 		se.sendError(ch, dh.RequestID, flags, code, routeMessage(code, dh, h, &req, ext), busyPeer(code, dh, &req))
 		return
 	}
+	var trace []byte
+	if len(dh.Trace) > 0 {
+		trace = srv.traceDelivery(d, dh.Trace, h.Model, se.agent, start)
+	}
 	if d.Provider.Value().remote != nil {
-		se.forwardRemote(dh, fr, format, d, start)
+		se.forwardRemote(fr, format, trace, d, start)
 	} else {
-		srv.deliverRequest(d, se.agent, se.takesBatches(), fr, format, start)
+		srv.deliverRequest(d, se.agent, se.takesBatches(), fr, format, trace, start)
 	}
 	if mayFailover(dh, &req, format) {
 		// After the delivery: one that failed has ended, and keeps nothing.
-		srv.keepForFailover(d, fr, format, h.Model, start)
+		srv.keepForFailover(d, fr, format, h.Model, dh.Trace, start)
 	}
 }
 
 // deliverRequest hands a routed request to its (local) provider, addressed
 // from requester; on failure the requester gets the error. batch: the
-// requester takes batched stream chunks (takesBatches).
-func (srv *Server) deliverRequest(d router.Delivery[*session], requester string, batch bool, fr []byte, format frameFormat, start time.Time) {
+// requester takes batched stream chunks (takesBatches). trace is the trace
+// block to send with it, nil if none; a provider without feature trace
+// gets the request without it.
+func (srv *Server) deliverRequest(d router.Delivery[*session], requester string, batch bool, fr []byte, format frameFormat, trace []byte, start time.Time) {
 	prov := d.Provider.Value()
 	fail := func(code negotiate.ErrorCode, message string) {
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
@@ -154,7 +160,10 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 	if batch && prov.takesBatches() {
 		flags = negotiate.FlagBatch
 	}
-	m, ok := buildData(pch, flags, d.ID, requester, fr, format)
+	if !prov.neg.Params.Has(negotiate.FeatureTrace) {
+		trace = nil
+	}
+	m, ok := buildTracedData(pch, flags, d.ID, requester, trace, fr, format)
 	if !ok {
 		prov.conn.ReleaseChannel(pch)
 		fail(negotiate.CodeBadFrame, "request cannot be addressed")
@@ -492,8 +501,14 @@ func (se *session) sendError(ch transport.ChannelID, requestID uint64, flags neg
 // buildData writes a DATA message with fr into a pooled buffer that has
 // room for the tag the writer may append.
 func buildData(ch transport.ChannelID, flags negotiate.DataFlags, requestID uint64, peer string, fr []byte, format frameFormat) (outMsg, bool) {
-	p := bufpool.Get(negotiate.MaxDataHeaderLen + len(fr) + tailroom)
-	b, err := negotiate.AppendDataHeader((*p)[:0], flags, requestID, peer)
+	return buildTracedData(ch, flags, requestID, peer, nil, fr, format)
+}
+
+// buildTracedData is buildData with a trace block in the header (nil:
+// none).
+func buildTracedData(ch transport.ChannelID, flags negotiate.DataFlags, requestID uint64, peer string, trace, fr []byte, format frameFormat) (outMsg, bool) {
+	p := bufpool.Get(negotiate.MaxDataHeaderLen + len(trace) + len(fr) + tailroom)
+	b, err := negotiate.AppendTracedDataHeader((*p)[:0], flags, requestID, peer, trace)
 	if err != nil {
 		bufpool.Put(p)
 		return outMsg{}, false

@@ -52,6 +52,11 @@ func readData(in *dataIn, msg []byte, ch uint32, recv *negotiate.Sealer, params 
 		// (docs/protocol.md §4, "Failover").
 		return refusal{protocol: true, message: "ONCE flag in a session without feature once"}
 	}
+	if len(dh.Trace) > 0 && !params.Has(negotiate.FeatureTrace) {
+		// An unknown flag bit where the feature was not negotiated
+		// (docs/protocol.md §4.8).
+		return refusal{protocol: true, message: "TRACE flag in a session without feature trace"}
+	}
 	in.dh = dh
 	form, err := negotiate.ReadFrameForm(fr)
 	if err != nil {

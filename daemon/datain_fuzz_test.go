@@ -19,7 +19,7 @@ var fuzzModes = [3]frame.Security{frame.SecurityNone, frame.SecurityHMAC, frame.
 // header, the frame's form, verification or decryption and sequence, the
 // sealed TokenNative envelope, the frame header and every refusal rule)
 // with arbitrary messages, in each security mode, with and without
-// tn_sealed, delta, batch and compact (in which Seal writes a frame with a
+// tn_sealed, delta, batch, once, trace and compact (in which Seal writes a frame with a
 // block in the compact form, §4.5). seal asks the fuzzer to protect the message's frame first (1:
 // as an M2M v1 frame, 2: as a sealed TokenNative envelope), as a sender
 // holding the session's key would. Nothing may panic, every verdict must be
@@ -80,6 +80,20 @@ func FuzzReadData(f *testing.F) {
 	f.Add(byte(0), byte(16), uint32(4), byte(1), append(hdr(negotiate.FlagOnce, 5, ""), m2m...))
 	f.Add(byte(2), byte(0), uint32(4), byte(1), append(hdr(negotiate.FlagOnce, 5, ""), m2m...))
 	f.Add(byte(2), byte(2), uint32(4), byte(1), append(hdr(negotiate.FlagReply|negotiate.FlagBatch, 77, ""), m2m...))
+	// Traced requests (feature trace, §4.8), with and without the feature;
+	// a sealed envelope authenticates the block.
+	block, err := negotiate.AppendTrace(nil, &negotiate.Trace{TraceID: [16]byte{1, 15: 2}, SpanID: [8]byte{3}, Flags: 1, State: "a=b"})
+	if err != nil {
+		f.Fatal(err)
+	}
+	traced, err := negotiate.AppendTracedDataHeader(nil, 0, 9, "", block)
+	if err != nil {
+		f.Fatal(err)
+	}
+	for _, feats := range []byte{32, 33, 0} {
+		f.Add(byte(2), feats, uint32(4), byte(1), append(bytes.Clone(traced), m2m...))
+		f.Add(byte(1), feats, uint32(4), byte(2), append(bytes.Clone(traced), 0x00, 0x81, 0x01))
+	}
 	f.Add(byte(0), byte(2), uint32(4), byte(0), append(hdr(negotiate.FlagReply|negotiate.FlagBatch, 77, ""), 0x00, 0x81, 0x01))
 	f.Fuzz(func(t *testing.T, mode, features byte, ch uint32, seal byte, msg []byte) {
 		sm := fuzzModes[int(mode)%len(fuzzModes)]
@@ -103,6 +117,9 @@ func FuzzReadData(f *testing.F) {
 		}
 		if features&16 != 0 {
 			params.Features = append(params.Features, negotiate.FeatureOnce)
+		}
+		if features&32 != 0 {
+			params.Features = append(params.Features, negotiate.FeatureTrace)
 		}
 		if features&8 != 0 {
 			params.Features = append(params.Features, negotiate.FeatureCompact)
@@ -136,8 +153,10 @@ func FuzzReadData(f *testing.F) {
 		// ONCE is an unknown bit without feature once (docs/protocol.md
 		// §4, "Failover").
 		badOnce := perr == nil && dh.IsOnce() && !params.Has(negotiate.FeatureOnce)
-		if ref.protocol != (perr != nil || badBatch || badOnce) {
-			t.Fatalf("protocol error %v, ParseData %v, BATCH misused %v, ONCE misused %v", ref.protocol, perr, badBatch, badOnce)
+		// So is TRACE without feature trace (docs/protocol.md §4.8).
+		badTrace := perr == nil && len(dh.Trace) > 0 && !params.Has(negotiate.FeatureTrace)
+		if ref.protocol != (perr != nil || badBatch || badOnce || badTrace) {
+			t.Fatalf("protocol error %v, ParseData %v, BATCH misused %v, ONCE misused %v, TRACE misused %v", ref.protocol, perr, badBatch, badOnce, badTrace)
 		}
 		if ref.protocol {
 			if ref.code != "" || after != before {

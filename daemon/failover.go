@@ -38,6 +38,9 @@ type keptRequest struct {
 	format frameFormat
 	model  string
 	start  time.Time
+	// trace is the request's trace block as it arrived, empty if none: a
+	// request delivered again is traced again.
+	trace []byte
 }
 
 var keptPool = sync.Pool{New: func() any { return new(keptRequest) }}
@@ -46,7 +49,7 @@ var keptPool = sync.Pool{New: func() any { return new(keptRequest) }}
 func (k *keptRequest) Drop() {
 	k.srv.keptBytes.Add(-int64(len(*k.buf)))
 	bufpool.Put(k.buf)
-	*k = keptRequest{}
+	*k = keptRequest{trace: k.trace[:0]}
 	keptPool.Put(k)
 }
 
@@ -61,7 +64,7 @@ func mayFailover(dh *negotiate.DataHeader, req *router.Request, format frameForm
 // keepForFailover keeps a copy of fr beside delivery d, within the
 // budget. A delivery that has already ended or been answered keeps
 // nothing (router.Keep).
-func (srv *Server) keepForFailover(d router.Delivery[*session], fr []byte, format frameFormat, model []byte, start time.Time) {
+func (srv *Server) keepForFailover(d router.Delivery[*session], fr []byte, format frameFormat, model, trace []byte, start time.Time) {
 	if srv.cfg.FailoverBytes < 0 {
 		return
 	}
@@ -75,6 +78,7 @@ func (srv *Server) keepForFailover(d router.Delivery[*session], fr []byte, forma
 	k.srv, k.format, k.model, k.start = srv, format, string(model), start
 	k.buf = bufpool.Get(len(fr))
 	copy(*k.buf, fr)
+	k.trace = append(k.trace, trace...)
 	if !srv.router.Keep(d.Provider, d.ID, k) {
 		k.Drop()
 	}
@@ -106,10 +110,14 @@ func (srv *Server) failOver(o router.Orphan[*session], from, reason string) bool
 	rq.log.Debug().Str("from", from).Str("to", d.Provider.AgentID()).Str("reason", reason).
 		Uint64("request_id", o.RequestID).Msg("request failed over")
 	fr := *k.buf
+	var trace []byte
+	if len(k.trace) > 0 {
+		trace = srv.traceDelivery(d, k.trace, []byte(k.model), rq.agent, k.start)
+	}
 	if d.Provider.Value().remote != nil {
-		rq.forwardRemote(&negotiate.DataHeader{RequestID: o.RequestID}, fr, k.format, d, k.start)
+		rq.forwardRemote(fr, k.format, trace, d, k.start)
 	} else {
-		srv.deliverRequest(d, rq.agent, rq.takesBatches(), fr, k.format, k.start)
+		srv.deliverRequest(d, rq.agent, rq.takesBatches(), fr, k.format, trace, k.start)
 	}
 	return true
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/cluster"
@@ -36,6 +37,8 @@ type Server struct {
 	affinity *affinityMap
 	// cluster is nil unless Config.Cluster enables one.
 	cluster *clusterState
+	// tracer records the spans of traced requests; nil: none (trace.go).
+	tracer trace.Tracer
 
 	tlsConf     *tls.Config
 	fingerprint string
@@ -114,6 +117,7 @@ func New(cfg Config) (*Server, error) {
 		neg:      neg,
 		router:   router.New[*session](router.Config{MaxRequests: cfg.MaxOutstanding, MaxDeliveries: cfg.MaxOutstanding}),
 		affinity: newAffinityMap(cfg.AffinityEntries),
+		tracer:   tracerOf(cfg.TracerProvider),
 		ready:    make(chan struct{}),
 		crash:    make(chan struct{}),
 		sessions: make(map[*session]struct{}),

@@ -29,15 +29,19 @@ const (
 	// another provider when its provider is lost before replying. Never
 	// on a reply.
 	FlagOnce DataFlags = 1 << 4
+	// FlagTrace (feature trace, docs/protocol.md §4.8): a trace block
+	// (W3C trace context) follows the peer. Never on a reply.
+	FlagTrace DataFlags = 1 << 5
 
-	knownDataFlags = FlagReply | FlagEnd | FlagNotice | FlagBatch | FlagOnce
+	knownDataFlags = FlagReply | FlagEnd | FlagNotice | FlagBatch | FlagOnce | FlagTrace
 )
 
 func (f DataFlags) valid() bool {
 	return f&^knownDataFlags == 0 && (f&FlagEnd == 0 || f&FlagReply != 0) &&
 		(f&FlagNotice == 0 || f&(FlagReply|FlagEnd) == FlagReply|FlagEnd) &&
 		(f&FlagBatch == 0 || f&FlagEnd == 0) &&
-		(f&FlagOnce == 0 || f&FlagReply == 0)
+		(f&FlagOnce == 0 || f&FlagReply == 0) &&
+		(f&FlagTrace == 0 || f&FlagReply == 0)
 }
 
 // IsOnce reports FlagOnce.
@@ -50,6 +54,9 @@ const (
 	// MaxDataHeaderLen is the longest DATA header: kind, flags, a 10-byte
 	// request id, the peer length and a 128-byte peer.
 	MaxDataHeaderLen = 1 + 1 + maxUvarintLen + 1 + MaxPeerLen
+	// MaxTracedDataHeaderLen is the longest DATA header with a trace
+	// block (docs/protocol.md §4.8).
+	MaxTracedDataHeaderLen = MaxDataHeaderLen + MaxTraceLen
 
 	maxUvarintLen = 10
 )
@@ -61,6 +68,9 @@ type DataHeader struct {
 	// Peer aliases the parsed message: copy it to keep it beyond the
 	// message's lifetime. Empty means "route by model" in a request.
 	Peer []byte
+	// Trace is the request's trace block (FlagTrace, docs/protocol.md
+	// §4.8), checked and aliasing the message; nil when not traced.
+	Trace []byte
 }
 
 // IsReply reports FlagReply.
@@ -79,6 +89,27 @@ func (h *DataHeader) IsEnd() bool { return h.Flags&FlagEnd != 0 }
 // dst; the frame follows it. It refuses what ParseData would refuse, so a
 // sender cannot emit a message its peer must drop.
 func AppendDataHeader(dst []byte, flags DataFlags, requestID uint64, peer string) ([]byte, error) {
+	if flags&FlagTrace != 0 {
+		return dst, fmt.Errorf("%w: FlagTrace without a trace block (AppendTracedDataHeader)", ErrBadDataHeader)
+	}
+	return appendDataHeader(dst, flags, requestID, peer, nil)
+}
+
+// AppendTracedDataHeader is AppendDataHeader for a traced request: it sets
+// FlagTrace and writes trace, a block from AppendTrace or a DataHeader.Trace
+// (docs/protocol.md §4.8), after the peer. An empty trace writes an
+// untraced header.
+func AppendTracedDataHeader(dst []byte, flags DataFlags, requestID uint64, peer string, trace []byte) ([]byte, error) {
+	if len(trace) == 0 {
+		return AppendDataHeader(dst, flags, requestID, peer)
+	}
+	if n, err := traceLen(trace); err != nil || n != len(trace) {
+		return dst, fmt.Errorf("%w: trace block of %d bytes is malformed", ErrBadDataHeader, len(trace))
+	}
+	return appendDataHeader(dst, flags|FlagTrace, requestID, peer, trace)
+}
+
+func appendDataHeader(dst []byte, flags DataFlags, requestID uint64, peer string, trace []byte) ([]byte, error) {
 	if !flags.valid() {
 		return dst, fmt.Errorf("%w: flags %#02x", ErrBadDataHeader, uint8(flags))
 	}
@@ -96,7 +127,8 @@ func AppendDataHeader(dst []byte, flags DataFlags, requestID uint64, peer string
 	dst = append(dst, byte(KindData), byte(flags))
 	dst = appendUvarint(dst, requestID)
 	dst = append(dst, byte(len(peer)))
-	return append(dst, peer...), nil
+	dst = append(dst, peer...)
+	return append(dst, trace...), nil
 }
 
 // AppendData appends a whole DATA message: header and frame. The frame must
@@ -154,6 +186,14 @@ func ParseData(msg []byte) (DataHeader, []byte, error) {
 		}
 	}
 	pos += peerLen
+	if h.Flags&FlagTrace != 0 {
+		n, err := traceLen(msg[pos:])
+		if err != nil {
+			return h, nil, fmt.Errorf("%w: %w", ErrBadDataHeader, err)
+		}
+		h.Trace = msg[pos : pos+n : pos+n]
+		pos += n
+	}
 	if pos == len(msg) {
 		return h, nil, fmt.Errorf("%w: no frame", ErrBadDataHeader)
 	}

@@ -189,6 +189,19 @@ func FuzzParseData(f *testing.F) {
 		}
 		f.Add(msg)
 	}
+	tr := &Trace{TraceID: [16]byte{0x4b, 0xf9, 15: 0x36}, SpanID: [8]byte{0x00, 0xf0, 7: 0xb7}, Flags: 1, State: "congo=t61rcWkgMzE"}
+	for _, st := range []string{"", tr.State} {
+		tr.State = st
+		block, err := AppendTrace(nil, tr)
+		if err != nil {
+			f.Fatal(err)
+		}
+		msg, err := AppendTracedDataHeader(nil, 0, 7, "", block)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(append(msg, frame...))
+	}
 	for _, s := range []string{"", "02", "0200", "020080", "0200810000", "0200ffffffffffffffffff0200", "0202010023", "02000105616c69636523", "0211010023", "0218010023"} {
 		f.Add(unhex(f, s))
 	}
@@ -201,7 +214,8 @@ func FuzzParseData(f *testing.F) {
 			return
 		}
 		// One encoding per header: writing it back gives the same bytes.
-		out, err := AppendData(nil, h.Flags, h.RequestID, string(h.Peer), frame)
+		out, err := AppendTracedDataHeader(nil, h.Flags&^FlagTrace, h.RequestID, string(h.Peer), h.Trace)
+		out = append(out, frame...)
 		if err != nil {
 			t.Fatalf("parsed header does not re-encode: %v", err)
 		}

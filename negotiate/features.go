@@ -36,6 +36,9 @@ const (
 	// side then sends all its requests on one stream it opened
 	// (transport.ShareDataChannel). Nothing changes on WebSocket.
 	FeatureSharedStream Feature = "shared_stream"
+	// FeatureTrace: a request may carry the W3C trace context of its
+	// sender's span (FlagTrace and a trace block, docs/protocol.md §4.8).
+	FeatureTrace Feature = "trace"
 	// FeatureTNSealed: TokenNative frames in hmac and aead sessions, in a
 	// sealed envelope (docs/protocol.md §4.2).
 	FeatureTNSealed Feature = "tn_sealed"

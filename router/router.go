@@ -328,6 +328,7 @@ func (r *Router[S]) close(s *Session[S]) []Orphan[S] {
 	for _, sl := range open {
 		// A requester that left too has nobody to tell; its request ids
 		// are gone with it.
+		sl.endSpan(OutcomeProviderGone)
 		if sl.requester.closed.Load() {
 			sl.dropKept()
 			continue
@@ -446,6 +447,35 @@ func (r *Router[S]) Keep(provider *Session[S], deliveryID uint64, k Kept) bool {
 	return provider.keep(deliveryID, k, r.shift)
 }
 
+// Span is the daemon's span of a traced delivery (Trace).
+type Span interface {
+	// End ends it with how the delivery ended. The router calls it once,
+	// under a lock: it must be quick and must not call the router.
+	End(how Outcome)
+}
+
+// Outcome is how a delivery ended, for its Span.
+type Outcome uint8
+
+const (
+	// OutcomeEnd: its provider's final reply was routed (RouteReply).
+	OutcomeEnd Outcome = iota
+	// OutcomeAborted: the daemon ended it with an error (Abort).
+	OutcomeAborted
+	// OutcomeCancelled: its requester cancelled it (Cancel).
+	OutcomeCancelled
+	// OutcomeProviderGone: its provider was removed before its final
+	// reply (Remove, Lose; the request may be delivered again elsewhere).
+	OutcomeProviderGone
+)
+
+// Trace attaches sp to delivery deliveryID of provider: the router ends it
+// when the delivery ends, however it ends. It reports false, and keeps
+// nothing, when the delivery has already ended: the caller ends sp itself.
+func (r *Router[S]) Trace(provider *Session[S], deliveryID uint64, sp Span) bool {
+	return provider.trace(deliveryID, sp, r.shift)
+}
+
 // Cancelled is a request that Cancel ended: the daemon sends Provider a
 // CANCEL for DeliveryID on ProviderChannel, if the provider negotiated the
 // feature.
@@ -480,7 +510,11 @@ func (r *Router[S]) Cancel(requester *Session[S], requestID, channel uint64) (Ca
 // back to its requester. end is the reply's END flag: the mapping is removed
 // with it. On error the reply is dropped (and counted), never answered.
 func (r *Router[S]) RouteReply(provider *Session[S], deliveryID uint64, end bool) (Reply[S], error) {
-	rep, start, err := provider.lookup(deliveryID, end, r.shift)
+	return r.routeReply(provider, deliveryID, end, OutcomeEnd)
+}
+
+func (r *Router[S]) routeReply(provider *Session[S], deliveryID uint64, end bool, how Outcome) (Reply[S], error) {
+	rep, start, err := provider.lookup(deliveryID, end, how, r.shift)
 	if err != nil {
 		r.count(err)
 		return Reply[S]{}, err
@@ -504,7 +538,7 @@ func (r *Router[S]) RouteReply(provider *Session[S], deliveryID uint64, end bool
 // those of RouteReply and mean there is nobody to tell: the requester left,
 // or the provider was removed and the request is already among its orphans.
 func (r *Router[S]) Abort(provider *Session[S], deliveryID uint64) (Reply[S], error) {
-	return r.RouteReply(provider, deliveryID, true)
+	return r.routeReply(provider, deliveryID, true, OutcomeAborted)
 }
 
 // Lose ends delivery deliveryID of provider as lost before any reply to

@@ -76,6 +76,9 @@ type slot[S any] struct {
 	// until the first reply or the delivery's end.
 	kept Kept
 	mark uint32 // the Marker's
+	// span is the daemon's span of a traced delivery (Trace), ended with
+	// the delivery.
+	span Span
 }
 
 // Value returns the value the daemon registered the session with.
@@ -205,13 +208,14 @@ func (s *Session[S]) deliver(req *Session[S], requestID, channel uint64, mark ui
 	sl.replies = 0
 	sl.kept = nil
 	sl.mark = mark
+	sl.span = nil
 	s.outstanding.Add(1)
 	return sl.id, nil
 }
 
 // lookup finds delivery id and, if end, frees it. The caller releases the
 // request on the requester's side and turns Reply.Start into a time.
-func (s *Session[S]) lookup(id uint64, end bool, shift uint) (Reply[S], time.Duration, error) {
+func (s *Session[S]) lookup(id uint64, end bool, how Outcome, shift uint) (Reply[S], time.Duration, error) {
 	s.provMu.Lock()
 	defer s.provMu.Unlock()
 	if s.provDone {
@@ -226,7 +230,7 @@ func (s *Session[S]) lookup(id uint64, end bool, shift uint) (Reply[S], time.Dur
 	sl.dropKept() // a reply has reached the requester's way: never deliver it again
 	start := sl.start
 	if end {
-		s.freeLocked(sl, i, shift)
+		s.freeLocked(sl, i, how, shift)
 	}
 	return rep, start, nil
 }
@@ -242,7 +246,7 @@ func (s *Session[S]) lose(id uint64, shift uint) (Orphan[S], bool) {
 	}
 	o := Orphan[S]{Requester: sl.requester, RequestID: sl.requestID, Channel: sl.channel, Kept: sl.kept}
 	sl.kept = nil // handed over, not dropped
-	s.freeLocked(sl, i, shift)
+	s.freeLocked(sl, i, OutcomeProviderGone, shift)
 	return o, true
 }
 
@@ -255,8 +259,9 @@ func (s *Session[S]) slotLocked(id uint64, shift uint) (*slot[S], uint32) {
 	return &s.slots[i-1], uint32(i - 1)
 }
 
-func (s *Session[S]) freeLocked(sl *slot[S], i uint32, shift uint) {
+func (s *Session[S]) freeLocked(sl *slot[S], i uint32, how Outcome, shift uint) {
 	sl.dropKept()
+	sl.endSpan(how)
 	sl.id = 0
 	sl.requester = nil // let a departed requester be collected
 	sl.gen = (sl.gen + 1) & (^uint64(0) >> shift)
@@ -293,6 +298,26 @@ func (s *Session[S]) remark(id uint64, mark uint32, shift uint) {
 	s.provMu.Unlock()
 }
 
+// endSpan ends the delivery's span, if any.
+func (sl *slot[S]) endSpan(how Outcome) {
+	if sl.span != nil {
+		sl.span.End(how)
+		sl.span = nil
+	}
+}
+
+// trace attaches sp to delivery id if it is still outstanding.
+func (s *Session[S]) trace(id uint64, sp Span, shift uint) bool {
+	s.provMu.Lock()
+	defer s.provMu.Unlock()
+	sl, _ := s.slotLocked(id, shift)
+	if sl == nil || sl.span != nil {
+		return false
+	}
+	sl.span = sp
+	return true
+}
+
 // setProviderChannel records the channel of delivery id and whether it
 // carried an extension block.
 func (s *Session[S]) setProviderChannel(id, ch uint64, ext bool, shift uint) {
@@ -313,7 +338,7 @@ func (s *Session[S]) cancel(id uint64, shift uint) (uint64, uint32, bool) {
 		return 0, 0, false
 	}
 	ch, mark := sl.provChannel, sl.mark
-	s.freeLocked(sl, i, shift)
+	s.freeLocked(sl, i, OutcomeCancelled, shift)
 	return ch, mark, true
 }
 
