@@ -80,5 +80,3 @@ func TestExportsToOTLPEndpoint(t *testing.T) {
 		t.Fatalf("received %q from %q", spans[0].Name, spans[0].Service)
 	}
 }
-
-
