@@ -45,6 +45,7 @@ type testUpstream struct {
 	mu        sync.Mutex
 	bodies    [][]byte // request bodies as received, in order
 	auth      []string // their Authorization headers
+	parents   []string // their traceparent headers
 	cancelled chan time.Time
 }
 
@@ -89,6 +90,7 @@ func (u *testUpstream) record(r *http.Request) []byte {
 	u.mu.Lock()
 	u.bodies = append(u.bodies, b)
 	u.auth = append(u.auth, r.Header.Get("Authorization"))
+	u.parents = append(u.parents, r.Header.Get("traceparent"))
 	u.mu.Unlock()
 	return b
 }

@@ -67,6 +67,8 @@ func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, add
 		Node:       srv.Cluster().Node,
 		Models:     srv.Models,
 		Logger:     log.With().Str("component", "openai").Logger(),
+		// The daemon's: one process, one exporter.
+		TracerProvider: cfg.TracerProvider,
 		Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
 			// Attached in process: the requests of the endpoint's agents
 			// never leave it, and no session from the network can take

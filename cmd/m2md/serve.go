@@ -172,6 +172,12 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 		return err
 	}
 	cfg.Logger = logger
+	traces, err := startTraces("m2md-serve", logger)
+	if err != nil {
+		return err
+	}
+	defer traces.stop()
+	cfg.TracerProvider = traces.Provider
 
 	srv, err := daemon.New(cfg)
 	if errors.Is(err, daemon.ErrConfig) {

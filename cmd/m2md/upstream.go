@@ -59,6 +59,12 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 		return err
 	}
 	cfg.Logger = logger
+	traces, err := startTraces("m2md-upstream", logger)
+	if err != nil {
+		return err
+	}
+	defer traces.stop()
+	cfg.TracerProvider = traces.Provider
 	if *models != "" {
 		for _, m := range strings.Split(*models, ",") {
 			if m = strings.TrimSpace(m); m != "" {

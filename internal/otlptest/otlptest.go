@@ -8,10 +8,12 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -152,7 +154,11 @@ func (r *Receiver) Wait(t testing.TB, timeout time.Duration, ok func([]Span) boo
 			return spans
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("after %v the OTLP receiver has %d spans, not the ones awaited: %v", timeout, len(spans), spans)
+			var list strings.Builder
+			for _, s := range spans {
+				fmt.Fprintf(&list, "\n  %s %q trace %s span %s parent %s", s.Service, s.Name, s.TraceID(), s.SpanID(), s.ParentID())
+			}
+			t.Fatalf("after %v the OTLP receiver has %d spans, not the ones awaited:%s", timeout, len(spans), list.String())
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/frame"
@@ -65,6 +66,9 @@ type Config struct {
 	// deadlines, request bodies in flight); each zero field is its
 	// default.
 	Limits Limits
+	// TracerProvider, when set, records a span per request to a model
+	// (trace.go); nil records none.
+	TracerProvider trace.TracerProvider
 	// Logger gets one line per failed request: never bodies or keys.
 	Logger zerolog.Logger
 }
@@ -88,6 +92,7 @@ type Ingress struct {
 	keys    atomic.Pointer[Keys]
 	quotas  quotas
 	metrics *metrics
+	tracer  trace.Tracer // nil: no spans (trace.go)
 
 	agentsMu sync.Mutex // guards agents: SetKeys adds identities
 	agents   map[Identity]*agent
@@ -118,7 +123,7 @@ func New(ctx context.Context, cfg Config) (*Ingress, error) {
 	if limits.MaxBodyBytes > 0 && limits.MaxBodyBytes < int64(cfg.MaxBody) {
 		return nil, fmt.Errorf("ingress: Limits.MaxBodyBytes (%d) is below MaxBody (%d): a body of the largest size could never be read", limits.MaxBodyBytes, cfg.MaxBody)
 	}
-	in := &Ingress{cfg: cfg, limits: limits, agents: map[Identity]*agent{}}
+	in := &Ingress{cfg: cfg, limits: limits, agents: map[Identity]*agent{}, tracer: tracerOf(cfg.TracerProvider)}
 	in.bodies.max = limits.MaxBodyBytes
 	in.bodies.share = bodyShare(limits.MaxBodyBytes, cfg.MaxBody)
 	in.life, in.end = context.WithCancel(context.Background())
@@ -284,6 +289,8 @@ var endpoints = map[string]endpoint{
 }
 
 func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, ep endpoint) {
+	r, hw, endSpan := in.trace(hw, r, ep)
+	defer endSpan()
 	cl, ok := in.identity(hw, r)
 	if !ok {
 		return
@@ -362,6 +369,7 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, ep endp
 			return
 		}
 	}
+	traceModel(r.Context(), sum)
 	stream, chat := sum.StreamTrue, sum.Keys.Has(jsonscan.KeyMessages|jsonscan.KeyModel)
 	wait := newReplyWait(r.Context(), in.cfg.Timeout)
 	defer wait.stop()

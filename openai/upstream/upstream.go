@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+	"go.opentelemetry.io/otel/propagation"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/frame"
@@ -65,6 +67,10 @@ type Config struct {
 	// no model) is refused. Whatever Models holds, a body's model must be
 	// the one its frame was routed by.
 	Models []string
+	// TracerProvider, when set, records a client span per request to the
+	// server (trace.go); nil records none. The server gets a traceparent
+	// either way when the delivery carried one.
+	TracerProvider trace.TracerProvider
 	// Logger gets one line per failed request; never bodies or the key.
 	Logger zerolog.Logger
 }
@@ -78,6 +84,10 @@ type Upstream struct {
 	http   *http.Client
 	tr     *http.Transport
 	sem    chan struct{}
+	// tracer records the spans (trace.go); nil: none. hostPort is the
+	// server's, for them.
+	tracer   trace.Tracer
+	hostPort string
 }
 
 // New checks cfg and prepares the connection pool.
@@ -115,6 +125,9 @@ func New(cfg Config) (*Upstream, error) {
 		http: &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect }},
 		tr:   tr,
 		sem:  make(chan struct{}, cfg.Concurrency),
+
+		tracer:   tracerOf(cfg.TracerProvider),
+		hostPort: hostPortOf(cfg.BaseURL),
 	}
 	if len(cfg.Models) > 0 {
 		up.serve(cfg.Models)
@@ -210,6 +223,8 @@ var errChunkTimeout = errors.New("no data from the upstream within the chunk tim
 
 // ServeM2M forwards one delivered request (client.Handler).
 func (u *Upstream) ServeM2M(ctx context.Context, req *client.Request, w client.ResponseWriter) {
+	ctx, w, endSpan := u.trace(ctx, req, w)
+	defer endSpan()
 	path := req.API.String()
 	switch {
 	case req.Embeddings:
@@ -236,6 +251,7 @@ func (u *Upstream) ServeM2M(ctx context.Context, req *client.Request, w client.R
 		return
 	}
 	hreq.Header.Set("Content-Type", "application/json")
+	w3c.Inject(rctx, propagation.HeaderCarrier(hreq.Header)) // traceparent, tracestate
 	if req.Stream {
 		hreq.Header.Set("Accept", "text/event-stream")
 	} else {
