@@ -148,6 +148,25 @@ func TestTraceAcrossMesh(t *testing.T) {
 		}
 	})
 
+	t.Run("new trace", func(t *testing.T) {
+		// No traceparent: the endpoint starts the trace and says which.
+		var resp *http.Response
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		plain := m.edge.sdk("unused")
+		if _, err := plain.Chat.Completions.New(ctx, chatParams("gpt-4o"), option.WithResponseInto(&resp)); err != nil {
+			t.Fatal(err)
+		}
+		parts := strings.Split(resp.Header.Get(ingress.TraceResponseHeader), "-")
+		if len(parts) != 4 || parts[0] != "00" || len(parts[1]) != 32 || parts[1] == callerTrace || len(parts[2]) != 16 {
+			t.Fatalf("traceresponse %q", resp.Header.Get(ingress.TraceResponseHeader))
+		}
+		chain := m.hops(t, parts[1], "")
+		if chain[0].SpanID() != parts[2] {
+			t.Fatalf("traceresponse names span %s, the endpoint's is %s", parts[2], chain[0].SpanID())
+		}
+	})
+
 	t.Run("stream", func(t *testing.T) {
 		const trace, span = "0af7651916cd43dd8448eb211c80319c", "b7ad6b7169203331"
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -203,4 +222,33 @@ func (u *testUpstream) lastParent() string {
 		return ""
 	}
 	return u.parents[len(u.parents)-1]
+}
+
+// Where nothing exports traces, the caller's traceparent still reaches the
+// model server unchanged, through the endpoint, the daemon and upstream,
+// and the endpoint sends no traceresponse.
+func TestTracePassesThroughUntraced(t *testing.T) {
+	t.Parallel()
+	e := startEdges(t, "quic", frame.SecurityAEAD, nil, nil)
+	var resp *http.Response
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c := e.sdk("unused", option.WithHeader("traceparent", callerParent), option.WithHeader("tracestate", "congo=t61rcWkgMzE"))
+	if _, err := c.Chat.Completions.New(ctx, chatParams("gpt-4o"), option.WithResponseInto(&resp)); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.upstream.lastParent(); got != callerParent {
+		t.Fatalf("model server got traceparent %q, want the caller's %q", got, callerParent)
+	}
+	if h := resp.Header.Get(ingress.TraceResponseHeader); h != "" {
+		t.Fatalf("traceresponse %q from an endpoint that records no span", h)
+	}
+	// Untraced, nothing is sent.
+	plain := e.sdk("unused")
+	if _, err := plain.Chat.Completions.New(ctx, chatParams("gpt-4o")); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.upstream.lastParent(); got != "" {
+		t.Fatalf("model server got traceparent %q for an untraced request", got)
+	}
 }
