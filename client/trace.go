@@ -20,11 +20,8 @@ import (
 // appendTrace appends the trace block of ctx's span to dst, or nothing when
 // ctx carries no valid span or the session did not negotiate trace.
 func (s *session) appendTrace(dst []byte, ctx context.Context) []byte {
-	if !s.info.Params.Has(negotiate.FeatureTrace) {
-		return dst
-	}
 	sc := trace.SpanContextFromContext(ctx)
-	if !sc.IsValid() {
+	if !sc.IsValid() || !s.info.Params.Has(negotiate.FeatureTrace) {
 		return dst
 	}
 	t := negotiate.Trace{TraceID: sc.TraceID(), SpanID: sc.SpanID(), Flags: byte(sc.TraceFlags())}

@@ -160,7 +160,7 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 	if batch && prov.takesBatches() {
 		flags = negotiate.FlagBatch
 	}
-	if !prov.neg.Params.Has(negotiate.FeatureTrace) {
+	if len(trace) > 0 && !prov.neg.Params.Has(negotiate.FeatureTrace) {
 		trace = nil
 	}
 	m, ok := buildTracedData(pch, flags, d.ID, requester, trace, fr, format)
