@@ -20,16 +20,17 @@ import (
 
 // tracedProvider records the span context each request's handler got.
 type tracedProvider struct {
-	mu   sync.Mutex
-	seen []trace.SpanContext
-	held chan struct{} // closed when a "hold" request's context ended
+	mu      sync.Mutex
+	seen    []trace.SpanContext
+	held    chan struct{} // closed when a held request's context ended
+	holdAll bool          // hold every request, not only model "hold"'s
 }
 
 func (p *tracedProvider) ServeM2M(ctx context.Context, req *Request, w ResponseWriter) {
 	p.mu.Lock()
 	p.seen = append(p.seen, trace.SpanContextFromContext(ctx))
 	p.mu.Unlock()
-	if req.Model == "hold" {
+	if req.Model == "hold" || p.holdAll {
 		<-ctx.Done()
 		close(p.held)
 		w.Error("cancelled", "cancelled")
@@ -172,6 +173,52 @@ func TestTraceCancelled(t *testing.T) {
 	route := waitSpans(t, rec, 1)[0]
 	if route.Status().Code != codes.Error || !hasAttr(route, "error.type", "cancelled") {
 		t.Fatalf("cancelled request's span: status %v, attributes %v", route.Status(), route.Attributes())
+	}
+}
+
+// A request delivered again to another provider (failover) is traced
+// again: the second provider's parent is a second daemon span in the
+// caller's trace, and the first span ended with agent_gone.
+func TestTraceFailover(t *testing.T) {
+	leakCheck(t)
+	rec := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(rec))
+	t.Cleanup(func() { tp.Shutdown(context.Background()) })
+	d := realDaemon{Daemon: daemontest.Start(t, func(c *daemon.Config) { c.TracerProvider = tp })}
+	first := &tracedProvider{held: make(chan struct{}), holdAll: true}
+	firstC := dial(t, d, "ws", Options{AgentID: "first", Models: []string{"echo"}, Handler: first})
+	req := dial(t, d, "ws", Options{AgentID: "req"})
+	caller := callerSpan(t)
+	done := make(chan error, 1)
+	go func() {
+		_, err := req.Do(trace.ContextWithSpanContext(testCtx(t), caller), chatRequest("echo", "hi"))
+		done <- err
+	}()
+	for deadline := time.Now().Add(testTimeout); ; time.Sleep(5 * time.Millisecond) {
+		first.mu.Lock()
+		n := len(first.seen)
+		first.mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("request never reached the first provider")
+		}
+	}
+	second := &tracedProvider{held: make(chan struct{})}
+	dial(t, d, "ws", Options{AgentID: "second", Models: []string{"echo"}, Handler: second})
+	firstC.Close()
+	if err := <-done; err != nil {
+		t.Fatalf("request after failover: %v", err)
+	}
+	spans := waitSpans(t, rec, 2)
+	lost, routed := spans[0], spans[1]
+	if !hasAttr(lost, "error.type", "agent_gone") || !hasAttr(lost, "m2md.provider", "first") || !hasAttr(routed, "m2md.provider", "second") || !hasAttr(routed, "m2md.outcome", "end") {
+		t.Fatalf("spans: %v, then %v", lost.Attributes(), routed.Attributes())
+	}
+	got := second.last(t)
+	if got.TraceID() != caller.TraceID() || got.SpanID() != routed.SpanContext().SpanID() || routed.Parent().SpanID() != caller.SpanID() {
+		t.Fatalf("second provider's parent %v, want the second daemon span %v, child of the caller's", got, routed.SpanContext())
 	}
 }
 
