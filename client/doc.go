@@ -81,6 +81,18 @@
 // them). The requester rebuilds the exact JSON; one that does not rebuild
 // fails the request with ErrBadFrame.
 //
+// # Traces
+//
+// A request carries the OpenTelemetry span of its context (the one
+// trace.SpanContextFromContext finds: an instrumented caller's span, or a
+// remote parent) when the daemon grants feature trace (docs/protocol.md
+// §4.6), so that the daemon's spans, the provider's and a model server's
+// join the caller's trace; a context without a span sends nothing more. A
+// handler's context carries the requester's span (the daemon's, when it
+// records spans) as its remote parent: start the handler's spans from it.
+// The package records no span and sets no SDK up: an agent that exports
+// traces sets up its own TracerProvider, as any OpenTelemetry program does.
+//
 // Session reports the negotiated parameters, and Stats counts frames and
 // bytes on the wire against JSON bytes, which is the compression achieved.
 package client
