@@ -333,7 +333,7 @@ func (cs *clusterState) Request(r *cluster.Request) {
 		}
 		return
 	}
-	var trace []byte
+	var trace traced
 	if len(r.Trace) > 0 {
 		trace = srv.traceDelivery(d, r.Trace, h.Model, r.Requester, start)
 	}

@@ -96,12 +96,12 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 		se.sendError(ch, dh.RequestID, flags, code, routeMessage(code, dh, h, &req, ext), busyPeer(code, dh, &req))
 		return
 	}
-	var trace []byte
+	var trace traced
 	if len(dh.Trace) > 0 {
 		trace = srv.traceDelivery(d, dh.Trace, h.Model, se.agent, start)
 	}
 	if d.Provider.Value().remote != nil {
-		se.forwardRemote(fr, format, trace, d, start)
+		se.forwardRemote(fr, format, trace.block, d, start)
 	} else {
 		srv.deliverRequest(d, se.agent, se.takesBatches(), fr, format, trace, start)
 	}
@@ -113,10 +113,10 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 
 // deliverRequest hands a routed request to its (local) provider, addressed
 // from requester; on failure the requester gets the error. batch: the
-// requester takes batched stream chunks (takesBatches). trace is the trace
-// block to send with it, nil if none; a provider without feature trace
-// gets the request without it.
-func (srv *Server) deliverRequest(d router.Delivery[*session], requester string, batch bool, fr []byte, format frameFormat, trace []byte, start time.Time) {
+// requester takes batched stream chunks (takesBatches). trace is its trace
+// context, zero if none; a provider without feature trace gets the request
+// without it.
+func (srv *Server) deliverRequest(d router.Delivery[*session], requester string, batch bool, fr []byte, format frameFormat, trace traced, start time.Time) {
 	prov := d.Provider.Value()
 	fail := func(code negotiate.ErrorCode, message string) {
 		srv.metrics.routingFailures.WithLabelValues(string(code)).Inc()
@@ -160,10 +160,10 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 	if batch && prov.takesBatches() {
 		flags = negotiate.FlagBatch
 	}
-	if len(trace) > 0 && !prov.neg.Params.Has(negotiate.FeatureTrace) {
-		trace = nil
+	if len(trace.block) > 0 && !prov.neg.Params.Has(negotiate.FeatureTrace) {
+		trace.block = nil
 	}
-	m, ok := buildTracedData(pch, flags, d.ID, requester, trace, fr, format)
+	m, ok := buildTracedData(pch, flags, d.ID, requester, trace.block, fr, format)
 	if !ok {
 		prov.conn.ReleaseChannel(pch)
 		fail(negotiate.CodeBadFrame, "request cannot be addressed")
@@ -185,6 +185,10 @@ func (srv *Server) deliverRequest(d router.Delivery[*session], requester string,
 			return
 		}
 		*m.buf = b[:m.frameOff+len(stripped)]
+	}
+	if trace.span != nil {
+		trace.span.queued = time.Now()
+		m.span = trace.span
 	}
 	if !prov.enqueue(m) {
 		m.free()

@@ -110,12 +110,12 @@ func (srv *Server) failOver(o router.Orphan[*session], from, reason string) bool
 	rq.log.Debug().Str("from", from).Str("to", d.Provider.AgentID()).Str("reason", reason).
 		Uint64("request_id", o.RequestID).Msg("request failed over")
 	fr := *k.buf
-	var trace []byte
+	var trace traced
 	if len(k.trace) > 0 {
 		trace = srv.traceDelivery(d, k.trace, []byte(k.model), rq.agent, k.start)
 	}
 	if d.Provider.Value().remote != nil {
-		rq.forwardRemote(fr, k.format, trace, d, k.start)
+		rq.forwardRemote(fr, k.format, trace.block, d, k.start)
 	} else {
 		srv.deliverRequest(d, rq.agent, rq.takesBatches(), fr, k.format, trace, k.start)
 	}

@@ -24,6 +24,9 @@ type outMsg struct {
 	// closeAfter makes the writer close the connection once the message is
 	// written (the acknowledgement of a received CLOSE).
 	closeAfter bool
+	// span is the traced request this message delivers, nil if none: the
+	// writer notes on it how long the request waited in the queue.
+	span *routeSpan
 }
 
 // msgKind is what a queued message is.

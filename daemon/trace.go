@@ -24,6 +24,25 @@ import (
 // routeSpan is the span of one traced delivery.
 type routeSpan struct {
 	span trace.Span
+	// queued is when the request entered its provider's send queue; set
+	// before it is queued, read by the writer after.
+	queued time.Time
+}
+
+// traced is a routed request's trace context: the block to send on with
+// it and this node's span, both nil when it carries none (and the span
+// nil when this daemon records none).
+type traced struct {
+	block []byte
+	span  *routeSpan
+}
+
+// written notes that the writer handed the request to the provider's
+// connection: m2md.queue_seconds is the time it waited in the send queue.
+func (sp *routeSpan) written() {
+	wait := time.Since(sp.queued)
+	sp.span.SetAttributes(attribute.Float64("m2md.queue_seconds", wait.Seconds()))
+	sp.span.AddEvent("written to the provider's connection")
 }
 
 // End ends the span with how its delivery ended (router.Span).
@@ -58,13 +77,13 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 // the trace block parent (from requester, for model, received at start)
 // and returns the block to send on with it: one naming the span, or
 // parent itself when this daemon records no spans.
-func (srv *Server) traceDelivery(d router.Delivery[*session], parent, model []byte, requester string, start time.Time) []byte {
+func (srv *Server) traceDelivery(d router.Delivery[*session], parent, model []byte, requester string, start time.Time) traced {
 	if srv.tracer == nil {
-		return parent
+		return traced{block: parent}
 	}
 	in, err := negotiate.ParseTrace(parent)
 	if err != nil {
-		return nil // ParseData checked it: unreachable
+		return traced{} // ParseData checked it: unreachable
 	}
 	state, _ := trace.ParseTraceState(in.State) // one W3C rejects is not passed on
 	sc := trace.NewSpanContext(trace.SpanContextConfig{
@@ -101,9 +120,12 @@ func (srv *Server) traceDelivery(d router.Delivery[*session], parent, model []by
 		TraceID: out.TraceID(), SpanID: out.SpanID(), Flags: byte(out.TraceFlags()), State: boundedState(out.TraceState()),
 	})
 	if err != nil {
-		return parent
+		return traced{block: parent}
 	}
-	return block
+	if !span.IsRecording() {
+		return traced{block: block} // nothing to note on it
+	}
+	return traced{block: block, span: sp}
 }
 
 // boundedState is ts as a trace block carries it: W3C lets a hop drop

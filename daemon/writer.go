@@ -306,6 +306,9 @@ func (se *session) write(m outMsg) {
 		se.outFrames[m.format]++
 		se.outBytes[m.format] += len(*m.buf)
 	}
+	if m.span != nil {
+		m.span.written()
+	}
 	if m.closeAfter {
 		se.conn.Close()
 	}

@@ -107,7 +107,7 @@ func (m *traceMesh) hops(t *testing.T, trace, parent string) [4]otlptest.Span {
 		t.Fatalf("span kinds: endpoint %v, upstream %v", chain[0].Kind, chain[3].Kind)
 	}
 	if chain[1].Attr("m2md.provider") != "upstream" || chain[1].Attr("m2md.provider.node") != m.nodes[1].Cluster().Node ||
-		chain[2].Attr("m2md.node") != m.nodes[1].Cluster().Node || chain[2].Attr("m2md.provider") != "upstream" {
+		chain[2].Attr("m2md.node") != m.nodes[1].Cluster().Node || chain[2].Attr("m2md.provider") != "upstream" || chain[2].Attr("m2md.queue_seconds") == "" {
 		t.Fatalf("route spans: node 1 %v, node 2 %v", chain[1].Attributes, chain[2].Attributes)
 	}
 	return chain
