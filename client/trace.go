@@ -5,6 +5,7 @@ import (
 
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/m2md/m2md/internal/tracectx"
 	"github.com/m2md/m2md/negotiate"
 )
 
@@ -24,43 +25,22 @@ func (s *session) appendTrace(dst []byte, ctx context.Context) []byte {
 	if !sc.IsValid() || !s.info.Params.Has(negotiate.FeatureTrace) {
 		return dst
 	}
-	t := negotiate.Trace{TraceID: sc.TraceID(), SpanID: sc.SpanID(), Flags: byte(sc.TraceFlags())}
-	if ts := sc.TraceState(); ts.Len() > 0 {
-		t.State = boundedState(ts)
-	}
-	out, err := negotiate.AppendTrace(dst, &t)
+	out, err := tracectx.Append(dst, sc)
 	if err != nil {
 		return dst
 	}
 	return out
 }
 
-// boundedState is ts as a trace block carries it: W3C lets a hop drop
-// list members from the end until it fits.
-func boundedState(ts trace.TraceState) string {
-	for ts.Len() > 0 {
-		if s := ts.String(); len(s) <= negotiate.MaxTraceStateLen {
-			return s
-		}
-		var last string
-		ts.Walk(func(k, _ string) bool { last = k; return true })
-		ts = ts.Delete(last)
-	}
-	return ""
-}
-
 // withRemoteTrace returns ctx with the trace block b as its remote parent
-// span; ctx itself when b is empty or unreadable.
+// span; ctx itself when b is empty.
 func withRemoteTrace(ctx context.Context, b []byte) context.Context {
 	if len(b) == 0 {
 		return ctx
 	}
-	t, err := negotiate.ParseTrace(b)
+	sc, err := tracectx.Parse(b)
 	if err != nil {
-		return ctx
+		return ctx // ParseData checked it: unreachable
 	}
-	state, _ := trace.ParseTraceState(t.State) // one W3C rejects is dropped
-	return trace.ContextWithRemoteSpanContext(ctx, trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: t.TraceID, SpanID: t.SpanID, TraceFlags: trace.TraceFlags(t.Flags), TraceState: state, Remote: true,
-	}))
+	return trace.ContextWithRemoteSpanContext(ctx, sc)
 }

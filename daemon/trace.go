@@ -9,6 +9,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/m2md/m2md/internal/buildinfo"
+	"github.com/m2md/m2md/internal/tracectx"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/router"
 )
@@ -81,14 +82,10 @@ func (srv *Server) traceDelivery(d router.Delivery[*session], parent, model []by
 	if srv.tracer == nil {
 		return traced{block: parent}
 	}
-	in, err := negotiate.ParseTrace(parent)
+	sc, err := tracectx.Parse(parent)
 	if err != nil {
 		return traced{} // ParseData checked it: unreachable
 	}
-	state, _ := trace.ParseTraceState(in.State) // one W3C rejects is not passed on
-	sc := trace.NewSpanContext(trace.SpanContextConfig{
-		TraceID: in.TraceID, SpanID: in.SpanID, TraceFlags: trace.TraceFlags(in.Flags), TraceState: state, Remote: true,
-	})
 	prov := d.Provider.Value()
 	attrs := []attribute.KeyValue{
 		attribute.String("m2md.requester", requester),
@@ -115,10 +112,7 @@ func (srv *Server) traceDelivery(d router.Delivery[*session], parent, model []by
 	if !srv.router.Trace(d.Provider, d.ID, sp) {
 		sp.End(router.OutcomeAborted) // ended before it could be traced
 	}
-	out := span.SpanContext()
-	block, err := negotiate.AppendTrace(make([]byte, 0, negotiate.MaxTraceLen), &negotiate.Trace{
-		TraceID: out.TraceID(), SpanID: out.SpanID(), Flags: byte(out.TraceFlags()), State: boundedState(out.TraceState()),
-	})
+	block, err := tracectx.Append(make([]byte, 0, negotiate.MaxTraceLen), span.SpanContext())
 	if err != nil {
 		return traced{block: parent}
 	}
@@ -126,23 +120,4 @@ func (srv *Server) traceDelivery(d router.Delivery[*session], parent, model []by
 		return traced{block: block} // nothing to note on it
 	}
 	return traced{block: block, span: sp}
-}
-
-// boundedState is ts as a trace block carries it: W3C lets a hop drop
-// list members from the end until it fits.
-func boundedState(ts trace.TraceState) string {
-	for ts.Len() > 0 {
-		s := ts.String()
-		if len(s) <= negotiate.MaxTraceStateLen {
-			return s
-		}
-		ts = ts.Delete(lastKey(ts))
-	}
-	return ""
-}
-
-func lastKey(ts trace.TraceState) string {
-	var key string
-	ts.Walk(func(k, _ string) bool { key = k; return true })
-	return key
 }
