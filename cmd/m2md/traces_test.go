@@ -37,7 +37,7 @@ func TestCLITracesFromEnvironment(t *testing.T) {
 	dir := t.TempDir()
 	serve := startM2MD(t, dir, "serve", "--quic-addr", "-", "--ws-addr", "127.0.0.1:0", "--admin-addr", "-", "--openai-addr", "127.0.0.1:0", "--cert-dir", dir, "--log-format", "json")
 	ws := serve.waitOutput(`"ws":"(ws://127\.0\.0\.1:\d+/m2m)"`, 60*time.Second)
-	edge := serve.waitOutput(`"addr":"(127\.0\.0\.1:\d+)","mesh"`, 60*time.Second)
+	edge := serve.waitOutput(`"addr":"(127\.0\.0\.1:\d+)"[^\n]*OpenAI-compatible ingress listening`, 60*time.Second)
 	up := startM2MD(t, dir, "upstream", "--url", ws, "--security", "none", "--agent", "model-server", "--models", "m1",
 		"--base-url", model.URL+"/v1", "--log-format", "json")
 	up.waitOutput(`upstream agent model-server serving 1 model`, 30*time.Second)
