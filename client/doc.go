@@ -86,7 +86,7 @@
 // A request carries the OpenTelemetry span of its context (the one
 // trace.SpanContextFromContext finds: an instrumented caller's span, or a
 // remote parent) when the daemon grants feature trace (docs/protocol.md
-// §4.6), so that the daemon's spans, the provider's and a model server's
+// §4.8), so that the daemon's spans, the provider's and a model server's
 // join the caller's trace; a context without a span sends nothing more. A
 // handler's context carries the requester's span (the daemon's, when it
 // records spans) as its remote parent: start the handler's spans from it.

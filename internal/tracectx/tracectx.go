@@ -1,6 +1,6 @@
 // Package tracectx converts between OpenTelemetry span contexts and the
 // trace block a traced request carries on the wire (negotiate.Trace,
-// docs/protocol.md §4.6), for the daemon and the client alike.
+// docs/protocol.md §4.8), for the daemon and the client alike.
 package tracectx
 
 import (
