@@ -134,6 +134,11 @@ func TestTraceAcrossMesh(t *testing.T) {
 		if got, want := resp.Header.Get(ingress.TraceResponseHeader), "00-"+callerTrace+"-"+chain[0].SpanID()+"-01"; got != want {
 			t.Fatalf("traceresponse %q, want %q", got, want)
 		}
+		// The server's headers still cross a traced upstream (its headers
+		// reply goes through the span's writer).
+		if got := resp.Header.Get("x-request-id"); got != "req_/v1/chat/completions" {
+			t.Fatalf("x-request-id %q through a traced upstream", got)
+		}
 		if got, want := m.model.lastParent(), "00-"+callerTrace+"-"+chain[3].SpanID()+"-01"; got != want {
 			t.Fatalf("model server got traceparent %q, want %q (upstream's span)", got, want)
 		}
