@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"net"
 	"net/url"
 	"strconv"
@@ -127,11 +126,10 @@ func (tw *tracedWriter) Respond(json []byte) error {
 // Headers passes the headers reply on (client.HeaderWriter), when the
 // writer it wraps sends them.
 func (tw *tracedWriter) Headers(json []byte) error {
-	hw, ok := tw.ResponseWriter.(client.HeaderWriter)
-	if !ok {
-		return errors.New("upstream: the delivery's writer sends no headers reply")
+	if hw, ok := tw.ResponseWriter.(client.HeaderWriter); ok {
+		return hw.Headers(json)
 	}
-	return hw.Headers(json)
+	return errNoHeaders
 }
 
 func (tw *tracedWriter) Error(code negotiate.ErrorCode, message string) error {
