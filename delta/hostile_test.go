@@ -3,7 +3,9 @@ package delta
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"runtime"
+	"strings"
 	"testing"
 
 	"github.com/m2md/m2md/frame"
@@ -65,5 +67,35 @@ func TestBytesAfterTheFrame(t *testing.T) {
 		if !errors.Is(err, ErrCorrupt) || string(out) != "keep" {
 			t.Errorf("%s after the delta: %d bytes out, %v; want ErrCorrupt", name, len(out), err)
 		}
+		// The error says how much follows, for the operator reading it.
+		if want := fmt.Sprintf("%d bytes after the zstd frame", len(tail)); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s after the delta: %v; want it to say %q", name, err, want)
+		}
+	}
+}
+
+// A block that runs past the payload is refused as that, whether or not it
+// is the last: the error does not read as bytes left over.
+func TestBlockPastThePayload(t *testing.T) {
+	base := NewBase([]byte(`{"a":1}`), nil)
+	for name, payload := range map[string][]byte{
+		"last block":  {0x20, 5, 0x29, 0, 0, 'a', 'b'},
+		"first block": {0x20, 5, 0x28, 0, 0, 'a', 'b'},
+	} {
+		_, err := AppendDecode(nil, payload, base, frame.Limits{})
+		if !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), "runs past the payload") {
+			t.Errorf("%s: %v; want ErrCorrupt, the block running past the payload", name, err)
+		}
+	}
+}
+
+// A frame that ends with an empty last block, as a streaming zstd writer
+// emits when its input ends on a flush, is a valid delta.
+func TestEmptyLastBlock(t *testing.T) {
+	base := NewBase([]byte(`{"a":1}`), nil)
+	// Content size 5; a raw block "abcde", not last; an empty raw last block.
+	payload := []byte{0x20, 5, 0x28, 0, 0, 'a', 'b', 'c', 'd', 'e', 0x01, 0, 0}
+	if out, err := AppendDecode(nil, payload, base, frame.Limits{}); err != nil || string(out) != "abcde" {
+		t.Fatalf("%q, %v; want abcde", out, err)
 	}
 }

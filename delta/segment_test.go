@@ -81,6 +81,8 @@ func TestMultiSegmentDeltas(t *testing.T) {
 		{"content size truncated", []byte{0x40, 0x00, 0x01}, ErrCorrupt},
 		{"16 MiB + 1 claimed", binary32(0x80, 0x58, 16<<20+1), frame.ErrLimit},
 		{"more than the blocks hold", append(binary32(0x80, 0x58, 1<<20), raw(10)...), ErrCorrupt},
+		// Window descriptor 07: 1 KiB plus 7 eighths of it, 1920 bytes.
+		{"block over a 1920-byte window", append([]byte{0x40, 0x07, 0x81, 0x06}, raw(1921)...), ErrCorrupt},
 	} {
 		out, err := AppendDecode([]byte("keep"), tc.payload, base, frame.Limits{})
 		if !errors.Is(err, tc.want) || string(out) != "keep" {
@@ -90,6 +92,10 @@ func TestMultiSegmentDeltas(t *testing.T) {
 	// The largest block a 1 KiB window allows is a valid frame.
 	if out, err := AppendDecode(nil, append([]byte{0x40, 0x00, 0x00, 0x03}, raw(1024)...), base, frame.Limits{}); err != nil || len(out) != 1024 {
 		t.Errorf("1 KiB block in a 1 KiB window: %d bytes, %v", len(out), err)
+	}
+	// The window's mantissa counts: 1920 bytes fit the window 07 states.
+	if out, err := AppendDecode(nil, append([]byte{0x40, 0x07, 0x80, 0x06}, raw(1920)...), base, frame.Limits{}); err != nil || len(out) != 1920 {
+		t.Errorf("1920-byte block in a 1920-byte window: %d bytes, %v", len(out), err)
 	}
 }
 
