@@ -445,7 +445,7 @@ func TestBrotliBomb(t *testing.T) {
 	}
 }
 
-// Exactly at the limit is accepted; one byte more is not.
+// Exactly at a limit is accepted; one byte more is not.
 func TestDecompressLimitBoundary(t *testing.T) {
 	json := []byte(`{"a":"` + strings.Repeat("x", 994) + `"}`) // 1002 bytes
 	f := mustEncode(t, string(json))
@@ -454,6 +454,35 @@ func TestDecompressLimitBoundary(t *testing.T) {
 	}
 	if _, err := AppendDecode(nil, f, Limits{MaxDecompressed: len(json) - 1}); !errors.Is(err, ErrLimit) {
 		t.Fatalf("one byte over: %v", err)
+	}
+	// A frame exactly as long as the message limit is read.
+	if _, err := AppendDecode(nil, f, Limits{MaxMessage: len(f)}); err != nil {
+		t.Fatalf("frame of exactly MaxMessage bytes: %v", err)
+	}
+	if _, err := AppendDecode(nil, f, Limits{MaxMessage: len(f) - 1}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("frame one byte over MaxMessage: %v", err)
+	}
+	// An uncompressed payload is held to the same limit.
+	plain := assemble(SchemaCustom, SecurityNone, 0, nil, json, crc32.ChecksumIEEE(json))
+	if _, err := AppendDecode(nil, plain, Limits{MaxDecompressed: len(json)}); err != nil {
+		t.Fatalf("uncompressed, at the limit: %v", err)
+	}
+	if _, err := AppendDecode(nil, plain, Limits{MaxDecompressed: len(json) - 1}); !errors.Is(err, ErrLimit) {
+		t.Fatalf("uncompressed, one byte over: %v", err)
+	}
+	// The limit counts the payload, not what dst held before it.
+	pre := bytes.Repeat([]byte{'p'}, 4096)
+	if out, err := AppendDecode(pre, f, Limits{MaxDecompressed: len(json)}); err != nil || !bytes.Equal(out[len(pre):], json) {
+		t.Fatalf("at the limit after %d bytes: %v", len(pre), err)
+	}
+	// A dst whose room fits the payload exactly gets the payload, and
+	// nothing after it.
+	for _, room := range []int{len(json), len(json) + 1} {
+		dst := make([]byte, 3, 3+room)
+		copy(dst, "pre")
+		if out, err := AppendDecode(dst, f, Limits{}); err != nil || !bytes.Equal(out[3:], json) {
+			t.Fatalf("room for %d bytes: %d bytes out, %v", room, len(out)-3, err)
+		}
 	}
 }
 

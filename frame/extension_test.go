@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"hash/crc32"
+	"strings"
 	"testing"
 
 	"github.com/m2md/m2md/internal/testkit"
@@ -56,8 +57,8 @@ func TestEncodeExtensionBytes(t *testing.T) {
 	if want := unhex(t, frameADeltaHex); !bytes.Equal(got, want) {
 		t.Fatalf("AppendEncodeDelta:\n got %x\nwant %x", got, want)
 	}
-	if _, err := AppendDecode(nil, got, Limits{}); !errors.Is(err, ErrDelta) {
-		t.Fatalf("AppendDecode of a delta: %v, want ErrDelta", err)
+	if _, err := AppendDecode(nil, got, Limits{}); !errors.Is(err, ErrDelta) || !strings.Contains(err.Error(), "doc_id 301 against base 300") {
+		t.Fatalf("AppendDecode of a delta: %v, want ErrDelta naming doc_id and base", err)
 	}
 
 	// A long document is Brotli-compressed as usual; its delta never is.
@@ -148,6 +149,7 @@ func TestReadExtension(t *testing.T) {
 		{"doc_id not minimal", SchemaRequest, `00 81 00 03`},
 		{"doc_id truncated", SchemaRequest, `00 80 02`},
 		{"doc_id 11 bytes", SchemaRequest, `00 ff ff ff ff ff ff ff ff ff ff 01 0c`},
+		{"doc_id over 64 bits", SchemaRequest, `00 ff ff ff ff ff ff ff ff ff 02 0b`},
 		{"base_id missing", SchemaRequest, `02 01 02`},
 		{"base_id 0", SchemaRequest, `02 01 00 03`},
 		{"base_id not minimal", SchemaRequest, `02 01 85 00 04`},
@@ -173,6 +175,15 @@ func TestReadExtension(t *testing.T) {
 		if err := ReadHeader(assemble(SchemaRequest, SecurityNone, FlagHasExtensions, v, payload, crc), new(Header)); !errors.Is(err, ErrMalformed) {
 			t.Errorf("routing fields %x: %v, want ErrMalformed", v, err)
 		}
+	}
+	// A block whose L counts the whole variable header runs past it by
+	// its length byte.
+	if err := ReadHeader(assemble(SchemaRequest, SecurityNone, FlagHasExtensions, unhex(t, `00 01 03`), payload, crc), new(Header)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("L the whole variable header: %v", err)
+	}
+	// The error says how many bytes follow the fields.
+	if err := ReadHeader(build(SchemaRequest, FlagHasExtensions, `00 01 09 09 04`), new(Header)); err == nil || !strings.Contains(err.Error(), "2 bytes after its fields") {
+		t.Errorf("bytes after the fields: %v", err)
 	}
 	// A variable header that is the block alone has no routing fields.
 	if err := ReadHeader(assemble(SchemaRequest, SecurityNone, FlagHasExtensions, unhex(t, `00 01 02`), payload, crc), new(Header)); !errors.Is(err, ErrMalformed) {
@@ -250,8 +261,8 @@ func TestReplyDeltaBytes(t *testing.T) {
 		h.PayloadLen != uint32(len(delta)) || h.CRC != crc32.ChecksumIEEE(doc) {
 		t.Fatalf("header %+v", h)
 	}
-	if _, err := AppendDecode(nil, got, Limits{}); !errors.Is(err, ErrDelta) {
-		t.Fatalf("AppendDecode of a reply delta: %v, want ErrDelta", err)
+	if _, err := AppendDecode(nil, got, Limits{}); !errors.Is(err, ErrDelta) || !strings.Contains(err.Error(), "reply delta") {
+		t.Fatalf("AppendDecode of a reply delta: %v, want ErrDelta saying it is a reply delta", err)
 	}
 	if _, err := StripExtension(got); !errors.Is(err, ErrDelta) {
 		t.Fatalf("StripExtension of a reply delta: %v, want ErrDelta", err)
