@@ -59,3 +59,44 @@ func TestHeaderLenPastTheEnd(t *testing.T) {
 		t.Fatalf("%v; want ErrTruncated saying %q", err, want)
 	}
 }
+
+// A routing header cut short after its roles, or before the max_tokens its
+// flag announces, is misaligned: advisory, so the frame still reads, but
+// its fields are not taken.
+func TestRoutingCutShort(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		flags Flags
+		v     string
+	}{
+		{"no content_hint", 0, `06 67 70 74 2d 34 6f 01 01`},
+		{"no max_tokens", FlagHasMaxTokens, `06 67 70 74 2d 34 6f 01 01 02`},
+	} {
+		var h Header
+		if err := ReadHeader(assemble(SchemaRequest, SecurityNone, tc.flags, unhex(t, tc.v), []byte("{}"), 0), &h); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !h.RoutingMisaligned || h.HasMaxTokens || h.RoleCount() != 0 {
+			t.Errorf("%s: misaligned %v, max_tokens %v, %d roles", tc.name, h.RoutingMisaligned, h.HasMaxTokens, h.RoleCount())
+		}
+	}
+	// A field whose length runs past the variable header, even by one
+	// byte, is malformed.
+	if err := ReadHeader(assemble(SchemaRequest, SecurityNone, 0, unhex(t, `03 67 70`), []byte("{}"), 0), new(Header)); !errors.Is(err, ErrMalformed) {
+		t.Errorf("model one byte past the header: %v, want ErrMalformed", err)
+	}
+}
+
+// A payload_len past the frame's end is truncation, and the error gives
+// the bytes there are; an empty payload is not truncation but no JSON.
+func TestPayloadLen(t *testing.T) {
+	f := assemble(SchemaCustom, SecurityNone, 0, nil, []byte("{}"), 0)
+	f[MinFrameLen] = 3
+	err := ReadHeader(f, new(Header))
+	if want := "payload_len 3 exceeds the 2 bytes left"; !errors.Is(err, ErrTruncated) || !strings.Contains(err.Error(), want) {
+		t.Errorf("%v; want ErrTruncated saying %q", err, want)
+	}
+	if _, err := AppendDecode(nil, assemble(SchemaCustom, SecurityNone, 0, nil, nil, 0), Limits{}); !errors.Is(err, ErrInvalidJSON) {
+		t.Errorf("empty payload: %v, want ErrInvalidJSON", err)
+	}
+}
