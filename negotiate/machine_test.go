@@ -2,6 +2,7 @@ package negotiate
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 )
@@ -93,8 +94,13 @@ func TestMachineClientLifecycle(t *testing.T) {
 	if err := m.CanSend(KindControl, TypeHello); err == nil {
 		t.Fatal("second HELLO allowed")
 	}
-	if _, err := m.Received(t0, KindControl, TypePing); !errors.Is(err, ErrUnexpectedMessage) {
+	// The error names the message: its type for a control message, its
+	// kind otherwise.
+	if _, err := m.Received(t0, KindControl, TypePing); !errors.Is(err, ErrUnexpectedMessage) || !strings.Contains(err.Error(), "PING") {
 		t.Fatalf("PING before ACCEPT: %v", err)
+	}
+	if _, err := m.Received(t0, KindData, ""); !errors.Is(err, ErrUnexpectedMessage) || !strings.Contains(err.Error(), "DATA") {
+		t.Fatalf("DATA before ACCEPT: %v", err)
 	}
 	if a, err := m.Received(at(time.Second), KindControl, TypeAccept); a != ActionNone || err != nil {
 		t.Fatal(a, err)
@@ -290,5 +296,29 @@ func TestCloseError(t *testing.T) {
 	var ce *CloseError
 	if !errors.Is(e, ErrClosed) || !errors.As(e, &ce) || ce.Reason != ReasonReplaced {
 		t.Fatal(e)
+	}
+}
+
+// CloseLeft restarts the wait for CLOSE's acknowledgement when the CLOSE
+// actually leaves; in any other state it changes no deadline.
+func TestCloseLeft(t *testing.T) {
+	m := NewMachine(RoleClient, t0)
+	must(t, m.HelloSent(t0))
+	hello := m.Deadline()
+	m.CloseLeft(at(time.Second))
+	if !m.Deadline().Equal(hello) {
+		t.Fatalf("CloseLeft before CLOSE moved the HELLO deadline from %v to %v", hello.Sub(t0), m.Deadline().Sub(t0))
+	}
+	must(t, m.Established(defaultParams, at(time.Second)))
+	must(t, m.CloseSent(ReasonNormal, at(3*time.Second)))
+	m.CloseLeft(at(6 * time.Second))
+	if want := at(6*time.Second + CloseTimeout); !m.Deadline().Equal(want) {
+		t.Fatalf("deadline %v after CloseLeft at 6 s, want %v", m.Deadline().Sub(t0), want.Sub(t0))
+	}
+	if a := m.Tick(at(3*time.Second + CloseTimeout)); a != ActionNone {
+		t.Fatalf("CLOSE's first deadline still ran: %v", a)
+	}
+	if a := m.Tick(at(6*time.Second + CloseTimeout)); a != ActionDisconnect {
+		t.Fatalf("at the restarted deadline: %v", a)
 	}
 }

@@ -306,6 +306,7 @@ func TestClientRefusesBadAccept(t *testing.T) {
 		want error
 	}{
 		{"unchanged", func(*ControlMessage) {}, nil},
+		{"max payload the least allowed", func(m *ControlMessage) { m.Capabilities.Negotiated.MaxPayload = MinPayloadLimit }, nil},
 		{"other mode", func(m *ControlMessage) { m.Capabilities.Negotiated.SecurityMode = frame.SecurityNone }, ErrBadAccept},
 		{"security.mode contradicts", func(m *ControlMessage) { m.Capabilities.Security.Mode = frame.SecurityAEAD }, ErrBadAccept},
 		{"algorithm not offered", func(m *ControlMessage) { m.Capabilities.Negotiated.Algorithms = []Algorithm{AlgorithmTokenNative} }, ErrBadAccept},
@@ -335,19 +336,60 @@ func TestClientRefusesBadAccept(t *testing.T) {
 				t.Fatal(err)
 			}
 			tc.edit(m)
-			reply, err = AppendControl(nil, m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = h.Accept(reply)
-			if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) {
+			// Sent by a daemon that holds the session's keys, so that the
+			// key confirmation verifies: the decision itself is refused.
+			_, err = h.Accept(confirmedAccept(t, h.Message(), m))
+			if (tc.want == nil) != (err == nil) || (tc.want != nil && !errors.Is(err, tc.want)) || errors.Is(err, ErrBadConfirmation) {
 				t.Fatalf("err %v, want %v", err, tc.want)
+			}
+			if tc.want == ErrAuthDowngrade && !strings.Contains(err.Error(), "agent key held=false") {
+				t.Fatalf("err %v does not say the client holds no agent key", err)
 			}
 			if _, err := h.Accept(reply); !errors.Is(err, ErrHandshakeDone) {
 				t.Fatalf("second Accept: %v", err)
 			}
 		})
 	}
+}
+
+// confirmedAccept is m, an ACCEPT, as a daemon that decided it and holds
+// the session's keys would send it: its own key pair, and the key
+// confirmation computed over hello and m as the client will check it.
+func confirmedAccept(t *testing.T, hello []byte, m *ControlMessage) []byte {
+	t.Helper()
+	hm, err := ParseControl(hello)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kp, err := security.GenerateKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Capabilities != nil && len(m.Capabilities.Security.PublicKey) == 32 && !bytes.Equal(m.Capabilities.Security.PublicKey, make([]byte, 32)) {
+		pub := kp.PublicKey()
+		m.Capabilities.Security.PublicKey = pub[:]
+	}
+	if m.Capabilities != nil && m.Capabilities.Negotiated != nil {
+		m.Capabilities.Negotiated.Confirm = make([]byte, ConfirmSize)
+	}
+	reply, err := AppendControl(nil, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m.Type != TypeAccept {
+		return reply
+	}
+	shared, err := kp.SharedSecret(hm.Capabilities.Security.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer shared.Wipe()
+	_, _, confirm, err := sessionKeys(shared[:], nil, transcriptHash(hello[1:], reply[1:]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	patchAt(reply[1:], m.signedAt, confirm[:])
+	return reply
 }
 
 func TestClientReadsReject(t *testing.T) {
@@ -749,5 +791,38 @@ func TestUnknownOrgCostsAsMuchAsWrongKey(t *testing.T) {
 	}
 	if _, _, err := s.Accept(t0, hello("acmf", decoyKey), false); rejectCode(err) != RejectSecurityPolicy {
 		t.Fatalf("proof made with the decoy secret: %v", err)
+	}
+}
+
+// A HELLO may be exactly MaxControlSize bytes long; one byte more is a
+// configuration error that names what to trim.
+func TestHelloAtMaxControlSize(t *testing.T) {
+	ext := map[string]string{}
+	size := func(last int) (int, error) {
+		ext["zz"] = strings.Repeat("x", last)
+		h, err := NewHello(ClientConfig{AgentID: "alice", Extensions: ext}, t0)
+		if err != nil {
+			return 0, err
+		}
+		defer h.Close()
+		return len(h.Message()), nil
+	}
+	for i := 0; ; i++ {
+		n, err := size(0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n > MaxControlSize-200 {
+			break
+		}
+		ext[fmt.Sprintf("p%03d", i)] = strings.Repeat("x", 200)
+	}
+	small, _ := size(0)
+	last := MaxControlSize - small
+	if n, err := size(last); err != nil || n != MaxControlSize {
+		t.Fatalf("HELLO of %d bytes: %v; want exactly %d accepted", n, err, MaxControlSize)
+	}
+	if _, err := size(last + 1); !errors.Is(err, ErrConfig) || !strings.Contains(err.Error(), "extensions") {
+		t.Fatalf("one byte over: %v, want ErrConfig naming the extensions", err)
 	}
 }
