@@ -433,6 +433,7 @@ func TestAuthentication(t *testing.T) {
 		{"clock 4 min behind", authClient(t), -4 * time.Minute, ""},
 		{"clock 4 min ahead", authClient(t), 4 * time.Minute, ""},
 		{"clock 5 min behind", authClient(t), -ProofWindow, ""},
+		{"clock 5 min ahead", authClient(t), ProofWindow, ""},
 		{"stale: 6 min behind", authClient(t), -6 * time.Minute, RejectSecurityPolicy},
 		{"future: 6 min ahead", authClient(t), 6 * time.Minute, RejectSecurityPolicy},
 		{"key of another agent", withKey("acme", "acme", "bob"), 0, RejectSecurityPolicy},
