@@ -32,6 +32,9 @@ func TestDeriveLengthLimit(t *testing.T) {
 	if out, err := hkdfSHA256(repeat(1, 32), nil, "x", maxDeriveLen); err != nil || len(out) != 8160 {
 		t.Fatalf("8160 bytes: %d, %v", len(out), err)
 	}
+	if out, err := hkdfSHA256(repeat(1, 32), nil, "x", 1); err != nil || len(out) != 1 {
+		t.Fatalf("1 byte: %d, %v", len(out), err)
+	}
 	for _, n := range []int{maxDeriveLen + 1, 0, -1} {
 		if _, err := hkdfSHA256(repeat(1, 32), nil, "x", n); !errors.Is(err, ErrDerivation) {
 			t.Errorf("%d bytes: %v, want ErrDerivation", n, err)
@@ -92,6 +95,9 @@ func TestAgentKeyValidates(t *testing.T) {
 	}
 	if _, err := AgentKey(repeat(1, 15), "org", "a"); !errors.Is(err, ErrInvalidKey) {
 		t.Errorf("15-byte master: %v", err)
+	}
+	if _, err := AgentKey(repeat(1, MinMasterLen), "org", "a"); err != nil {
+		t.Errorf("%d-byte master: %v", MinMasterLen, err)
 	}
 }
 
