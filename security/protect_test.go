@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -567,5 +568,38 @@ func TestAEADCounterNonces(t *testing.T) {
 	a.nonceCount.Store(^uint64(0))
 	if err := a.readNonce(n1[:]); !errors.Is(err, ErrNonceExhausted) {
 		t.Fatalf("exhausted counter: %v", err)
+	}
+}
+
+// A dst whose output would share a single byte with the input, at either
+// end, is refused like any other partial overlap.
+func TestBufferOverlapByOneByte(t *testing.T) {
+	const at = 2000
+	for _, mode := range []frame.Security{frame.SecurityNone, frame.SecurityHMAC, frame.SecurityAEAD} {
+		k := mustKey(t, mode, repeat(0x42, 32))
+		buf := make([]byte, 4096)
+		n := copy(buf[at:], frameA(t))
+		plain := buf[at : at+n]
+		size := n + Overhead(mode)
+		for name, start := range map[string]int{
+			"output ends on the input's first byte":  at + 1 - size,
+			"output starts on the input's last byte": at + n - 1,
+		} {
+			if _, err := k.Protect(buf[start:start], plain); !errors.Is(err, ErrBufferOverlap) {
+				t.Errorf("%s Protect, %s: %v", mode, name, err)
+			}
+		}
+	}
+}
+
+// A plain frame whose payload_len is not what follows is refused, and the
+// error gives both.
+func TestPayloadLenMismatch(t *testing.T) {
+	f := frameA(t)
+	end := frame.PrefixLen + int(binary.LittleEndian.Uint16(f[frame.OffHeaderLen:]))
+	binary.LittleEndian.PutUint32(f[end:], binary.LittleEndian.Uint32(f[end:])+1)
+	_, err := Protect(nil, f, frame.SecurityHMAC, repeat(1, 32))
+	if want := fmt.Sprintf("but %d payload bytes follow", len(f)-end-8); !errors.Is(err, ErrMalformed) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("%v; want ErrMalformed saying %q", err, want)
 	}
 }
