@@ -38,6 +38,11 @@ func TestBucket(t *testing.T) {
 			_, ok := b.take(500, t0.Add(time.Hour))
 			return ok
 		}},
+		{"the 120 used before still count: 380 left", func() bool {
+			_, more := b.take(381, t0.Add(time.Hour))
+			_, ok := b.take(380, t0.Add(time.Hour))
+			return !more && ok
+		}},
 	}
 	for _, s := range steps {
 		if !s.do() {

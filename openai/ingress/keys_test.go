@@ -35,6 +35,10 @@ func TestParseKeys(t *testing.T) {
 			t.Errorf("error quotes the key: %v", err)
 		}
 	}
+	// The error names the file and line, comments and blank lines counted.
+	if _, err := ParseKeys(strings.NewReader("# keys\n\nsk-alice-0001 alice\nshort bob\n"), "keys.txt"); err == nil || !strings.HasPrefix(err.Error(), "keys.txt:4:") {
+		t.Errorf("error %v does not name keys.txt:4", err)
+	}
 }
 
 // The default key name holds the org: one agent id in two orgs is two
@@ -106,5 +110,9 @@ func TestParseKeySettings(t *testing.T) {
 		} else if strings.Contains(err.Error(), "sk-12345678") {
 			t.Errorf("error quotes the key: %v", err)
 		}
+	}
+	// The error names the file and line, comments and blank lines counted.
+	if _, err := ParseKeys(strings.NewReader("# keys\n\nsk-alice-0001 alice\nshort bob\n"), "keys.txt"); err == nil || !strings.HasPrefix(err.Error(), "keys.txt:4:") {
+		t.Errorf("error %v does not name keys.txt:4", err)
 	}
 }
