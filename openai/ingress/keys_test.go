@@ -1,8 +1,11 @@
 package ingress
 
 import (
+	"fmt"
 	"strings"
 	"testing"
+
+	"github.com/m2md/m2md/negotiate"
 )
 
 func TestParseKeys(t *testing.T) {
@@ -111,8 +114,10 @@ func TestParseKeySettings(t *testing.T) {
 			t.Errorf("error quotes the key: %v", err)
 		}
 	}
-	// The error names the file and line, comments and blank lines counted.
-	if _, err := ParseKeys(strings.NewReader("# keys\n\nsk-alice-0001 alice\nshort bob\n"), "keys.txt"); err == nil || !strings.HasPrefix(err.Error(), "keys.txt:4:") {
-		t.Errorf("error %v does not name keys.txt:4", err)
+	// Each bound is inclusive: a key of 8 characters, a limit of 0 (none)
+	// or maxLimit, a model of MaxModelLen bytes.
+	edge := fmt.Sprintf("sk-12345 a rpm=0 tpm=%d models=%s\n", maxLimit, strings.Repeat("m", negotiate.MaxModelLen))
+	if k, err := ParseKeys(strings.NewReader(edge), "f"); err != nil || k.names()["a"].TokensPerMinute != maxLimit {
+		t.Errorf("limits at their bounds: %v", err)
 	}
 }
