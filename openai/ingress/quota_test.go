@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/internal/jsonscan"
 )
 
@@ -54,26 +55,26 @@ func TestQuotaLimits(t *testing.T) {
 	if withMax.Scan([]byte(`{"max_tokens":1000}`), jsonscan.Limits{}) != nil || without.Scan([]byte(`{}`), jsonscan.Limits{}) != nil {
 		t.Fatal("scan")
 	}
-	if r := t1.reserve(&withMax, 400, now); r != nil || t1.reserved != 1100 {
+	if r := t1.reserve(&withMax, make([]byte, 400), frame.APIChat, now); r != nil || t1.reserved != 1100 {
 		t.Fatalf("reserve 400 bytes with max_tokens 1000: %+v, %d reserved", r, t1.reserved)
 	}
 	t4 := &ticket{q: q}
-	if r := t4.reserve(&without, 400, now); r != nil || t4.reserved != 100+ReservedCompletionTokens {
+	if r := t4.reserve(&without, make([]byte, 400), frame.APIChat, now); r != nil || t4.reserved != 100+ReservedCompletionTokens {
 		t.Fatalf("reserve without max_tokens: %+v, %d reserved", r, t4.reserved)
 	}
 	left := 10000 - 1100 - 100 - ReservedCompletionTokens
 	t5 := &ticket{q: q}
-	if r := t5.reserve(&without, 4*(left-ReservedCompletionTokens+1), now); r == nil || r.limit != "tokens" || r.max != 10000 || r.wait <= 0 {
+	if r := t5.reserve(&without, make([]byte, 4*(left-ReservedCompletionTokens+1)), frame.APIChat, now); r == nil || r.limit != "tokens" || r.max != 10000 || r.wait <= 0 {
 		t.Fatalf("one token more than is left: %+v", r)
 	}
 	// The answer used 100 of the 1100: 1000 come back, and fit now.
 	t1.done(100, true)
-	if r := t5.reserve(&without, 4*(left-ReservedCompletionTokens+1), now); r != nil {
+	if r := t5.reserve(&without, make([]byte, 4*(left-ReservedCompletionTokens+1)), frame.APIChat, now); r != nil {
 		t.Fatalf("after the refund: %+v", r)
 	}
 	// An answer without usage is charged its reservation: nothing back.
 	t4.done(0, false)
-	if r := (&ticket{q: q}).reserve(&withMax, 0, now); r == nil {
+	if r := (&ticket{q: q}).reserve(&withMax, nil, frame.APIChat, now); r == nil {
 		t.Fatal("a reservation charged in full was given back")
 	}
 
@@ -101,7 +102,7 @@ func TestUsageOf(t *testing.T) {
 		{`{"choices":[]}`, 0, false},
 		{`{"usage":`, 0, false},
 	} {
-		if n, ok := usageOf([]byte(tc.body)); n != tc.n || ok != tc.ok {
+		if n, ok := usageOf([]byte(tc.body), frame.APIChat); n != tc.n || ok != tc.ok {
 			t.Errorf("%s: %d, %v; want %d, %v", tc.body, n, ok, tc.n, tc.ok)
 		}
 	}
