@@ -78,6 +78,26 @@ func TestQuotaLimits(t *testing.T) {
 		t.Fatal("a reservation charged in full was given back")
 	}
 
+	// A reload keeps what was used: the 3 requests of this minute count
+	// against a raised limit of 5, and the key no longer limited by models
+	// takes any.
+	qs.update(map[string]KeyLimits{"k": {RequestsPerMinute: 5}})
+	if qs.get("k") != q || !q.allows("gpt-4.1") {
+		t.Fatal("a reload replaced the key's quota, or kept its model list")
+	}
+	for i := range 3 {
+		tk, r := q.admit(now)
+		if i < 2 && r != nil {
+			t.Fatalf("request %d of 5 after the reload: %+v", 4+i, r)
+		}
+		if i == 2 && (r == nil || r.limit != "requests" || r.max != 5) {
+			t.Fatalf("a sixth request in the minute: %+v", r)
+		}
+		if tk != nil {
+			tk.done(0, true)
+		}
+	}
+
 	rec := httptest.NewRecorder()
 	(&refusal{"tokens", "tokens per minute (TPM)", 10000, 1500 * time.Millisecond}).write(rec, "k")
 	var body struct {
