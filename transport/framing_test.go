@@ -229,3 +229,50 @@ func TestBufferPoolAllocs(t *testing.T) {
 		t.Fatalf("a pooled buffer round trip allocates %.1f times", allocs)
 	}
 }
+
+// stallReader returns (0, nil) stalls times before every read that gives
+// bytes or EOF, as io.Reader allows.
+type stallReader struct {
+	data   []byte
+	stalls int
+	left   int
+}
+
+func (r *stallReader) Read(p []byte) (int, error) {
+	if r.left > 0 {
+		r.left--
+		return 0, nil
+	}
+	r.left = r.stalls
+	if len(r.data) == 0 {
+		return 0, io.EOF
+	}
+	n := copy(p, r.data)
+	r.data = r.data[n:]
+	return n, nil
+}
+
+// Up to maxReadRetries empty reads in a row are waited out, whether the
+// buffer has room or is full (the probe for EOF); one more is
+// io.ErrNoProgress, not a busy loop.
+func TestReadMessageEmptyReads(t *testing.T) {
+	data := pattern(256, 3) // one buffer class
+	for _, tc := range []struct {
+		name  string
+		start int // 256: the message fills the first buffer, then the probe
+	}{{"room", 512}, {"full", 256}} {
+		for _, stalls := range []int{maxReadRetries, maxReadRetries + 1} {
+			buf, err := readMessage(&stallReader{data: data, stalls: stalls, left: stalls}, 1000, tc.start, new([1]byte))
+			if stalls <= maxReadRetries {
+				if err != nil || !bytes.Equal(buf.b, data) {
+					t.Fatalf("%s, %d empty reads: %v", tc.name, stalls, err)
+				}
+				putBuffer(buf)
+				continue
+			}
+			if !errors.Is(err, io.ErrNoProgress) {
+				t.Fatalf("%s, %d empty reads: %v, want io.ErrNoProgress", tc.name, stalls, err)
+			}
+		}
+	}
+}
