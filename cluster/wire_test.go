@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/m2md/m2md/negotiate"
@@ -239,6 +240,47 @@ func BenchmarkDecode(b *testing.B) {
 	for b.Loop() {
 		if decodeRequest(req, &q) != nil || decodeReply(rep, &p) != nil {
 			b.Fatal("decode")
+		}
+	}
+}
+
+// Every bound of the wire format is inclusive: strings of 255 bytes, an
+// incarnation of 64, a chain of maxChain certificates; one more is refused
+// (at encoding for a string, at decoding for a control message).
+func TestWireBounds(t *testing.T) {
+	long := strings.Repeat("r", 255)
+	in := Request{Seq: 1, From: "a", W: 1, Requester: long, Target: long, Frame: []byte{1}}
+	b, err := appendRequest(nil, &in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out Request
+	if err := decodeRequest(b, &out); err != nil || out.Requester != long || out.Target != long {
+		t.Fatalf("255-byte ids: %v", err)
+	}
+	in.Target += "x"
+	if _, err := appendRequest(nil, &in); err == nil {
+		t.Fatal("a 256-byte id encoded")
+	}
+	ctl := func(inc string, certs int) []byte {
+		m := ctlMsg{T: "hb", Node: "a", Inc: inc, Ctr: 1, TS: 1700000000000, Born: 1, KX: make([]byte, 32)}
+		for range certs {
+			m.Cert = append(m.Cert, []byte("der"))
+		}
+		return appendControl(nil, marshalControl(&m), []byte("sig"))
+	}
+	for _, tc := range []struct {
+		inc   string
+		certs int
+		ok    bool
+	}{
+		{strings.Repeat("i", 64), maxChain, true},
+		{strings.Repeat("i", 65), 1, false},
+		{"i", maxChain + 1, false},
+	} {
+		var m ctlMsg
+		if _, _, err := decodeControl(ctl(tc.inc, tc.certs), &m); (err == nil) != tc.ok {
+			t.Errorf("incarnation of %d bytes, %d certificates: %v", len(tc.inc), tc.certs, err)
 		}
 	}
 }
