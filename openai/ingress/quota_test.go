@@ -127,3 +127,38 @@ func TestUsageOf(t *testing.T) {
 		}
 	}
 }
+
+// A request holds its concurrency slot from admission to done, whatever the
+// key's limits: one refused for its rate gives the slot back, and requests
+// of a key without a concurrency limit count against one a reload sets.
+func TestQuotaSlots(t *testing.T) {
+	now := time.Now()
+	var qs quotas
+	qs.update(map[string]KeyLimits{"c": {Concurrent: 2, RequestsPerMinute: 2}, "u": {}})
+	c, u := qs.get("c"), qs.get("u")
+	if _, r := c.admit(now); r != nil {
+		t.Fatal(r)
+	}
+	second, r := c.admit(now)
+	if r != nil {
+		t.Fatal(r)
+	}
+	second.done(0, true)
+	if _, r := c.admit(now); r == nil || r.limit != "requests" {
+		t.Fatalf("a third request in the minute: %+v", r)
+	}
+	for range 3 {
+		if _, r := u.admit(now); r != nil {
+			t.Fatal(r)
+		}
+	}
+	qs.update(map[string]KeyLimits{"c": {Concurrent: 2}, "u": {Concurrent: 4}})
+	for name, q := range map[string]*quota{"c": c, "u": u} {
+		if _, r := q.admit(now); r != nil {
+			t.Fatalf("%s: the last free slot: %+v", name, r)
+		}
+		if _, r := q.admit(now); r == nil || r.limit != "concurrent_requests" {
+			t.Fatalf("%s: one over the concurrency limit: %+v", name, r)
+		}
+	}
+}
