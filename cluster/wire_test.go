@@ -244,9 +244,9 @@ func BenchmarkDecode(b *testing.B) {
 	}
 }
 
-// Every bound of the wire format is inclusive: strings of 255 bytes, an
-// incarnation of 64, a chain of maxChain certificates; one more is refused
-// (at encoding for a string, at decoding for a control message).
+// Every bound of the wire format is inclusive: strings of 255 bytes, a
+// reply's algo 1, an incarnation of 64, a chain of maxChain certificates;
+// one more is refused (at encoding for a string, at decoding otherwise).
 func TestWireBounds(t *testing.T) {
 	long := strings.Repeat("r", 255)
 	in := Request{Seq: 1, From: "a", W: 1, Requester: long, Target: long, Frame: []byte{1}}
@@ -261,6 +261,17 @@ func TestWireBounds(t *testing.T) {
 	in.Target += "x"
 	if _, err := appendRequest(nil, &in); err == nil {
 		t.Fatal("a 256-byte id encoded")
+	}
+	// Algo is 0 or 1 (M2M or TokenNative) in a reply as in a request.
+	for algo, ok := range []bool{true, true, false} {
+		b, err := appendReply(nil, &Reply{Seq: 1, From: "b", W: 1, Provider: "p", Algo: int8(algo), Frame: []byte{1}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rep Reply
+		if err := decodeReply(b, &rep); (err == nil) != ok || (ok && rep.Algo != int8(algo)) {
+			t.Errorf("reply of algo %d: %+v, %v", algo, rep, err)
+		}
 	}
 	ctl := func(inc string, certs int) []byte {
 		m := ctlMsg{T: "hb", Node: "a", Inc: inc, Ctr: 1, TS: 1700000000000, Born: 1, KX: make([]byte, 32)}
