@@ -280,6 +280,16 @@ func TestWireBounds(t *testing.T) {
 		}
 		return appendControl(nil, marshalControl(&m), []byte("sig"))
 	}
+	// A signature length past the message's end, or reaching it exactly
+	// (no body), is malformed, not a slice out of range.
+	good := ctl("i", 1)
+	for _, cut := range []int{len(good) - 3, len(good) - 3 + 1} {
+		b := bytes.Clone(good)
+		b[1], b[2] = byte(cut>>8), byte(cut)
+		if _, _, err := decodeControl(b, &ctlMsg{}); !errors.Is(err, ErrMalformed) {
+			t.Errorf("signature length %d of %d bytes after it: %v", cut, len(good)-3, err)
+		}
+	}
 	for _, tc := range []struct {
 		inc   string
 		certs int
