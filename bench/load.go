@@ -96,6 +96,12 @@ type LoadConfig struct {
 	Encoding  tokennative.Encoding
 	// Security protects the M2M frames: none, hmac or aead.
 	Security frame.Security
+	// Traced makes every M2M request carry a trace context of its own
+	// (feature trace, docs/protocol.md §4.8), sampled: what tracing costs
+	// the daemon when every request is traced (it records and exports
+	// spans when it runs with OTEL_* set, docs/operations.md "Traces").
+	// A daemon that does not offer the feature refuses the session.
+	Traced bool
 
 	// Baseline also runs the same load through a bare relay built on the
 	// same transport (the protocol's cost is the ratio); Echo also runs it
@@ -538,12 +544,20 @@ func connect(ctx context.Context, cfg *LoadConfig, ps []prepared, kind string, r
 			sendMu *sync.Mutex
 		)
 		if isM2M(kind) {
-			sess, err := dialM2M(dctx, ep, negotiate.ClientConfig{AgentID: agentID("r", i, suffix), AgentType: "m2md-bench", Security: cfg.Security})
+			cc := negotiate.ClientConfig{AgentID: agentID("r", i, suffix), AgentType: "m2md-bench", Security: cfg.Security}
+			if cfg.Traced && kind == RunM2M {
+				cc.Features = []negotiate.Feature{negotiate.FeatureTrace}
+			}
+			sess, err := dialM2M(dctx, ep, cc)
 			if err != nil {
 				s.close()
 				return nil, fmt.Errorf("requester %d: %w", i+1, err)
 			}
-			w, tconn = &m2mWire{s: sess, providers: providerIDs}, sess.conn
+			if len(cc.Features) > 0 && !sess.sess.Params.Has(negotiate.FeatureTrace) {
+				s.close()
+				return nil, fmt.Errorf("requester %d: the daemon does not offer feature trace (LoadConfig.Traced)", i+1)
+			}
+			w, tconn = &m2mWire{s: sess, providers: providerIDs, traced: len(cc.Features) > 0}, sess.conn
 			if sess.shared {
 				sendMu = &sess.sendMu
 			}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
 	"sync/atomic"
 
@@ -16,6 +17,22 @@ type m2mWire struct {
 	// addressed to, in turn.
 	providers []string
 	next      atomic.Uint64
+	// traced gives every request a sampled trace context of its own
+	// (LoadConfig.Traced).
+	traced bool
+}
+
+// newTrace is a trace block naming a new trace, sampled, as a requester
+// whose every request is a root span would send.
+func newTrace(b []byte) []byte {
+	var t negotiate.Trace
+	for t.TraceID == ([negotiate.TraceIDLen]byte{}) || t.SpanID == ([negotiate.SpanIDLen]byte{}) {
+		rand.Read(t.TraceID[:])
+		rand.Read(t.SpanID[:])
+	}
+	t.Flags = 1 // sampled
+	b, _ = negotiate.AppendTrace(b, &t)
+	return b
 }
 
 func (w *m2mWire) request(b []byte, ch transport.ChannelID, id uint64, p *prepared) ([]byte, error) {
@@ -23,7 +40,13 @@ func (w *m2mWire) request(b []byte, ch transport.ChannelID, id uint64, p *prepar
 	if p.model == "" && len(w.providers) > 0 {
 		peer = w.providers[w.next.Add(1)%uint64(len(w.providers))]
 	}
-	b, err := negotiate.AppendDataHeader(b, 0, id, peer)
+	var err error
+	if w.traced {
+		var tb [negotiate.TraceIDLen + negotiate.SpanIDLen + 2]byte
+		b, err = negotiate.AppendTracedDataHeader(b, 0, id, peer, newTrace(tb[:0]))
+	} else {
+		b, err = negotiate.AppendDataHeader(b, 0, id, peer)
+	}
 	if err != nil {
 		return nil, err
 	}

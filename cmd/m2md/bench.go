@@ -90,6 +90,7 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&algo, "algo", bench.AlgorithmM2M, "wire `form` of the frames sent: m2m or tokennative")
 	fs.StringVar(&enc, "encoding", "cl100k", "TokenNative `tokenizer`: cl100k or o200k")
 	fs.StringVar(&security, "security", "none", "frame security `mode`: none, hmac or aead")
+	fs.BoolVar(&cfg.Traced, "traced", false, "every M2M request carries a sampled trace context of its own (feature trace): with a daemon run with OTEL_* set, what tracing every request costs")
 	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the same load through a bare relay on the same transport (no M2M protocol) and report the ratio")
 	fs.StringVar(&cfg.Compare, "compare", "", "`system`: also run the same load through another system and report the ratio: nats (embedded nats-server in this process unless --nats-url,\nnats.go request/reply, queue-group responders; TLS when --transport is quic or wss), or single-node (with --provider-target:\nthe providers on the --url daemon too, so the cross-node run is compared with a single-node one)")
 	fs.StringVar(&cfg.NATSURL, "nats-url", "", "with --compare nats: the `URL` of a nats-server of yours (nats://host:port, tls://…) instead of an embedded one;\nwith --url, both servers run in processes of their own, as deployed (--pin, --ca-file, --insecure verify tls://)")
