@@ -63,6 +63,10 @@ type OpenAIConfig struct {
 	// report then has the time to the first chunk beside the time to the
 	// last.
 	Stream bool
+	// Traced sends every request with a W3C traceparent of its own,
+	// sampled: what tracing every request costs an endpoint that records
+	// traces (m2md serve with OTEL_* set, docs/operations.md "Traces").
+	Traced bool
 
 	// Connections is the closed loop's requests in flight, each on a
 	// connection of its own; in the open loop it bounds the connections
@@ -313,6 +317,7 @@ type openAITarget struct {
 	clk      clock
 	rec      *recorder
 	stream   bool
+	traced   bool
 	maxBody  int64
 	timeout  time.Duration
 	// first holds the time to the first chunk of streamed answers.
@@ -333,7 +338,7 @@ func newOpenAITarget(cfg *OpenAIConfig, u, key string, clk clock) *openAITarget 
 	rec := newRecorder(clk)
 	rec.open = cfg.Rate > 0
 	return &openAITarget{
-		url: u, key: key, clk: clk, rec: rec, stream: cfg.Stream,
+		url: u, key: key, clk: clk, rec: rec, stream: cfg.Stream, traced: cfg.Traced,
 		maxBody: cfg.MaxResponseBytes, timeout: cfg.Timeout,
 		client: &http.Client{Transport: tr},
 		first:  newLatencyRecorder(),

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/m2md/m2md/negotiate"
 )
 
 // Failure reasons of an OpenAI request besides "http_<status>": every
@@ -68,6 +71,9 @@ func (t *openAITarget) exchange(ctx context.Context, intended int64, body []byte
 	}
 	if t.key != "" {
 		req.Header.Set("Authorization", "Bearer "+t.key)
+	}
+	if t.traced {
+		req.Header.Set("Traceparent", newTraceparent())
 	}
 	sent := t.clk.now()
 	resp, err := t.client.Do(req)
@@ -205,4 +211,14 @@ func (l *latencyRecorder) summary() Latency {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return summarize(l.h)
+}
+
+// newTraceparent is a W3C traceparent naming a new trace, sampled, as a
+// client whose every request is a root span would send: newTrace's block
+// in text.
+func newTraceparent() string {
+	var tb [negotiate.TraceIDLen + negotiate.SpanIDLen + 2]byte
+	b := newTrace(tb[:0])
+	return "00-" + hex.EncodeToString(b[:negotiate.TraceIDLen]) + "-" +
+		hex.EncodeToString(b[negotiate.TraceIDLen:negotiate.TraceIDLen+negotiate.SpanIDLen]) + "-01"
 }

@@ -12,6 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -36,6 +38,7 @@ type chatServer struct {
 	arrivals []time.Time
 	bodies   [][]byte
 	auth     []string
+	parents  []string // each request's traceparent
 }
 
 func corpusFile(t *testing.T, name string) []byte {
@@ -60,6 +63,7 @@ func newChatServer(t *testing.T, configure func(*chatServer)) *chatServer {
 		s.arrivals = append(s.arrivals, time.Now())
 		s.bodies = append(s.bodies, body)
 		s.auth = append(s.auth, r.Header.Get("Authorization"))
+		s.parents = append(s.parents, r.Header.Get("Traceparent"))
 		s.mu.Unlock()
 		if r.URL.Path != "/v1/chat/completions" || r.Method != http.MethodPost {
 			http.NotFound(w, r)
@@ -452,5 +456,33 @@ func TestOpenAIRequestBodies(t *testing.T) {
 	}
 	if len(chat) < 40 {
 		t.Errorf("%d chat requests in the corpus", len(chat))
+	}
+}
+
+// With Traced every request carries a W3C traceparent of its own, sampled
+// and well formed; without it none.
+func TestOpenAITraced(t *testing.T) {
+	valid := regexp.MustCompile(`^00-[0-9a-f]{32}-[0-9a-f]{16}-01$`)
+	for _, traced := range []bool{false, true} {
+		s := newChatServer(t, nil)
+		cfg := quickOpenAI(s.base())
+		cfg.Traced = traced
+		runOpenAI(t, cfg)
+		s.mu.Lock()
+		parents := slices.Clone(s.parents)
+		s.mu.Unlock()
+		seen := map[string]bool{}
+		for _, p := range parents {
+			switch {
+			case !traced && p != "":
+				t.Fatalf("untraced run sent traceparent %q", p)
+			case traced && (!valid.MatchString(p) || strings.Contains(p, strings.Repeat("0", 32)) || seen[p[3:35]]):
+				t.Fatalf("traced run sent traceparent %q (a trace of its own, sampled, wanted)", p)
+			}
+			seen[p[min(3, len(p)):min(35, len(p))]] = true
+		}
+		if len(parents) == 0 {
+			t.Fatal("no requests")
+		}
 	}
 }

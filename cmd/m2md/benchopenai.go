@@ -36,6 +36,7 @@ func runBenchOpenAI(args []string, stdout, stderr io.Writer) error {
 	fs.StringVar(&payload, "payload", bench.Size1KB, "built-in chat request `size` when neither --corpus nor --file: "+strings.Join(bench.BuiltinSizes(), ", "))
 	fs.StringVar(&cfg.Model, "model", "", "`model` to put in every request instead of its own")
 	fs.BoolVar(&cfg.Stream, "stream", false, "ask for streamed answers and measure the time to the first chunk too")
+	fs.BoolVar(&cfg.Traced, "traced", false, "send every request with a sampled W3C traceparent of its own: against an endpoint that records traces, what tracing every request costs")
 	fs.IntVar(&cfg.Connections, "connections", bench.DefaultOpenAIConnections, "closed loop: `requests` in flight, one per connection; open loop: the most connections per endpoint")
 	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: `requests` per second on a fixed schedule, latency from each one's intended time (0: closed loop)")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", bench.DefaultMaxInFlight, "open loop: the most `requests` waiting for answers; beyond it sending waits, and the wait counts")
