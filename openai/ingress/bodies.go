@@ -217,7 +217,7 @@ const writeChunk = 256 << 10
 // write and flush: an answer flows as long as the client reads it, and a
 // client that stops reading for Limits.WriteTimeout fails the write,
 // which ends the request (and cancels it at the provider). It records the
-// status written, for the metrics.
+// status written, for the metrics and the request's span.
 type deadlineWriter struct {
 	http.ResponseWriter
 	rc     *http.ResponseController

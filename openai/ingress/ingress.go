@@ -289,14 +289,14 @@ var endpoints = map[string]endpoint{
 }
 
 func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, ep endpoint) {
-	r, hw, endSpan := in.trace(hw, r, ep)
+	w := in.writer(hw)
+	r, endSpan := in.trace(w, r, ep)
 	defer endSpan()
-	cl, ok := in.identity(hw, r)
+	cl, ok := in.identity(w, r)
 	if !ok {
 		return
 	}
 	id, c := cl.id, cl.c
-	w := in.writer(hw)
 	var (
 		t    *ticket
 		used tokenUse

@@ -31,15 +31,15 @@ const TraceResponseHeader = "traceresponse"
 
 var w3c = propagation.TraceContext{}
 
-// trace starts the span of request r (to endpoint ep) and returns r with
-// the span's context, the writer to answer with (one that notes the status,
-// when traced) and the function that ends the span.
-func (in *Ingress) trace(w http.ResponseWriter, r *http.Request, ep endpoint) (*http.Request, http.ResponseWriter, func()) {
+// trace starts the span of request r (to endpoint ep), answered through
+// w, and returns r with the span's context and the function that ends the
+// span with the status w wrote.
+func (in *Ingress) trace(w *deadlineWriter, r *http.Request, ep endpoint) (*http.Request, func()) {
 	if in.tracer == nil {
 		if r.Header.Get("traceparent") == "" {
-			return r, w, func() {}
+			return r, func() {}
 		}
-		return r.WithContext(w3c.Extract(r.Context(), propagation.HeaderCarrier(r.Header))), w, func() {}
+		return r.WithContext(w3c.Extract(r.Context(), propagation.HeaderCarrier(r.Header))), func() {}
 	}
 	ctx := w3c.Extract(r.Context(), propagation.HeaderCarrier(r.Header))
 	route := r.URL.Path // one of endpoints' paths, matched exactly
@@ -58,9 +58,8 @@ func (in *Ingress) trace(w http.ResponseWriter, r *http.Request, ep endpoint) (*
 	))
 	sc := span.SpanContext()
 	w.Header().Set(TraceResponseHeader, "00-"+sc.TraceID().String()+"-"+sc.SpanID().String()+"-"+sc.TraceFlags().String())
-	sw := &statusWriter{ResponseWriter: w}
-	return r.WithContext(ctx), sw, func() {
-		status := sw.status
+	return r.WithContext(ctx), func() {
+		status := w.status
 		if status == 0 {
 			status = http.StatusOK
 		}
@@ -92,27 +91,3 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 	}
 	return tp.Tracer("github.com/m2md/m2md/openai/ingress", trace.WithInstrumentationVersion(buildinfo.Get().Version))
 }
-
-// statusWriter notes the response's status for the span.
-type statusWriter struct {
-	http.ResponseWriter
-	status int
-}
-
-func (sw *statusWriter) WriteHeader(status int) {
-	if sw.status == 0 {
-		sw.status = status
-	}
-	sw.ResponseWriter.WriteHeader(status)
-}
-
-func (sw *statusWriter) Write(p []byte) (int, error) {
-	if sw.status == 0 {
-		sw.status = http.StatusOK
-	}
-	return sw.ResponseWriter.Write(p)
-}
-
-// Unwrap lets http.ResponseController reach the connection (Flush,
-// deadlines).
-func (sw *statusWriter) Unwrap() http.ResponseWriter { return sw.ResponseWriter }
