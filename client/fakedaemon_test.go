@@ -31,7 +31,7 @@ import (
 //     frame is of no known form (TestBadFrames), sends control messages
 //     that break the protocol (TestProtocolViolation);
 //   - one that shows what the client sent, which the real daemon does not
-//     record: PINGs counted (TestTimers keepalive answered), PONGs
+//     record: the request frame (TestCompressionQuality), PINGs counted (TestTimers keepalive answered), PONGs
 //     (TestPingAnswered), the reason of the client's CLOSE acknowledgement
 //     (TestServerShutdownReconnects);
 //   - one that drops a client's connection while staying silent
@@ -120,6 +120,7 @@ type fakeDaemon struct {
 	hellos  map[string]int
 	closes  map[string][]negotiate.CloseReason // CLOSE reasons received, per agent
 	hangs   []hang
+	echoed  []byte        // the last request frame the echo model answered, opened
 	changed chan struct{} // closed and replaced on every session change
 }
 
@@ -376,6 +377,9 @@ func (fs *fakeSession) handleData(msg transport.Message) {
 	case "echo":
 		// The request's own frame goes back, re-stamped and re-protected,
 		// without decoding: a daemon never touches payloads.
+		d.mu.Lock()
+		d.echoed = slices.Clone(plain)
+		d.mu.Unlock()
 		fs.sendFrame(ch, end, id, "", slices.Clone(plain))
 	case "garbage":
 		reply, err := frame.AppendEncode(nil, []byte(`{"id":"chatcmpl-x","choices":[{"message":{"content":"ok"}}]}`), frame.Limits{})

@@ -18,11 +18,18 @@ const (
 )
 
 // A brotli.Writer allocates its tables when it is created and reuses them
-// across Reset, so writers and readers are pooled.
+// across Reset, so writers and readers are pooled: frame writers one pool
+// per quality (Limits.Quality), index 0 unused.
 var (
-	frameWriters = sync.Pool{New: func() any { return newBrotliEncoder(frameQuality, brotliWindowLog) }}
+	frameWriters [12]sync.Pool
 	readers      = sync.Pool{New: func() any { return newBrotliDecoder() }}
 )
+
+func init() {
+	for q := 1; q < len(frameWriters); q++ {
+		frameWriters[q].New = func() any { return newBrotliEncoder(q, brotliWindowLog) }
+	}
+}
 
 // At quality 11 the encoder's match finder keeps two 32-bit entries per
 // position of the window: 32 MiB for the reference's 22-bit window, held by

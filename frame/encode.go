@@ -178,7 +178,7 @@ func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byt
 	case ext != nil && ext.Delta:
 		out = append(out, delta...)
 	case flags.Compressed():
-		if out, err = appendBrotli(out, json, &frameWriters); err != nil {
+		if out, err = appendBrotli(out, json, &frameWriters[lim.Quality]); err != nil {
 			return dst, err
 		}
 	default:

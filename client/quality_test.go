@@ -1,0 +1,58 @@
+package client
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/m2md/m2md/frame"
+)
+
+// payload returns the payload section of an M2M v1 frame.
+func payload(t *testing.T, fr []byte) []byte {
+	t.Helper()
+	var h frame.Header
+	if err := frame.ReadHeader(fr, &h); err != nil {
+		t.Fatal(err)
+	}
+	return fr[frame.PrefixLen+h.HeaderLen+8:]
+}
+
+// The payloads a client compresses use Options.CompressionQuality, quality
+// 1 unless it is set: the bytes on the wire are those of the encoder at that
+// quality, which differ from the reference's quality 5.
+func TestCompressionQuality(t *testing.T) {
+	leakCheck(t)
+	d := newFakeDaemon(t, fakeConfig{})
+	body, err := os.ReadFile(filepath.Join("..", "testdata", "corpus", "req-chat-1k-01.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body = bytes.Replace(body, []byte(`"model"`), []byte(`"model":"echo","original_model"`), 1)
+	for _, tc := range []struct {
+		set, want int
+	}{{0, 1}, {5, 5}, {11, 11}} {
+		c := dial(t, d, "ws", Options{CompressionQuality: tc.set})
+		if _, err := c.Do(testCtx(t), body); err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		sent := d.echoed
+		d.mu.Unlock()
+		want, err := frame.AppendEncode(nil, body, frame.Limits{Quality: tc.want})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(payload(t, sent), payload(t, want)) {
+			t.Errorf("CompressionQuality %d: payload of %d bytes is not quality %d's (%d bytes)", tc.set, len(payload(t, sent)), tc.want, len(payload(t, want)))
+		}
+		c.Close()
+	}
+	for _, q := range []int{-1, 12} {
+		if _, err := Dial(testCtx(t), d.url("ws"), Options{CompressionQuality: q}); err == nil || !strings.Contains(err.Error(), "CompressionQuality") {
+			t.Errorf("CompressionQuality %d: %v, want an error naming the option", q, err)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package frame
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/m2md/m2md/internal/testkit"
+)
+
+// Limits.Quality: zero and values out of range are the reference's quality
+// 5; 1–11 are kept.
+func TestQualityEffective(t *testing.T) {
+	for _, tc := range []struct{ set, want int }{
+		{0, 5}, {-1, 5}, {12, 5}, {1, 1}, {5, 5}, {11, 11},
+	} {
+		if got := (Limits{Quality: tc.set}).Effective().Quality; got != tc.want {
+			t.Errorf("Quality %d: effective %d, want %d", tc.set, got, tc.want)
+		}
+	}
+}
+
+// Every quality's frames decode to the document byte for byte, and the
+// quality a sender picks is the one its payload is compressed with: quality
+// 1's payload differs from the reference's quality 5 and is larger.
+func TestQualityRoundTrip(t *testing.T) {
+	var smaller, larger int
+	for _, f := range testkit.Corpus(t) {
+		if len(f.Data) < CompressThreshold || len(f.Data) > 4096 {
+			continue // uncompressed, or slow under the race detector
+		}
+		ref, err := AppendEncode(nil, f.Data, Limits{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for q := 1; q <= 11; q++ {
+			fr, err := AppendEncode(nil, f.Data, Limits{Quality: q})
+			if err != nil {
+				t.Fatalf("%s, quality %d: %v", f.Name, q, err)
+			}
+			got, err := AppendDecode(nil, fr, Limits{})
+			if err != nil || !bytes.Equal(got, f.Data) {
+				t.Fatalf("%s, quality %d: decoded %d bytes, %v", f.Name, q, len(got), err)
+			}
+			if q == 1 {
+				switch {
+				case len(fr) > len(ref):
+					larger++
+				case len(fr) < len(ref):
+					smaller++
+				}
+			}
+		}
+	}
+	if larger == 0 || larger < 4*smaller {
+		t.Errorf("quality 1 frames: %d larger than quality 5's, %d smaller; want most larger", larger, smaller)
+	}
+}
