@@ -20,9 +20,9 @@ func payload(t *testing.T, fr []byte) []byte {
 	return fr[frame.PrefixLen+h.HeaderLen+8:]
 }
 
-// The payloads a client compresses use Options.CompressionQuality, quality
-// 1 unless it is set: the bytes on the wire are those of the encoder at that
-// quality, which differ from the reference's quality 5.
+// The payloads a client compresses use Options.CompressionQuality, the
+// reference's quality 5 unless it is set: the bytes on the wire are those of
+// the encoder at that quality.
 func TestCompressionQuality(t *testing.T) {
 	leakCheck(t)
 	d := newFakeDaemon(t, fakeConfig{})
@@ -33,7 +33,7 @@ func TestCompressionQuality(t *testing.T) {
 	body = bytes.Replace(body, []byte(`"model"`), []byte(`"model":"echo","original_model"`), 1)
 	for _, tc := range []struct {
 		set, want int
-	}{{0, 1}, {5, 5}, {11, 11}} {
+	}{{0, 5}, {1, 1}, {11, 11}} {
 		c := dial(t, d, "ws", Options{CompressionQuality: tc.set})
 		if _, err := c.Do(testCtx(t), body); err != nil {
 			t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/openai"
 	"github.com/m2md/m2md/openai/ingress"
 	"github.com/m2md/m2md/security"
 )
@@ -84,6 +85,7 @@ func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, add
 				// and serves nothing, so it keeps no bases.
 				ConversationHistory: history,
 				ConversationBases:   -1,
+				CompressionQuality:  openai.CompressionQuality,
 			})
 		},
 	})

@@ -19,6 +19,7 @@ import (
 
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/internal/admin"
+	"github.com/m2md/m2md/openai"
 	"github.com/m2md/m2md/openai/upstream"
 )
 
@@ -86,6 +87,7 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	// A provider only: it keeps bases for the deltas it is sent, and no
 	// history of requests, which it never sends.
 	opt.ConversationBases, opt.ConversationHistory = conversationBudget(bases), -1
+	opt.CompressionQuality = openai.CompressionQuality
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
