@@ -22,6 +22,7 @@ import (
 
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/openai"
 	"github.com/m2md/m2md/openai/ingress"
 	"github.com/m2md/m2md/openai/upstream"
 )
@@ -87,13 +88,15 @@ func benchEdgesBoth(b *testing.B, models []string) (ingressURL, upstreamURL, ing
 	}
 	b.Cleanup(u.Close)
 	agent = dialClient(b, d.url("quic"), client.Options{AgentID: "bench-upstream", Models: models, Handler: u,
-		Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(b), MaxConcurrentHandlers: 1024})
+		Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(b), MaxConcurrentHandlers: 1024,
+		CompressionQuality: openai.CompressionQuality}) // as m2md upstream
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	serveIngress := func(suffix string, dial func(ctx context.Context, o client.Options) (*client.Client, error)) string {
 		in, err := ingress.New(ctx, ingress.Config{Models: d.Models,
 			Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
-				return dial(ctx, client.Options{AgentID: id.AgentID + suffix, Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(b)})
+				return dial(ctx, client.Options{AgentID: id.AgentID + suffix, Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(b),
+					CompressionQuality: openai.CompressionQuality}) // as m2md serve's endpoint
 			}})
 		if err != nil {
 			b.Fatal(err)
