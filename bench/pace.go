@@ -19,7 +19,7 @@ const (
 	// preciseMin: shorter waits use Go's timer, and rates whose requests
 	// come closer than this run without precise sleeps at all. Such rates
 	// keep the process busy, and its timers then fire within
-	// microseconds. On the reference machine the two ways were even at
+	// microseconds. On the reference machine the two ways are even at
 	// 12,000-20,000 requests a second (docs/benchmarks.md, "Method notes").
 	preciseMin = 100 * time.Microsecond
 	// preciseMax: the longest single sleep. Longer waits sleep on Go's

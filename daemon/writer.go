@@ -14,8 +14,8 @@ import (
 // key, and runs the state machine's timers (keepalive, CLOSE ack). It runs
 // only while there is work and returns its goroutine to the daemon's pool
 // (writerpool.go) when there is none, so an idle session costs no goroutine
-// for it (its stack was about a third of an idle WebSocket session's
-// memory); kick starts it again.
+// for it (a parked writer's stack would be about a third of an idle
+// WebSocket session's memory); kick starts it again.
 
 // kick makes sure a writer runs: called after anything is queued and when
 // the state machine's timer fires.
@@ -271,7 +271,7 @@ func (se *session) write(m outMsg) {
 	}
 	// Data is written without a cancellable context: coder/websocket (and
 	// the QUIC transport) register a context.AfterFunc per write for one,
-	// which was most of the daemon's allocations per frame. A write stuck
+	// which would be most of the daemon's allocations per frame. A write stuck
 	// on a peer that does not read is ended by closing the connection, which
 	// every way out of a session does (teardown, slow-consumer close,
 	// shutdown).

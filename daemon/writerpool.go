@@ -9,11 +9,11 @@ import (
 
 // writerPool runs the sessions' writers (writer.go) on goroutines that
 // outlive one batch. A writer started by a go statement begins on a 2 KiB
-// stack, and every batch grew it again inside the transport's write (the
-// WebSocket library takes its locks in a select): copying stacks took 4–6% of
-// a loaded daemon's CPU (docs/benchmarks.md, "Where the time goes"). A worker whose
-// writer has finished waits for the next one instead of exiting, so its
-// grown stack is used again.
+// stack and would grow it again in every batch inside the transport's write
+// (the WebSocket library takes its locks in a select): copying stacks costs
+// 4–6% of a loaded daemon's CPU (docs/benchmarks.md, "Where the time
+// goes"). A worker whose writer has finished waits for the next one instead
+// of exiting, so its grown stack is used again.
 //
 // The pool never makes a writer wait: when no worker is idle, the writer
 // gets a goroutine of its own. A writer can block for as long as

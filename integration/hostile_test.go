@@ -221,9 +221,8 @@ func expectCloseError(t *testing.T, ctl *quic.Stream, timeout time.Duration) {
 
 // TestQUICStreamFloodHeldToBudget: one QUIC session opens many streams,
 // announces a maximum-size message on each and sends most of every body,
-// then stalls. Before the receive budget the daemon read every body (the
-// issue's 4 GiB); now it reads one budget's worth, QUIC flow control holds
-// the rest at the attacker, the stalled messages close the session with
+// then stalls. The daemon reads one budget's worth, not every body (up to
+// 4 GiB), QUIC flow control holds the rest at the attacker, the stalled messages close the session with
 // CLOSE ERROR after MessageTimeout, and a bystander's round trips go on.
 func TestQUICStreamFloodHeldToBudget(t *testing.T) {
 	const (

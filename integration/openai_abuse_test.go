@@ -208,8 +208,8 @@ func TestOpenAIStalledUploadsBounded(t *testing.T) {
 
 // One client IP holds at most its share of the body budget (half of it,
 // at least one body of the largest size): its uploads stalled at the
-// share leave room for another client's request, where they used to hold
-// the whole budget and have every other client answered 503.
+// share leave room for another client's request, rather than hold the
+// whole budget and have every other client answered 503.
 func TestOpenAIBodyShare(t *testing.T) {
 	t.Parallel()
 	const maxBody = 1 << 20

@@ -282,7 +282,7 @@ func TestT1RejectsMalformed(t *testing.T) {
 		}
 	}
 	// Whitespace control characters are pattern codes, so a T1 body with a
-	// newline outside strings no longer parses (the Rust decoder agrees).
+	// newline outside strings does not parse (the Rust decoder agrees).
 	if _, err := DecodeT1(nil, []byte("#T1|{\"a\":1}\n"), frame.Limits{}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("newline after the body: %v, want ErrMalformed", err)
 	}
