@@ -39,7 +39,7 @@ const (
 	// payload, at least 4 MiB) are what bound its memory. A session that
 	// multiplexes many streams needs the count: the OpenAI ingress carries
 	// every HTTP client on one session, and 32 streams of 51 replies are
-	// 1,632 small messages in flight, which a bound of 1,024 refused with
+	// 1,632 small messages in flight, which a bound of 1,024 refuses with
 	// queue_full on a loaded machine (docs/benchmarks.md, the OpenAI edges).
 	DefaultSendQueueLen    = 8192
 	DefaultSlowGrace       = 5 * time.Second
