@@ -440,8 +440,28 @@ func (r *LoadReport) WriteJSON(w io.Writer) error {
 	return enc.Encode(r)
 }
 
-// WriteTable writes a readable summary: one column per run.
+// WriteTable writes a readable summary: one column per run and one per
+// ratio, then the notes a reader needs to weigh them.
 func (r *LoadReport) WriteTable(w io.Writer) error {
+	r.writeHeading(w)
+	runs, names := r.columns()
+	t := &runTable{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight), runs: runs, cols: r.ratioColumns()}
+	t.header(names)
+	r.writeRateRows(t)
+	r.writeProcessRows(t)
+	if err := t.tw.Flush(); err != nil {
+		return err
+	}
+	if line := repetitionLine(r.Repetitions); line != "" {
+		fmt.Fprintf(w, "\nRound-trip ratios by repetition (the table gives their medians): %s\n", line)
+	}
+	writeRunErrors(w, runs, names)
+	r.writeNotes(w, runs, names)
+	return nil
+}
+
+// writeHeading says what load ran against what, and on what machine.
+func (r *LoadReport) writeHeading(w io.Writer) {
 	c := r.Config
 	load := fmt.Sprintf("closed loop, %d in flight", c.Concurrency)
 	if c.Mode == "open" {
@@ -451,142 +471,173 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		c.Transport, c.Security, c.Algorithm, c.PayloadName, c.JSONBytes, c.FrameBytes, load)
 	fmt.Fprintf(w, "%d connections, %d providers, service time %s, %gs measured after %gs warm-up; %d CPUs, load %.2f → %.2f\n\n",
 		c.Connections, c.Providers, time.Duration(c.ServiceTimeUS*1e3), c.DurationS, c.WarmupS, r.Machine.CPUs, r.Machine.LoadAvg1, r.Machine.LoadAvgEnd)
+}
 
+// columns returns the runs the report holds, the M2M run first, and their
+// column names.
+func (r *LoadReport) columns() ([]*Result, []string) {
 	runs := []*Result{&r.Result}
 	names := []string{"M2M daemon"}
-	if c.ProviderTarget != "" {
+	if r.Config.ProviderTarget != "" {
 		names[0] = "M2M cross-node"
 	}
-	if r.SingleNode != nil {
-		runs = append(runs, r.SingleNode)
-		names = append(names, "M2M single-node")
-	}
-	if r.Baseline != nil {
-		runs = append(runs, r.Baseline)
-		names = append(names, "bare relay")
-	}
-	if r.Echo != nil {
-		runs = append(runs, r.Echo)
-		names = append(names, "echo target")
+	for _, o := range []struct {
+		res  *Result
+		name string
+	}{{r.SingleNode, "M2M single-node"}, {r.Baseline, "bare relay"}, {r.Echo, "echo target"}} {
+		if o.res != nil {
+			runs = append(runs, o.res)
+			names = append(names, o.name)
+		}
 	}
 	if r.NATS != nil {
 		runs = append(runs, r.NATS)
 		names = append(names, natsName(r.NATS.Target))
 	}
-	// Ratio columns: M2M over the bare relay, over NATS, and the bare relay
-	// over NATS.
-	type ratioCol struct {
-		name string
-		q    *Ratios
-	}
+	return runs, names
+}
+
+// ratioCol is a column of ratios between two of the runs.
+type ratioCol struct {
+	name string
+	q    *Ratios
+}
+
+// ratioColumns are M2M over the bare relay, over NATS, the bare relay over
+// NATS, and cross-node over single-node: those the report has.
+func (r *LoadReport) ratioColumns() []ratioCol {
 	var cols []ratioCol
 	for _, rc := range []ratioCol{{"M2M/relay", r.Ratios}, {"M2M/NATS", r.NATSRatios}, {"relay/NATS", r.RelayNATSRatios}, {"cross/single", r.SingleNodeRatios}} {
 		if rc.q != nil {
 			cols = append(cols, rc)
 		}
 	}
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	row := func(label string, f func(*Result) string, rf func(*Ratios) string) {
-		fmt.Fprintf(tw, "%s\t", label)
-		for _, res := range runs {
-			fmt.Fprintf(tw, "%s\t", f(res))
-		}
-		for _, col := range cols {
-			v := ""
-			if rf != nil {
-				v = rf(col.q)
-			}
-			fmt.Fprintf(tw, "%s\t", v)
-		}
-		fmt.Fprintln(tw)
-	}
+	return cols
+}
+
+// runTable writes rows of one figure per run, then its ratio per ratio
+// column.
+type runTable struct {
+	tw   *tabwriter.Writer
+	runs []*Result
+	cols []ratioCol
+}
+
+func (t *runTable) header(names []string) {
 	hdr := append([]string{""}, names...)
-	for _, col := range cols {
+	for _, col := range t.cols {
 		hdr = append(hdr, col.name)
 	}
-	fmt.Fprintln(tw, strings.Join(hdr, "\t")+"\t")
-	rt := func(f func(*Ratios) float64) func(*Ratios) string {
-		return func(q *Ratios) string {
-			if v := f(q); v != 0 {
-				return fmt.Sprintf("%.2fx", v)
-			}
-			return "-"
-		}
+	fmt.Fprintln(t.tw, strings.Join(hdr, "\t")+"\t")
+}
+
+// row writes label, f of each run, and rf of each ratio column (empty
+// cells where rf is nil).
+func (t *runTable) row(label string, f func(*Result) string, rf func(*Ratios) string) {
+	fmt.Fprintf(t.tw, "%s\t", label)
+	for _, res := range t.runs {
+		fmt.Fprintf(t.tw, "%s\t", f(res))
 	}
-	row("round trips/s", func(x *Result) string { return thousands(x.RoundTripsPerSec) }, rt(func(q *Ratios) float64 { return q.RoundTrips }))
+	for _, col := range t.cols {
+		v := ""
+		if rf != nil {
+			v = rf(col.q)
+		}
+		fmt.Fprintf(t.tw, "%s\t", v)
+	}
+	fmt.Fprintln(t.tw)
+}
+
+// ratioCell formats the ratio f picks, "-" where there is none.
+func ratioCell(f func(*Ratios) float64) func(*Ratios) string {
+	return func(q *Ratios) string {
+		if v := f(q); v != 0 {
+			return fmt.Sprintf("%.2fx", v)
+		}
+		return "-"
+	}
+}
+
+// writeRateRows writes throughput, latency and errors.
+func (r *LoadReport) writeRateRows(t *runTable) {
+	t.row("round trips/s", func(x *Result) string { return thousands(x.RoundTripsPerSec) }, ratioCell(func(q *Ratios) float64 { return q.RoundTrips }))
 	perCPU := false
-	for _, col := range cols {
+	for _, col := range t.cols {
 		perCPU = perCPU || col.q.RoundTripsPerCPU != 0
 	}
 	if perCPU {
-		row("round trips/CPU-s", func(x *Result) string {
+		t.row("round trips/CPU-s", func(x *Result) string {
 			if x.Process == nil || x.Process.CPUPerRoundTripUS == 0 {
 				return "-"
 			}
 			return thousands(1e6 / x.Process.CPUPerRoundTripUS)
-		}, rt(func(q *Ratios) float64 { return q.RoundTripsPerCPU }))
+		}, ratioCell(func(q *Ratios) float64 { return q.RoundTripsPerCPU }))
 	}
-	row("frames/s", func(x *Result) string { return thousands(x.FramesPerSec) }, nil)
-	row("MB/s", func(x *Result) string { return fmt.Sprintf("%.1f", x.MBPerSec) }, nil)
-	row("mean", func(x *Result) string { return micros(x.MeanUS) }, nil)
-	row("p50", func(x *Result) string { return micros(x.P50US) }, rt(func(q *Ratios) float64 { return q.P50 }))
-	row("p90", func(x *Result) string { return micros(x.P90US) }, nil)
-	row("p99", func(x *Result) string { return micros(x.P99US) }, rt(func(q *Ratios) float64 { return q.P99 }))
-	row("p99.9", func(x *Result) string { return micros(x.P999US) }, rt(func(q *Ratios) float64 { return q.P999 }))
-	row("max", func(x *Result) string { return micros(x.MaxUS) }, nil)
-	row("over 1 ms", func(x *Result) string { return fmt.Sprintf("%.2f%%", x.Over1msPct) }, nil)
-	row("over 4 ms", func(x *Result) string { return fmt.Sprintf("%.2f%%", x.Over4msPct) }, nil)
-	if c.Mode == "open" {
-		row("sent late p50/p99", func(x *Result) string {
+	t.row("frames/s", func(x *Result) string { return thousands(x.FramesPerSec) }, nil)
+	t.row("MB/s", func(x *Result) string { return fmt.Sprintf("%.1f", x.MBPerSec) }, nil)
+	t.row("mean", func(x *Result) string { return micros(x.MeanUS) }, nil)
+	t.row("p50", func(x *Result) string { return micros(x.P50US) }, ratioCell(func(q *Ratios) float64 { return q.P50 }))
+	t.row("p90", func(x *Result) string { return micros(x.P90US) }, nil)
+	t.row("p99", func(x *Result) string { return micros(x.P99US) }, ratioCell(func(q *Ratios) float64 { return q.P99 }))
+	t.row("p99.9", func(x *Result) string { return micros(x.P999US) }, ratioCell(func(q *Ratios) float64 { return q.P999 }))
+	t.row("max", func(x *Result) string { return micros(x.MaxUS) }, nil)
+	t.row("over 1 ms", func(x *Result) string { return fmt.Sprintf("%.2f%%", x.Over1msPct) }, nil)
+	t.row("over 4 ms", func(x *Result) string { return fmt.Sprintf("%.2f%%", x.Over4msPct) }, nil)
+	if r.Config.Mode == "open" {
+		t.row("sent late p50/p99", func(x *Result) string {
 			return micros(x.SendLagP50US) + " / " + micros(x.SendLagP99US)
 		}, nil)
 	}
-	row("errors", func(x *Result) string { return fmt.Sprint(x.Errors) }, nil)
-	if r.Process != nil {
-		label := "process"
-		if r.Process.Source == "metrics" {
-			label = "daemon"
-		}
-		proc := func(f func(*ProcessStats) string) func(*Result) string {
-			return func(x *Result) string {
-				// A column measured otherwise than the row's label says
-				// (the generator alone beside a daemon's own figures) is
-				// left out rather than compared.
-				if p := x.Process; p == nil || p.Source != r.Process.Source || p.IncludesDaemon != r.Process.IncludesDaemon {
-					return "-"
-				}
-				return f(x.Process)
+	t.row("errors", func(x *Result) string { return fmt.Sprint(x.Errors) }, nil)
+}
+
+// writeProcessRows writes CPU and memory, when the M2M run has them.
+func (r *LoadReport) writeProcessRows(t *runTable) {
+	if r.Process == nil {
+		return
+	}
+	label := "process"
+	if r.Process.Source == "metrics" {
+		label = "daemon"
+	}
+	proc := func(f func(*ProcessStats) string) func(*Result) string {
+		return func(x *Result) string {
+			// A column measured otherwise than the row's label says
+			// (the generator alone beside a daemon's own figures) is
+			// left out rather than compared.
+			if p := x.Process; p == nil || p.Source != r.Process.Source || p.IncludesDaemon != r.Process.IncludesDaemon {
+				return "-"
 			}
+			return f(x.Process)
 		}
-		row("CPU ("+label+")", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f cores", p.CPUCores) }), nil)
-		row("CPU/round trip", proc(func(p *ProcessStats) string { return micros(p.CPUPerRoundTripUS) }), nil)
-		if r.ProviderNode != nil {
-			row("provider node CPU/rt", func(x *Result) string {
-				if x.ProviderNode == nil {
-					return "-"
-				}
-				return micros(x.ProviderNode.CPUPerRoundTripUS)
-			}, nil)
-		}
-		row("allocs/frame", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.1f", p.AllocsPerFrame) }), func(q *Ratios) string {
-			if q.AllocsPerFrameExtra == nil {
-				return ""
+	}
+	t.row("CPU ("+label+")", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f cores", p.CPUCores) }), nil)
+	t.row("CPU/round trip", proc(func(p *ProcessStats) string { return micros(p.CPUPerRoundTripUS) }), nil)
+	if r.ProviderNode != nil {
+		t.row("provider node CPU/rt", func(x *Result) string {
+			if x.ProviderNode == nil {
+				return "-"
 			}
-			return fmt.Sprintf("%+.1f", *q.AllocsPerFrameExtra)
-		})
-		row("alloc B/frame", proc(func(p *ProcessStats) string { return thousands(p.AllocBytesPerFrame) }), nil)
-		row("heap in use", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.1f MB", float64(p.HeapInuseBytes)/1e6) }), nil)
-		if r.Process.Source == "process" {
-			row("CPU wait", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f threads", p.CPUWait) }), nil)
-			row("idle CPUs (machine)", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f", p.IdleCPUs) }), nil)
+			return micros(x.ProviderNode.CPUPerRoundTripUS)
+		}, nil)
+	}
+	t.row("allocs/frame", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.1f", p.AllocsPerFrame) }), func(q *Ratios) string {
+		if q.AllocsPerFrameExtra == nil {
+			return ""
 		}
+		return fmt.Sprintf("%+.1f", *q.AllocsPerFrameExtra)
+	})
+	t.row("alloc B/frame", proc(func(p *ProcessStats) string { return thousands(p.AllocBytesPerFrame) }), nil)
+	t.row("heap in use", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.1f MB", float64(p.HeapInuseBytes)/1e6) }), nil)
+	if r.Process.Source == "process" {
+		t.row("CPU wait", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f threads", p.CPUWait) }), nil)
+		t.row("idle CPUs (machine)", proc(func(p *ProcessStats) string { return fmt.Sprintf("%.2f", p.IdleCPUs) }), nil)
 	}
-	if err := tw.Flush(); err != nil {
-		return err
-	}
-	if line := repetitionLine(r.Repetitions); line != "" {
-		fmt.Fprintf(w, "\nRound-trip ratios by repetition (the table gives their medians): %s\n", line)
-	}
+}
+
+// writeRunErrors lists each run's errors by reason, the requesters' and
+// the providers'.
+func writeRunErrors(w io.Writer, runs []*Result, names []string) {
 	for i, res := range runs {
 		if len(res.ErrorsByReason) == 0 && len(res.ProviderErrors) == 0 {
 			continue
@@ -600,6 +651,12 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintln(w)
 	}
+}
+
+// writeNotes says what the figures mean where the table alone would
+// mislead: a cluster's per-node ratio, runs placed unlike, threads packed
+// on busy CPUs, the generator's lateness, whose CPU was counted.
+func (r *LoadReport) writeNotes(w io.Writer, runs []*Result, names []string) {
 	if r.NodeCPURatio != 0 && r.SingleNode != nil && r.SingleNode.Process != nil && r.Process != nil && r.ProviderNode != nil {
 		fmt.Fprintf(w, "\nPer node: the single-node daemon spends %s of CPU per round trip, the busier node of the cross-node run %s:\n"+
 			"with a machine per node, cross-node carries %.2fx the round trips of single-node (the rate ratio above is for this machine,\n"+
@@ -618,7 +675,7 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 			break
 		}
 	}
-	if c.Mode == "open" {
+	if r.Config.Mode == "open" {
 		fmt.Fprintln(w, "\nsent late: how late the load generator sent requests against their schedule; latencies count from the schedule,")
 		fmt.Fprintln(w, "so up to this much of them is the generator's own delay, not the target's.")
 	}
@@ -631,7 +688,6 @@ func (r *LoadReport) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintln(w, "CPU wait: threads of this process ready to run but waiting for a CPU, held by other work or by this process's own threads.")
 	}
-	return nil
 }
 
 // repetitionLine lists each repetition's round-trip ratios, so that a
