@@ -310,13 +310,6 @@ func RunConversation(ctx context.Context, cfg ConversationConfig) (*Conversation
 
 // replay runs the corpus once through the daemon at url.
 func replay(ctx context.Context, cfg *ConversationConfig, url string, tlsConf *tls.Config, convs []Conversation, deltas bool, runIndex int) (*ConversationRun, error) {
-	models := ConversationModels(convs)
-	expected := make(map[string][]byte) // request → response
-	for _, c := range convs {
-		for k, t := range c.Turns {
-			expected[string(t)] = c.Responses[k]
-		}
-	}
 	opts := func(id string) client.Options {
 		o := client.Options{AgentID: fmt.Sprintf("bench-conv-%s-%d", id, runIndex), Security: cfg.Security, TLSConfig: tlsConf}
 		if !deltas {
@@ -324,105 +317,36 @@ func replay(ctx context.Context, cfg *ConversationConfig, url string, tlsConf *t
 		}
 		return o
 	}
-	var (
-		mu         sync.Mutex
-		wrongBytes int
-	)
-	handler := client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
-		resp, ok := expected[string(req.Body)]
-		if !ok {
-			// The document did not arrive byte for byte.
-			mu.Lock()
-			wrongBytes++
-			mu.Unlock()
-			_ = w.Error("bench_mismatch", "request did not arrive byte for byte")
-			return
-		}
-		_ = w.Respond(resp)
-	})
 	dialCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	provs := make([]*client.Client, conversationProviders)
-	for i := range provs {
-		o := opts(fmt.Sprintf("provider-%c", 'a'+i))
-		o.Models, o.Handler = models, handler
-		p, err := client.Dial(dialCtx, url, o)
-		if err != nil {
-			return nil, fmt.Errorf("bench: provider: %w", err)
-		}
-		defer p.Close()
-		provs[i] = p
-	}
-	req, err := client.Dial(dialCtx, url, opts("requester"))
+	ag, err := dialConversationAgents(dialCtx, url, opts, convs)
 	if err != nil {
-		return nil, fmt.Errorf("bench: requester: %w", err)
+		return nil, err
 	}
-	defer req.Close()
-	if got := req.Session().Params.Has(negotiate.FeatureDelta); got != deltas {
+	defer ag.close()
+	if got := ag.req.Session().Params.Has(negotiate.FeatureDelta); got != deltas {
 		return nil, fmt.Errorf("bench: the session negotiated delta: %v, want %v (is feature delta disabled on the daemon?)", got, deltas)
 	}
-	provSent := func() int64 {
-		var n int64
-		for _, p := range provs {
-			n += int64(p.Stats().WireBytesSent)
-		}
-		return n
-	}
 	run := &ConversationRun{Deltas: deltas}
-	p0 := provSent()
+	p0 := ag.provSent()
 	if run.WarmUp, err = warmUp(ctx, url, opts("warmup"), convs[0], cfg.TurnTimeout); err != nil {
 		return nil, err
 	}
-	run.WarmUp.WireBytesResponses = provSent() - p0
+	run.WarmUp.WireBytesResponses = ag.provSent() - p0
 
 	var all []time.Duration
 	left := false
 	cpu0 := processCPU()
 	for ci, c := range convs {
 		fig := ConversationFigure{Name: c.Name}
-		for k, turn := range c.Turns {
+		for k := range c.Turns {
 			if err := ctx.Err(); err != nil {
 				return nil, err
 			}
-			s0, p0 := req.Stats(), provSent()
-			tctx, cancel := context.WithTimeout(ctx, cfg.TurnTimeout)
-			start := time.Now()
-			resp, err := req.Do(tctx, turn)
-			lat := time.Since(start)
-			cancel()
-			s1, p1 := req.Stats(), provSent()
-			switch {
-			case err != nil:
-				fig.Errors++
-				if run.FirstError == "" {
-					run.FirstError = fmt.Sprintf("%s turn %d: %v", c.Name, k+1, err)
-				}
-			case !bytes.Equal(resp.Body, c.Responses[k]):
-				fig.Errors++
-				if run.FirstError == "" {
-					run.FirstError = fmt.Sprintf("%s turn %d: the response did not arrive byte for byte", c.Name, k+1)
-				}
-			}
-			if s1.FramesSent-s0.FramesSent > 1 {
-				fig.Resends++
-			}
-			fig.ReplyDeltas += int(s1.ReplyDeltasReceived - s0.ReplyDeltasReceived)
-			fig.Turns++
-			fig.JSONBytesRequests += int64(len(turn))
-			fig.JSONBytesResponses += int64(len(c.Responses[k]))
-			w := int64(s1.WireBytesSent - s0.WireBytesSent)
-			fig.WireBytesRequests += w
-			fig.TurnWireRequests = append(fig.TurnWireRequests, w)
-			fig.WireBytesResponses += p1 - p0
-			fig.TurnLatencyMillis = append(fig.TurnLatencyMillis, millis(lat))
+			from, lat, err := ag.turn(ctx, cfg.TurnTimeout, c, k, &fig, run)
 			all = append(all, lat)
 			if cfg.ProviderLeaves && !left && ci == 0 && k+1 == len(c.Turns)/2 && err == nil {
-				// The provider holding this conversation leaves.
-				for _, p := range provs {
-					if p.Session().AgentID == resp.From {
-						p.Close()
-					}
-				}
+				ag.leave(from)
 				left = true
 			}
 		}
@@ -431,8 +355,8 @@ func replay(ctx context.Context, cfg *ConversationConfig, url string, tlsConf *t
 		run.add(&fig.ConversationBytes)
 	}
 	cpu := processCPU() - cpu0
-	if wrongBytes > 0 && run.FirstError == "" {
-		run.FirstError = fmt.Sprintf("%d requests did not arrive byte for byte", wrongBytes)
+	if wrong := ag.wrongBytes(); wrong > 0 && run.FirstError == "" {
+		run.FirstError = fmt.Sprintf("%d requests did not arrive byte for byte", wrong)
 	}
 	run.ratios()
 	if run.Turns > 0 {
@@ -440,6 +364,135 @@ func replay(ctx context.Context, cfg *ConversationConfig, url string, tlsConf *t
 	}
 	run.LatencyMillis = summarizeTurns(all)
 	return run, nil
+}
+
+// conversationAgents are one run's agents: the providers, which answer each
+// turn with the response the corpus pairs with it, and the requester.
+type conversationAgents struct {
+	provs []*client.Client
+	req   *client.Client
+
+	mu    sync.Mutex
+	wrong int // requests that did not arrive byte for byte
+}
+
+// dialConversationAgents connects the providers, then the requester, with
+// the options opts gives each agent id.
+func dialConversationAgents(ctx context.Context, url string, opts func(id string) client.Options, convs []Conversation) (*conversationAgents, error) {
+	expected := make(map[string][]byte) // request → response
+	for _, c := range convs {
+		for k, t := range c.Turns {
+			expected[string(t)] = c.Responses[k]
+		}
+	}
+	ag := &conversationAgents{}
+	handler := client.HandlerFunc(func(ctx context.Context, req *client.Request, w client.ResponseWriter) {
+		resp, ok := expected[string(req.Body)]
+		if !ok {
+			// The document did not arrive byte for byte.
+			ag.mu.Lock()
+			ag.wrong++
+			ag.mu.Unlock()
+			_ = w.Error("bench_mismatch", "request did not arrive byte for byte")
+			return
+		}
+		_ = w.Respond(resp)
+	})
+	models := ConversationModels(convs)
+	for i := range conversationProviders {
+		o := opts(fmt.Sprintf("provider-%c", 'a'+i))
+		o.Models, o.Handler = models, handler
+		p, err := client.Dial(ctx, url, o)
+		if err != nil {
+			ag.close()
+			return nil, fmt.Errorf("bench: provider: %w", err)
+		}
+		ag.provs = append(ag.provs, p)
+	}
+	req, err := client.Dial(ctx, url, opts("requester"))
+	if err != nil {
+		ag.close()
+		return nil, fmt.Errorf("bench: requester: %w", err)
+	}
+	ag.req = req
+	return ag, nil
+}
+
+// close closes the requester, then the providers, last dialled first.
+func (ag *conversationAgents) close() {
+	if ag.req != nil {
+		ag.req.Close()
+	}
+	for _, p := range slices.Backward(ag.provs) {
+		p.Close()
+	}
+}
+
+func (ag *conversationAgents) wrongBytes() int {
+	ag.mu.Lock()
+	defer ag.mu.Unlock()
+	return ag.wrong
+}
+
+// provSent is the wire bytes the providers have sent: the responses.
+func (ag *conversationAgents) provSent() int64 {
+	var n int64
+	for _, p := range ag.provs {
+		n += int64(p.Stats().WireBytesSent)
+	}
+	return n
+}
+
+// turn sends turn k of c, checks the response byte for byte, and adds what
+// it cost to fig (and its first error to run). It returns the agent that
+// answered, the turn's latency and its error.
+func (ag *conversationAgents) turn(ctx context.Context, timeout time.Duration, c Conversation, k int, fig *ConversationFigure, run *ConversationRun) (from string, lat time.Duration, err error) {
+	turn := c.Turns[k]
+	s0, p0 := ag.req.Stats(), ag.provSent()
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	start := time.Now()
+	resp, err := ag.req.Do(tctx, turn)
+	lat = time.Since(start)
+	cancel()
+	s1, p1 := ag.req.Stats(), ag.provSent()
+	switch {
+	case err != nil:
+		fig.Errors++
+		if run.FirstError == "" {
+			run.FirstError = fmt.Sprintf("%s turn %d: %v", c.Name, k+1, err)
+		}
+	case !bytes.Equal(resp.Body, c.Responses[k]):
+		fig.Errors++
+		if run.FirstError == "" {
+			run.FirstError = fmt.Sprintf("%s turn %d: the response did not arrive byte for byte", c.Name, k+1)
+		}
+	}
+	if s1.FramesSent-s0.FramesSent > 1 {
+		fig.Resends++
+	}
+	fig.ReplyDeltas += int(s1.ReplyDeltasReceived - s0.ReplyDeltasReceived)
+	fig.Turns++
+	fig.JSONBytesRequests += int64(len(turn))
+	fig.JSONBytesResponses += int64(len(c.Responses[k]))
+	w := int64(s1.WireBytesSent - s0.WireBytesSent)
+	fig.WireBytesRequests += w
+	fig.TurnWireRequests = append(fig.TurnWireRequests, w)
+	fig.WireBytesResponses += p1 - p0
+	fig.TurnLatencyMillis = append(fig.TurnLatencyMillis, millis(lat))
+	if err == nil {
+		from = resp.From
+	}
+	return from, lat, err
+}
+
+// leave closes the provider that answered as from: the one holding the
+// conversation's bases.
+func (ag *conversationAgents) leave(from string) {
+	for _, p := range ag.provs {
+		if p.Session().AgentID == from {
+			p.Close()
+		}
+	}
 }
 
 // warmUpTurns is how many turns of the first conversation warmUp sends.
