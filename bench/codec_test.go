@@ -16,6 +16,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 	"github.com/m2md/m2md/tokennative"
 )
 
@@ -23,11 +24,7 @@ func corpusPayloads(t *testing.T, names ...string) []Payload {
 	t.Helper()
 	var ps []Payload
 	for _, n := range names {
-		b, err := os.ReadFile(filepath.Join(corpusDir, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		ps = append(ps, Payload{Name: n, JSON: b})
+		ps = append(ps, Payload{Name: n, JSON: testkit.CorpusFile(t, n)})
 	}
 	return ps
 }

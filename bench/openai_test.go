@@ -9,7 +9,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -21,6 +20,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/internal/leakcheck"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // chatServer is an OpenAI-compatible server on loopback that answers chat
@@ -41,18 +41,9 @@ type chatServer struct {
 	parents  []string // each request's traceparent
 }
 
-func corpusFile(t *testing.T, name string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "testdata", "corpus", name))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
 func newChatServer(t *testing.T, configure func(*chatServer)) *chatServer {
-	resp := corpusFile(t, "resp-chat-01.json")
-	chunks := [][]byte{corpusFile(t, "stream-chunk-01.json"), corpusFile(t, "stream-chunk-02.json"), corpusFile(t, "stream-chunk-03.json")}
+	resp := testkit.CorpusFile(t, "resp-chat-01.json")
+	chunks := [][]byte{testkit.CorpusFile(t, "stream-chunk-01.json"), testkit.CorpusFile(t, "stream-chunk-02.json"), testkit.CorpusFile(t, "stream-chunk-03.json")}
 	s := &chatServer{}
 	if configure != nil {
 		configure(s)

@@ -7,6 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 const corpusDir = "../testdata/corpus"
@@ -30,10 +32,7 @@ func TestBuiltinPayloads(t *testing.T) {
 		}
 		// Everything up to the last message's content is the corpus
 		// document's own bytes.
-		orig, err := os.ReadFile(filepath.Join(corpusDir, tc.source))
-		if err != nil {
-			t.Fatal(err)
-		}
+		orig := testkit.CorpusFile(t, tc.source)
 		cut := bytes.LastIndex(orig, []byte(`"content":"`))
 		if !bytes.Equal(p.JSON[:cut], orig[:cut]) {
 			t.Errorf("%s: sample does not start like %s", tc.size, tc.source)

@@ -2,11 +2,10 @@ package delta
 
 import (
 	"bytes"
-	"encoding/hex"
-	"strings"
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // The examples of docs/protocol.md §4.5: the delta request and the reply
@@ -21,17 +20,11 @@ func TestCompactProtocolExamples(t *testing.T) {
 		{exampleFrame, exampleCompactRequest},
 		{exampleReplyFrame, exampleCompactReply},
 	} {
-		fr, err := hex.DecodeString(strings.Join(strings.Fields(tc.frame), ""))
-		if err != nil {
-			t.Fatal(err)
-		}
+		fr := testkit.Unhex(t, tc.frame)
 		if err := frame.SetSequence(fr, 1, 0); err != nil {
 			t.Fatal(err)
 		}
-		want, err := hex.DecodeString(tc.compact)
-		if err != nil {
-			t.Fatal(err)
-		}
+		want := testkit.Unhex(t, tc.compact)
 		got, ok := frame.AppendCompact(nil, fr, 0)
 		if !ok || !bytes.Equal(got, want) {
 			t.Fatalf("compact form %x (%v), want %x", got, ok, want)

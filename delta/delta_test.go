@@ -3,7 +3,6 @@ package delta
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"hash/crc32"
 	"math/rand/v2"
@@ -12,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // Every turn of every corpus conversation, as a delta against the turn
@@ -243,10 +243,7 @@ const (
 func TestProtocolExample(t *testing.T) {
 	base := NewBase([]byte(exampleRequest), []byte(exampleResponse))
 	for i, hx := range []string{exampleFrame, exampleFrameFull, exampleFrameWithCost} {
-		fr, err := hex.DecodeString(strings.Join(strings.Fields(hx), ""))
-		if err != nil {
-			t.Fatal(err)
-		}
+		fr := testkit.Unhex(t, hx)
 		doc, err := AppendDecodeFrame(nil, fr, base, frame.Limits{})
 		if err != nil || string(doc) != exampleDoc {
 			t.Fatalf("frame %d: decoded %q, %v", i, doc, err)

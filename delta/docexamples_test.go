@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // The text of docs/protocol.md §4.3 to §4.5 around the worked examples says
@@ -30,15 +31,8 @@ func TestProtocolDocExampleText(t *testing.T) {
 	}
 	text = text[from:to]
 
-	bytesOf := func(spaced string) []byte {
-		b, err := hex.DecodeString(strings.Join(strings.Fields(spaced), ""))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
-	request, reply, replyFull := bytesOf(exampleFrame), bytesOf(exampleReplyFrame), bytesOf(exampleReplyFrameFull)
-	compactRequest, compactReply := bytesOf(exampleCompactRequest), bytesOf(exampleCompactReply)
+	request, reply, replyFull := testkit.Unhex(t, exampleFrame), testkit.Unhex(t, exampleReplyFrame), testkit.Unhex(t, exampleReplyFrameFull)
+	compactRequest, compactReply := testkit.Unhex(t, exampleCompactRequest), testkit.Unhex(t, exampleCompactReply)
 	plainReply, err := frame.AppendEncode(nil, []byte(exampleReply), frame.Limits{})
 	if err != nil {
 		t.Fatal(err)

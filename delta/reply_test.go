@@ -2,13 +2,12 @@ package delta
 
 import (
 	"bytes"
-	"encoding/hex"
 	"errors"
 	"hash/crc32"
-	"strings"
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // replyCorpus answers every turn of every corpus conversation as the
@@ -184,10 +183,7 @@ func TestReplyProtocolExample(t *testing.T) {
 		t.Fatalf("D_r of %d bytes", len(dict))
 	}
 	for i, hx := range []string{exampleReplyFrame, exampleReplyFrameFull} {
-		fr, err := hex.DecodeString(strings.Join(strings.Fields(hx), ""))
-		if err != nil {
-			t.Fatal(err)
-		}
+		fr := testkit.Unhex(t, hx)
 		resp, err := AppendDecodeReply(nil, fr, dict, frame.Limits{})
 		if err != nil || string(resp) != exampleReply {
 			t.Fatalf("frame %d: decoded %q, %v", i, resp, err)

@@ -3,11 +3,12 @@ package frame
 import (
 	"bytes"
 	"io"
-	"os"
 	"testing"
 	"time"
 
 	"github.com/andybalholm/brotli"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // The benchmark documents, by size class (testdata/corpus/README.md).
@@ -20,10 +21,7 @@ var benchDocs = []struct{ name, file string }{
 
 func forEachDoc(b *testing.B, run func(b *testing.B, json []byte)) {
 	for _, d := range benchDocs {
-		json, err := os.ReadFile("../testdata/corpus/" + d.file)
-		if err != nil {
-			b.Fatal(err)
-		}
+		json := testkit.CorpusFile(b, d.file)
 		b.Run(d.name, func(b *testing.B) {
 			b.SetBytes(int64(len(json)))
 			b.ReportAllocs()

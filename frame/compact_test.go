@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 	"github.com/m2md/m2md/security"
 )
 
@@ -174,10 +175,7 @@ func TestCompactGrowthBound(t *testing.T) {
 		{"RD aead", "430a" + "01" + strings.Repeat("00", 36)},
 		{"none, V 0", "4300" + "01" + "00" + "00" + "01" + "0000000000"},
 	} {
-		in, err := hex.DecodeString(c.hex)
-		if err != nil {
-			t.Fatal(err)
-		}
+		in := testkit.Unhex(t, c.hex)
 		out, err := frame.AppendExpand(nil, in, 0)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
@@ -303,10 +301,7 @@ func TestExpandRefuses(t *testing.T) {
 		{"RD aead, rest of 35", "430a" + "01" + aead36[2:], frame.ErrTruncated},
 		{"RD spelled out", "4300" + "02" + "00" + "07" + rdHeader + "01" + none5, frame.ErrMalformed},
 	} {
-		in, err := hex.DecodeString(c.hex)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
+		in := testkit.Unhex(t, c.hex)
 		out, err := frame.AppendExpand([]byte("keep"), in, 0)
 		if !errors.Is(err, c.want) || string(out) != "keep" {
 			t.Errorf("%s: %x, %v; want %v", c.name, out, err, c.want)
@@ -323,10 +318,7 @@ func TestExpandRefuses(t *testing.T) {
 		{"RD fields, compressed", "4304" + "02" + "00" + "07" + rdHeader + "01" + none5},
 		{"RD fields, other flags", "4300" + "02" + "01" + "07" + rdHeader + "01" + none5},
 	} {
-		in, err := hex.DecodeString(c.hex)
-		if err != nil {
-			t.Fatalf("%s: %v", c.name, err)
-		}
+		in := testkit.Unhex(t, c.hex)
 		out, err := frame.AppendExpand(nil, in, 7)
 		if err != nil {
 			t.Errorf("%s: %v", c.name, err)
@@ -358,10 +350,7 @@ func TestExpandV65515(t *testing.T) {
 // base 1, routing fields as §4.3 prints them), sequence 1 on channel 0 in
 // mode none, field by field.
 func TestCompactFields(t *testing.T) {
-	fr, err := hex.DecodeString("234d324d7c317c2200010000000002000000000000000000000000066770742d346f03192a030201032c000000c41ef74220a53d010074012c4e616d65207468726565207072696d65732e227d5d7d04005d6bc2560d1ab1f36220ad20")
-	if err != nil {
-		t.Fatal(err)
-	}
+	fr := testkit.Unhex(t, "234d324d7c317c2200010000000002000000000000000000000000066770742d346f03192a030201032c000000c41ef74220a53d010074012c4e616d65207468726565207072696d65732e227d5d7d04005d6bc2560d1ab1f36220ad20")
 	if err := frame.SetSequence(fr, 1, 0); err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func TestParseCancelRefuses(t *testing.T) {
 	for _, wire := range []string{
 		"", "03", "0300", "038000", "030101", "02000100", "03ffffffffffffffffff02", "03ffffffffffffffffffff01", "0380",
 	} {
-		b, _ := hex.DecodeString(wire)
+		b := unhex(t, wire)
 		if _, err := ParseCancel(b); !errors.Is(err, ErrBadCancel) {
 			t.Errorf("ParseCancel(%s): %v", wire, err)
 		}
@@ -55,7 +55,7 @@ func TestMachineCancel(t *testing.T) {
 
 func FuzzParseCancel(f *testing.F) {
 	for _, s := range []string{"0301", "03ac02", "03ffffffffffffffffff01", "038000", "030101"} {
-		b, _ := hex.DecodeString(s)
+		b := unhex(f, s)
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, msg []byte) {

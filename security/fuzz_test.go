@@ -3,11 +3,10 @@ package security
 import (
 	"bytes"
 	"errors"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // FuzzOpen feeds arbitrary bytes to every opening path with fixed keys: no
@@ -29,10 +28,7 @@ func FuzzOpen(f *testing.F) {
 	f.Add(plainA)
 	f.Add(unhex(f, frameAAEAD))
 	for _, name := range []string{"req-chat-tiny-01.json", "resp-error-01.json", "stream-chunk-01.json"} {
-		doc, err := os.ReadFile(filepath.Join("..", "testdata", "corpus", name))
-		if err != nil {
-			f.Fatal(err)
-		}
+		doc := testkit.CorpusFile(f, name)
 		plain := buildPlain(frame.SchemaRequest, routingHeader, doc)
 		f.Add(plain)
 		for _, mode := range []frame.Security{frame.SecurityHMAC, frame.SecurityAEAD} {

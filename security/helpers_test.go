@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"hash/crc32"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/m2md/m2md/frame"
@@ -60,28 +58,6 @@ func buildPlain(schema frame.Schema, varHeader, payload []byte) []byte {
 
 // routingHeader is frame A's variable header, reused for corpus frames.
 var routingHeader = []byte{0x06, 'g', 'p', 't', '-', '4', 'o', 0x01, 0x01, 0x02, 0x0a, 0xd7, 0xa3, 0x3b}
-
-// corpusFiles returns every JSON document of the shared corpus.
-func corpusFiles(t testing.TB) map[string][]byte {
-	t.Helper()
-	files := map[string][]byte{}
-	root := filepath.Join("..", "testdata", "corpus")
-	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || filepath.Ext(p) != ".json" {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		files[p] = b
-		return err
-	})
-	if err != nil {
-		t.Fatalf("reading corpus: %v", err)
-	}
-	if len(files) < 100 {
-		t.Fatalf("corpus has %d files, expected the 113 of testdata/corpus/README.md", len(files))
-	}
-	return files
-}
 
 // fixedNonces is a test-only nonce source that yields the same 12 bytes
 // on every read.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // Wire reference §4.2, worked examples on frame A with key 32 × 0x42.
@@ -230,7 +231,8 @@ func TestCorpusRoundTrip(t *testing.T) {
 	modes := map[frame.Security]int{frame.SecurityNone: 0, frame.SecurityHMAC: HMACOverhead, frame.SecurityAEAD: AEADOverhead}
 	for mode, overhead := range modes {
 		k := mustKey(t, mode, repeat(0x5a, 32))
-		for name, doc := range corpusFiles(t) {
+		for _, d := range testkit.Corpus(t) {
+			name, doc := d.Name, d.Data
 			plain := buildPlain(frame.SchemaRequest, routingHeader, doc)
 			p, err := k.Protect(nil, plain)
 			if err != nil {
