@@ -59,14 +59,8 @@ func TestRunConversation(t *testing.T) {
 	if sum != d.WireBytesRequests {
 		t.Errorf("conversations sum to %d wire bytes, total %d", sum, d.WireBytesRequests)
 	}
-	var out strings.Builder
-	if err := rep.WriteJSON(&out); err != nil {
-		t.Fatal(err)
-	}
 	var m map[string]any
-	if err := json.Unmarshal([]byte(out.String()), &m); err != nil {
-		t.Fatal(err)
-	}
+	decodeReport(t, rep, &m)
 	for _, k := range []string{"json_bytes_requests", "wire_bytes_requests", "json_bytes_responses", "wire_bytes_responses", "turns", "errors"} {
 		if _, ok := m[k]; !ok {
 			t.Errorf("JSON report lacks %q", k)
@@ -75,7 +69,7 @@ func TestRunConversation(t *testing.T) {
 			t.Errorf("JSON report lacks baseline.%q", k)
 		}
 	}
-	out.Reset()
+	var out strings.Builder
 	if err := rep.WriteTable(&out); err != nil || !strings.Contains(out.String(), "conv-02") {
 		t.Errorf("table: %v\n%s", err, out.String())
 	}
@@ -113,23 +107,17 @@ func TestRunConversationProviderLeaves(t *testing.T) {
 	if got := d.Metric(t, "m2md_bytes_in_total"); got != sent {
 		t.Errorf("the daemon received %.0f DATA bytes, the report accounts for %.0f", got, sent)
 	}
-	var out strings.Builder
-	if err := rep.WriteJSON(&out); err != nil {
-		t.Fatal(err)
-	}
 	var m struct {
 		WarmUp   map[string]int64 `json:"warm_up"`
 		Baseline struct {
 			WarmUp map[string]int64 `json:"warm_up"`
 		} `json:"baseline"`
 	}
-	if err := json.Unmarshal([]byte(out.String()), &m); err != nil {
-		t.Fatal(err)
-	}
+	decodeReport(t, rep, &m)
 	if m.WarmUp["wire_bytes_requests"] != rep.WarmUp.WireBytesRequests || m.Baseline.WarmUp["wire_bytes_responses"] != rep.Baseline.WarmUp.WireBytesResponses {
 		t.Errorf("JSON warm_up %v, baseline %v", m.WarmUp, m.Baseline.WarmUp)
 	}
-	out.Reset()
+	var out strings.Builder
 	if err := rep.WriteTable(&out); err != nil || !strings.Contains(out.String(), "m2md_bytes_in_total") ||
 		!strings.Contains(out.String(), fmt.Sprintf("%d + %d wire bytes", rep.WarmUp.WireBytesRequests, rep.WarmUp.WireBytesResponses)) {
 		t.Errorf("the table's footnote does not give the warm-up bytes: %v\n%s", err, out.String())

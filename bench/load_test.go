@@ -1,9 +1,7 @@
 package bench
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -94,14 +92,8 @@ func TestLoadEndToEnd(t *testing.T) {
 					}
 				}
 			}
-			var buf bytes.Buffer
-			if err := rep.WriteJSON(&buf); err != nil {
-				t.Fatal(err)
-			}
 			var m map[string]any
-			if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
-				t.Fatal(err)
-			}
+			decodeReport(t, rep, &m)
 			for _, f := range []string{"round_trips_per_sec", "mean_us", "p50_us", "p99_us", "p999_us", "over_1ms_pct", "over_4ms_pct", "errors"} {
 				if _, ok := m[f].(float64); !ok {
 					t.Errorf("report has no number %q", f)

@@ -1,8 +1,6 @@
 package bench
 
 import (
-	"bytes"
-	"encoding/json"
 	"math"
 	"strings"
 	"testing"
@@ -160,14 +158,8 @@ func TestReportJSONFields(t *testing.T) {
 		Process: &ProcessStats{Source: "process", AllocsPerFrame: 2}}
 	rep := &LoadReport{Result: res, Baseline: &base}
 	rep.computeRatios([]*Result{&res}, []*Result{&base})
-	var buf bytes.Buffer
-	if err := rep.WriteJSON(&buf); err != nil {
-		t.Fatal(err)
-	}
 	var m map[string]any
-	if err := json.Unmarshal(buf.Bytes(), &m); err != nil {
-		t.Fatal(err)
-	}
+	decodeReport(t, rep, &m)
 	b, _ := m["baseline"].(map[string]any)
 	for _, k := range []string{"round_trips_per_sec", "frames_per_sec", "mb_per_sec", "p50_us", "p90_us", "p99_us", "p999_us", "max_us", "errors", "errors_by_reason", "timeline", "process"} {
 		if _, ok := m[k]; !ok {
