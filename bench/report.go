@@ -757,7 +757,7 @@ func thousands(v float64) string {
 }
 
 // WriteLoadMarkdown writes one Markdown table row per report, the M2M run
-// beside its baseline: the matrix docs/benchmarks.md shows.
+// beside its baseline: the matrix docs/benchmarks.md summarises.
 func WriteLoadMarkdown(w io.Writer, reps []*LoadReport) error {
 	var t table
 	t.add("transport", "security", "payload", "load", "M2M rt/s", "relay rt/s", "ratio", "ratio per CPU",
