@@ -47,18 +47,15 @@ func (se *session) handleCancel(msg transport.Message) {
 	}
 	srv.reqm.ended(c.Mark, outcomeCancelled)
 	prov := c.Provider.Value()
-	se.sendError(ch, id, 0, negotiate.CodeCancelled, "request cancelled", prov.agent)
-	if prov.remote != nil {
-		srv.cluster.cancelRemote(prov, c.DeliveryID)
-		return
-	}
-	srv.cancelProvider(prov, c.DeliveryID, c.ProviderChannel)
+	se.sendError(ch, id, 0, negotiate.CodeCancelled, "request cancelled", prov.name())
+	prov.takeCancel(c.DeliveryID, c.ProviderChannel)
 }
 
-// cancelProvider sends a local provider CANCEL of its delivery, behind the
-// request on the delivery's channel, if it negotiated the feature.
-func (srv *Server) cancelProvider(prov *session, deliveryID, channel uint64) {
-	if !prov.neg.Params.Has(negotiate.FeatureCancel) {
+// takeCancel sends the agent, a provider, CANCEL of its delivery, behind
+// the request on the delivery's channel, if it negotiated the feature.
+func (se *session) takeCancel(deliveryID, channel uint64) {
+	srv := se.srv
+	if !se.neg.Params.Has(negotiate.FeatureCancel) {
 		// Its replies to the delivery are dropped as unknown (counted in
 		// m2md_routing_failures_total{reason="unknown_request"}); its END
 		// returns the channel to the pool as it always does.
@@ -67,7 +64,7 @@ func (srv *Server) cancelProvider(prov *session, deliveryID, channel uint64) {
 	}
 	p := bufpool.Get(negotiate.MaxCancelLen)
 	*p, _ = negotiate.AppendCancel((*p)[:0], deliveryID)
-	if !prov.enqueue(outMsg{ch: transport.ChannelID(channel), buf: p, kind: msgCancel}) {
+	if !se.enqueue(outMsg{ch: transport.ChannelID(channel), buf: p, kind: msgCancel}) {
 		bufpool.Put(p)
 		srv.metrics.cancels.WithLabelValues("provider_queue_full").Inc()
 		return

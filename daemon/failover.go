@@ -64,7 +64,7 @@ func mayFailover(dh *negotiate.DataHeader, req *router.Request, format frameForm
 // keepForFailover keeps a copy of fr beside delivery d, within the
 // budget. A delivery that has already ended or been answered keeps
 // nothing (router.Keep).
-func (srv *Server) keepForFailover(d router.Delivery[*session], fr []byte, format frameFormat, model, trace []byte, start time.Time) {
+func (srv *Server) keepForFailover(d router.Delivery[peer], fr []byte, format frameFormat, model, trace []byte, start time.Time) {
 	if srv.cfg.FailoverBytes < 0 {
 		return
 	}
@@ -90,14 +90,16 @@ func (srv *Server) keepForFailover(d router.Delivery[*session], fr []byte, forma
 // request was routed again; if not, the caller ends it with agent_gone.
 // The kept frame is dropped either way. A request failed over is not kept
 // again: it is delivered at most twice.
-func (srv *Server) failOver(o router.Orphan[*session], from, reason string) bool {
+func (srv *Server) failOver(o router.Orphan[peer], from, reason string) bool {
 	k, _ := o.Kept.(*keptRequest)
 	if k == nil {
 		return false
 	}
 	defer k.Drop()
-	rq := o.Requester.Value()
-	if rq.remote != nil || rq.closing.Load() || srv.draining.Load() {
+	// A request from another node fails over there, when its node learns
+	// that the provider is gone.
+	rq, local := o.Requester.Value().(*session)
+	if !local || rq.closing.Load() || srv.draining.Load() {
 		return false
 	}
 	d, err := srv.router.RouteRequest(o.Requester, router.Request{
@@ -114,18 +116,14 @@ func (srv *Server) failOver(o router.Orphan[*session], from, reason string) bool
 	if len(k.trace) > 0 {
 		trace = srv.traceDelivery(d, k.trace, []byte(k.model), rq.agent, k.start)
 	}
-	if d.Provider.Value().remote != nil {
-		rq.forwardRemote(fr, k.format, trace.block, d, k.start)
-	} else {
-		srv.deliverRequest(d, rq.agent, rq.takesBatches(), fr, k.format, trace, k.start)
-	}
+	d.Provider.Value().takeRequest(d, rq.origin(), fr, k.format, trace, k.start)
 	return true
 }
 
 // endOrphans fails over, or ends with agent_gone, the requests a provider
 // (agent, on this node or another) held when it was lost. gone says how it
 // went, for the error's message.
-func (srv *Server) endOrphans(orphans []router.Orphan[*session], agent, reason, gone string) {
+func (srv *Server) endOrphans(orphans []router.Orphan[peer], agent, reason, gone string) {
 	for _, o := range orphans {
 		if srv.failOver(o, agent, reason) {
 			continue

@@ -163,11 +163,12 @@ func (r *requestMetrics) unroutedLocked(model string) prometheus.Counter {
 	return c
 }
 
-// marksOf returns the marks of provider session se (registered as rs),
-// resolving them on first use: called when the session registers, so that
-// its series exist at zero, and from the hot path, which may see it first.
-func (r *requestMetrics) marksOf(se *session, rs *router.Session[*session]) *providerMarks {
-	if pm := se.marks.Load(); pm != nil {
+// marksOf returns the marks of provider p (registered as rs), resolving
+// them on first use: called when the provider registers, so that its
+// series exist at zero, and from the hot path, which may see it first.
+func (r *requestMetrics) marksOf(p peer, rs *router.Session[peer]) *providerMarks {
+	slot := p.marksSlot()
+	if pm := slot.Load(); pm != nil {
 		return pm
 	}
 	pm := &providerMarks{marks: make([]uint32, len(rs.Models()))}
@@ -176,8 +177,8 @@ func (r *requestMetrics) marksOf(se *session, rs *router.Session[*session]) *pro
 		pm.marks[i] = r.pairLocked(m, rs.AgentID(), true)
 	}
 	r.mu.Unlock()
-	if !se.marks.CompareAndSwap(nil, pm) {
-		return se.marks.Load()
+	if !slot.CompareAndSwap(nil, pm) {
+		return slot.Load()
 	}
 	return pm
 }
@@ -186,8 +187,8 @@ func (r *requestMetrics) marksOf(se *session, rs *router.Session[*session]) *pro
 // model-th model, 0 when the requester is another node's (that node counts
 // it). A request naming no model the provider registered (an addressed
 // one) counts as model "other".
-func (r *requestMetrics) mark(requester, provider *router.Session[*session], model int) uint32 {
-	if requester.Value().remote != nil {
+func (r *requestMetrics) mark(requester, provider *router.Session[peer], model int) uint32 {
+	if _, local := requester.Value().(*session); !local {
 		return 0
 	}
 	pm := r.marksOf(provider.Value(), provider)
@@ -237,7 +238,7 @@ func (r *requestMetrics) ended(mark uint32, outcome int) {
 // the final reply ends the request and its header's usage counts its
 // tokens. It returns the delivery's mark from now on: with markHeaders
 // after a headers reply.
-func (r *requestMetrics) replied(rep *router.Reply[*session], code string, fr []byte, format frameFormat, at time.Time) uint32 {
+func (r *requestMetrics) replied(rep *router.Reply[peer], code string, fr []byte, format frameFormat, at time.Time) uint32 {
 	s := r.series(rep.Mark)
 	if s == nil {
 		return rep.Mark
@@ -280,7 +281,7 @@ func (r *requestMetrics) replied(rep *router.Reply[*session], code string, fr []
 
 // abort is router.Abort for a delivery the daemon ends with an error: the
 // request counts as failed.
-func (srv *Server) abort(provider *router.Session[*session], deliveryID uint64) (router.Reply[*session], error) {
+func (srv *Server) abort(provider *router.Session[peer], deliveryID uint64) (router.Reply[peer], error) {
 	rep, err := srv.router.Abort(provider, deliveryID)
 	if err == nil {
 		srv.reqm.ended(rep.Mark, outcomeFailed)
@@ -289,7 +290,7 @@ func (srv *Server) abort(provider *router.Session[*session], deliveryID uint64) 
 }
 
 // requesterGone counts a final reply routed for a requester that has left.
-func (srv *Server) requesterGone(rep *router.Reply[*session]) {
+func (srv *Server) requesterGone(rep *router.Reply[peer]) {
 	if rep.End {
 		srv.reqm.ended(rep.Mark, outcomeCancelled)
 	}

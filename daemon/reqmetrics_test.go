@@ -138,7 +138,7 @@ func BenchmarkRequestMetrics(b *testing.B) {
 			name = "on"
 		}
 		b.Run(name, func(b *testing.B) {
-			rt := router.New[*session](router.Config{})
+			rt := router.New[peer](router.Config{})
 			r := newRequestMetrics(prometheus.NewRegistry())
 			if on {
 				rt.SetMarker(r.mark)

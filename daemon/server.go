@@ -31,12 +31,12 @@ type Server struct {
 	metrics *metrics
 	reqm    *requestMetrics
 	neg     *negotiate.Server
-	router  *router.Router[*session]
+	router  *router.Router[peer]
 	// affinity maps conversations' documents to the provider that received
 	// them (affinity.go).
 	affinity *affinityMap
 	// cluster is nil unless Config.Cluster enables one.
-	cluster *clusterState
+	cluster *clusterMember
 	// tracer records the spans of traced requests; nil: none (trace.go).
 	tracer trace.Tracer
 
@@ -115,7 +115,7 @@ func New(cfg Config) (*Server, error) {
 		log:      cfg.Logger,
 		metrics:  newMetrics(),
 		neg:      neg,
-		router:   router.New[*session](router.Config{MaxRequests: cfg.MaxOutstanding, MaxDeliveries: cfg.MaxOutstanding}),
+		router:   router.New[peer](router.Config{MaxRequests: cfg.MaxOutstanding, MaxDeliveries: cfg.MaxOutstanding}),
 		affinity: newAffinityMap(cfg.AffinityEntries),
 		tracer:   tracerOf(cfg.TracerProvider),
 		ready:    make(chan struct{}),
@@ -287,7 +287,7 @@ func (s *Server) startCluster() (stop func(), err error) {
 	if !s.cfg.Cluster.Enabled() {
 		return func() {}, nil
 	}
-	cs := newClusterState(s)
+	cs := newClusterMember(s)
 	ccfg := s.cfg.Cluster
 	ccfg.Logger = s.log.With().Str("component", "cluster").Logger()
 	if ccfg.OrgKey, err = orgAnnounceKeys(s.cfg.OrgSecrets); err != nil {

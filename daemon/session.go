@@ -24,21 +24,16 @@ type session struct {
 	transport string
 	neg       *negotiate.Session
 	agent     string
-	rs        *router.Session[*session]
+	rs        *router.Session[peer]
 	log       zerolog.Logger
 	m         *sessionMetrics
 	// delta: the session negotiated feature delta (docs/protocol.md §4.3):
 	// it may send and receive request frames with the extension block.
 	delta bool
-	// remote is set on the router's proxies of other cluster nodes'
-	// agents and on the requesters standing for each node
-	// (daemon/cluster.go): they have no connection, and what is routed to
-	// them is published.
-	remote *remoteNode
 	// marks are its per-model series as a provider (reqmetrics.go).
 	marks atomic.Pointer[providerMarks]
 	// weakSelf is made on the first reply this session sends to another
-	// node (ref, daemon/cluster.go).
+	// node (ref, clusterpeers.go).
 	weakSelf atomic.Pointer[weak.Pointer[session]]
 
 	// recv opens the agent's frames, send seals the frames to it.
@@ -281,7 +276,7 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	if neg.Peer != nil {
 		models = neg.Peer.Models
 	}
-	var rs, replaced *router.Session[*session]
+	var rs, replaced *router.Session[peer]
 	if s.cluster != nil {
 		rs, replaced, err = s.cluster.register(se, models, s.mayReplace(conn))
 	} else {
@@ -294,12 +289,13 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	se.rs = rs
 	s.reqm.marksOf(se, rs) // its series exist, at zero, from now
 	se.rearm()
-	// A replaced proxy of a remote agent (daemon/cluster.go) is closed by
+	// A replaced proxy of a remote agent (clusterpeers.go) is closed by
 	// its own node when our announcement reaches it.
-	if replaced != nil && replaced.Value().remote == nil {
-		old := replaced.Value()
-		old.log.Info().Str("by", neg.ID).Msg("session replaced by a newer one for the same agent id")
-		old.initiateClose(negotiate.ReasonReplaced, "a newer session claimed agent id "+neg.AgentID)
+	if replaced != nil {
+		if old, local := replaced.Value().(*session); local {
+			old.log.Info().Str("by", neg.ID).Msg("session replaced by a newer one for the same agent id")
+			old.initiateClose(negotiate.ReasonReplaced, "a newer session claimed agent id "+neg.AgentID)
+		}
 	}
 	s.mu.Lock()
 	s.sessions[se] = struct{}{}
@@ -318,18 +314,18 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 // connection died unnoticed. Without them anybody can claim any id, so the
 // newest wins only from the holder's own source address (the same host
 // reconnecting); from elsewhere the newcomer is refused.
-func (s *Server) mayReplace(conn transport.Conn) func(*router.Session[*session]) bool {
+func (s *Server) mayReplace(conn transport.Conn) func(*router.Session[peer]) bool {
 	if len(s.cfg.OrgSecrets) > 0 || transport.IsInProcess(conn.RemoteAddr()) {
 		return nil // the newest wins; a session of the daemon's own process (Attach) always does
 	}
 	ip := remoteIP(conn.RemoteAddr())
-	return func(holder *router.Session[*session]) bool {
+	return func(holder *router.Session[peer]) bool {
 		// A holder on another cluster node (a proxy, no connection here)
 		// is from an address this node cannot compare: refused alike; so
 		// is one of the daemon's own process (Attach), whose address has
 		// no IP to match.
-		h := holder.Value()
-		return h.conn != nil && remoteIP(h.conn.RemoteAddr()) == ip
+		h, local := holder.Value().(*session)
+		return local && remoteIP(h.conn.RemoteAddr()) == ip
 	}
 }
 

@@ -201,10 +201,10 @@ func (s *Server) statusPage(rates *rateSampler, now time.Time) *statusPage {
 			if proxy.rs == nil || proxy.rs.Closed() {
 				continue
 			}
-			perNode[proxy.remote.name]++
+			perNode[proxy.node.name]++
 			p.RemoteAgents++
 			for _, m := range proxy.rs.Models() {
-				addProvider(m, statusProvider{Agent: proxy.agent, Node: proxy.remote.name, Outstanding: proxy.rs.Outstanding()})
+				addProvider(m, statusProvider{Agent: proxy.agent, Node: proxy.node.name, Outstanding: proxy.rs.Outstanding()})
 			}
 		}
 		for name := range cs.nodes { // the nodes this one has heard from (NodeDown forgets them)

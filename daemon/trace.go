@@ -78,7 +78,7 @@ func tracerOf(tp trace.TracerProvider) trace.Tracer {
 // the trace block parent (from requester, for model, received at start)
 // and returns the block to send on with it: one naming the span, or
 // parent itself when this daemon records no spans.
-func (srv *Server) traceDelivery(d router.Delivery[*session], parent, model []byte, requester string, start time.Time) traced {
+func (srv *Server) traceDelivery(d router.Delivery[peer], parent, model []byte, requester string, start time.Time) traced {
 	if srv.tracer == nil {
 		return traced{block: parent}
 	}
@@ -86,7 +86,6 @@ func (srv *Server) traceDelivery(d router.Delivery[*session], parent, model []by
 	if err != nil {
 		return traced{} // ParseData checked it: unreachable
 	}
-	prov := d.Provider.Value()
 	attrs := []attribute.KeyValue{
 		attribute.String("m2md.requester", requester),
 		attribute.String("m2md.provider", d.Provider.AgentID()),
@@ -99,8 +98,8 @@ func (srv *Server) traceDelivery(d router.Delivery[*session], parent, model []by
 	if srv.cluster != nil {
 		attrs = append(attrs, attribute.String("m2md.node", srv.cluster.c.Node()))
 	}
-	if prov.remote != nil {
-		attrs = append(attrs, attribute.String("m2md.provider.node", prov.remote.name))
+	if node := d.Provider.Value().homeNode(); node != "" {
+		attrs = append(attrs, attribute.String("m2md.provider.node", node))
 	}
 	name := "route"
 	if len(model) > 0 {

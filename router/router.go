@@ -129,7 +129,7 @@ type Reply[S any] struct {
 	Ext bool
 	// N is the reply's place among the delivery's replies, from 0: a
 	// cluster node forwarding them says it, so that the requester's node
-	// sees one lost on the way (daemon/cluster.go).
+	// sees one lost on the way (daemon/clusterinbound.go).
 	N uint32
 	// Mark is what the Marker said of the delivery.
 	Mark uint32
