@@ -45,7 +45,7 @@ func TestClusterAgentGoneBeforeDeparture(t *testing.T) {
 		close(held)
 		<-ctx.Done()
 	}))
-	for node, _ := a.AgentNode("", "far"); node != b.Cluster().Node; node, _ = a.AgentNode("", "far") {
+	for node, _ := a.agentNode("", "far"); node != b.Cluster().Node; node, _ = a.agentNode("", "far") {
 		if ctx.Err() != nil {
 			t.Fatal("node a never heard of the provider on node b")
 		}

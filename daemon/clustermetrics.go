@@ -71,14 +71,3 @@ func (s *Server) Cluster() ClusterStatus {
 		RouteAddr:    s.cluster.c.RouteAddr(),
 	}
 }
-
-// AgentNode reports where this node would route a request addressed to
-// agentID of org ("" without org secrets): "" for a local session, the node
-// id for a remote one, and false if it knows no such agent.
-func (s *Server) AgentNode(org, agentID string) (node string, ok bool) {
-	rs, ok := s.router.Lookup(org, agentID)
-	if !ok {
-		return "", false
-	}
-	return rs.Value().homeNode(), true
-}

@@ -53,7 +53,7 @@ type Server struct {
 	// requester's queue, the router already counts the request done.
 	routing atomic.Int64
 	ready   chan struct{}
-	crash   chan struct{} // closed by Crash
+	crash   chan struct{} // closed by simulateCrash (testhooks.go)
 	pool    *writerPool   // runs the sessions' writers (writerpool.go)
 	crashed sync.Once
 
@@ -579,27 +579,4 @@ func (s *Server) shutdown(closers []func()) {
 		s.cluster.c.Close()
 	}
 	s.log.Info().Msg("m2md stopped")
-}
-
-// Crash stops the daemon the way a killed process stops, for failure
-// drills: listeners close, the cluster is left without a goodbye (the other
-// nodes notice by the missing heartbeats) and every connection is dropped
-// without CLOSE. Run then returns.
-func (s *Server) Crash() {
-	s.crashed.Do(func() { close(s.crash) })
-}
-
-// SessionOpen reports whether the session with this id is still being
-// served: it turns false only after the session's teardown has removed it
-// from routing (for operators' tooling, and tests that must wait for a
-// departure to be complete).
-func (s *Server) SessionOpen(sessionID string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for se := range s.sessions {
-		if se.neg.ID == sessionID {
-			return true
-		}
-	}
-	return false
 }

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2md/m2md/internal/daemonhook"
 	"github.com/m2md/m2md/internal/testkit"
 )
 
@@ -71,7 +72,7 @@ func TestCLIAgentsDefaultIDsDistinct(t *testing.T) {
 		if !strings.HasPrefix(id, "demo-provider-") {
 			t.Errorf("default id %q does not start with demo-provider-", id)
 		}
-		if _, ok := d.AgentNode("", id); !ok || !procs[i].running() {
+		if _, ok := daemonhook.Of(d).AgentNode("", id); !ok || !procs[i].running() {
 			t.Errorf("provider %s is gone (running %v)\nstderr: %s", id, procs[i].running(), procs[i].stderr.String())
 		}
 	}

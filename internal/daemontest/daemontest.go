@@ -18,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/internal/daemonhook"
 )
 
 // Daemon is a running daemon. Stop (registered as a cleanup by Start)
@@ -88,6 +89,22 @@ func (d *Daemon) Wait(timeout time.Duration) (returned bool, err error) {
 	case <-time.After(timeout):
 		return false, nil
 	}
+}
+
+// Crash stops the daemon the way a killed process stops
+// (daemonhook.Hooks.Crash); Stop then waits for Run to return.
+func (d *Daemon) Crash() { daemonhook.Of(d.Server).Crash() }
+
+// SessionOpen reports whether the daemon still serves the session with
+// this id (daemonhook.Hooks.SessionOpen).
+func (d *Daemon) SessionOpen(sessionID string) bool {
+	return daemonhook.Of(d.Server).SessionOpen(sessionID)
+}
+
+// AgentNode reports where the daemon would route a request addressed to
+// agentID of org (daemonhook.Hooks.AgentNode).
+func (d *Daemon) AgentNode(org, agentID string) (node string, ok bool) {
+	return daemonhook.Of(d.Server).AgentNode(org, agentID)
 }
 
 // URL is the daemon's address for transport "quic" or "ws".
