@@ -168,7 +168,7 @@ func (s *session) sendJSON(ch transport.ChannelID, flags negotiate.DataFlags, id
 }
 
 // sendHeaders sends a headers reply: a REPLY whose frame is schema 03
-// marked frame.HeadersReply (docs/protocol.md §4.7).
+// marked as one (docs/protocol.md §4.7).
 func (s *session) sendHeaders(ch transport.ChannelID, id uint64, json []byte) error {
 	o, err := newOutgoing(negotiate.FlagReply, id, "", len(json))
 	if err != nil {

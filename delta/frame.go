@@ -126,7 +126,7 @@ func decodePayload(dst, fr []byte, h *frame.Header, dict []byte, lim frame.Limit
 	if !utf8.Valid(doc) {
 		return dst, errorf(frame.ErrMalformed, "document is not valid UTF-8")
 	}
-	if err := jsonscan.Validate(doc, jsonscan.Limits{MaxDepth: lim.MaxDepth, MaxString: lim.MaxString, MaxArray: lim.MaxArray}); err != nil {
+	if err := jsonscan.Validate(doc, lim); err != nil {
 		if errors.Is(err, jsonscan.ErrSyntax) {
 			return dst, errorf(frame.ErrInvalidJSON, "document: %v", err)
 		}

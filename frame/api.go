@@ -18,8 +18,8 @@ const (
 	APICompletions API = 0x02
 )
 
-// OffAPI is the frame offset of the API byte.
-const OffAPI = OffFlags + 2
+// offAPI is the frame offset of the API byte.
+const offAPI = OffFlags + 2
 
 // String is the API's path under an OpenAI API root.
 func (a API) String() string {
@@ -50,23 +50,24 @@ func SetAPI(fr []byte, a API) error {
 	if s := Schema(fr[OffSchema]); s != SchemaRequest {
 		return errorf(ErrSchema, "SetAPI: schema %#02x; only a request frame (01) names an API", byte(s))
 	}
-	fr[OffAPI] = byte(a)
+	fr[offAPI] = byte(a)
 	return nil
 }
 
-// FlagWantsHeaders (bit 15 of a request frame's specific flags, reserved
+// flagWantsHeaders (bit 15 of a request frame's specific flags, reserved
 // by the wire reference) asks the provider for the model server's
 // response headers in a headers reply (docs/protocol.md §4.7).
-const FlagWantsHeaders Flags = 1 << 15
+const flagWantsHeaders Flags = 1 << 15
 
-// WantsHeaders reports FlagWantsHeaders (request frames).
-func (f Flags) WantsHeaders() bool { return f&FlagWantsHeaders != 0 }
+// WantsHeaders reports that a request frame asks the provider for the
+// model server's response headers in a headers reply (SetWantsHeaders).
+func (f Flags) WantsHeaders() bool { return f&flagWantsHeaders != 0 }
 
-// HeadersReply is the reserved flags byte (OffAPI) of a stream-chunk frame
+// headersReply is the reserved flags byte (offAPI) of a stream-chunk frame
 // (schema 03) that carries response headers instead of a chunk.
-const HeadersReply = 0x01
+const headersReply = 0x01
 
-// SetWantsHeaders sets FlagWantsHeaders in the binary-shape request frame
+// SetWantsHeaders sets flagWantsHeaders in the binary-shape request frame
 // fr (schema 01 or 04), before it is protected.
 func SetWantsHeaders(fr []byte) error {
 	if len(fr) < MinFrameLen || string(fr[:PrefixLen]) != Prefix {
@@ -75,13 +76,13 @@ func SetWantsHeaders(fr []byte) error {
 	if s := Schema(fr[OffSchema]); s != SchemaRequest && s != SchemaEmbeddingRequest {
 		return errorf(ErrSchema, "SetWantsHeaders: schema %#02x; only a request frame (01, 04) asks for headers", byte(s))
 	}
-	fr[OffFlags+1] |= byte(FlagWantsHeaders >> 8)
+	fr[OffFlags+1] |= byte(flagWantsHeaders >> 8)
 	return nil
 }
 
 // AppendEncodeHeadersReply appends the headers reply carrying json, an
 // object of response headers (docs/protocol.md §4.7): a schema 03 frame
-// with the reserved flags byte HeadersReply, its payload never compressed.
+// with its reserved flags byte (byte 2 of the flags) set to 0x01, its payload never compressed.
 // It is a few hundred bytes of distinct strings, which Brotli barely
 // shrinks, and compressing it cost the OpenAI edge more CPU per request
 // than anything else about the headers.
@@ -91,13 +92,13 @@ func AppendEncodeHeadersReply(dst, json []byte, lim Limits) ([]byte, error) {
 	if err != nil {
 		return dst, err
 	}
-	out[start+OffAPI] = HeadersReply
+	out[start+offAPI] = headersReply
 	return out, nil
 }
 
 // IsHeadersReply reports whether the binary-shape frame fr is a headers
-// reply: schema 03 with the reserved flags byte HeadersReply.
+// reply: schema 03 with its reserved flags byte set to 0x01.
 func IsHeadersReply(fr []byte) bool {
 	return len(fr) >= MinFrameLen && string(fr[:PrefixLen]) == Prefix &&
-		Schema(fr[OffSchema]) == SchemaStream && fr[OffAPI] == HeadersReply
+		Schema(fr[OffSchema]) == SchemaStream && fr[offAPI] == headersReply
 }

@@ -8,12 +8,14 @@ import (
 	"sync"
 
 	"github.com/andybalholm/brotli"
+
+	"github.com/m2md/m2md/internal/jsonscan"
 )
 
 // Brotli parameters of the wire reference §2.4.
 const (
-	frameQuality    = 5  // M2M v1 frame payloads
-	textQuality     = 11 // the #M2M[v3.0]|DATA: text form
+	frameQuality    = jsonscan.DefaultQuality // M2M v1 frame payloads
+	textQuality     = 11                      // the #M2M[v3.0]|DATA: text form
 	brotliWindowLog = 22
 )
 

@@ -6,9 +6,9 @@ import (
 	"github.com/m2md/m2md/internal/bufpool"
 )
 
-// BrotliTextPrefix starts the Brotli text form (wire reference §6.1):
+// brotliTextPrefix starts the Brotli text form (wire reference §6.1):
 // the prefix, then the Base64 of a Brotli stream, nothing else.
-const BrotliTextPrefix = "#M2M[v3.0]|DATA:"
+const brotliTextPrefix = "#M2M[v3.0]|DATA:"
 
 // brotliTextDetect is what the Rust engine detects the form by; text that
 // starts with it but lacks "DATA:" is an error, not passthrough.
@@ -35,10 +35,10 @@ func AppendEncodeBrotliText(dst, data []byte, lim Limits) ([]byte, error) {
 	if *comp, err = appendBrotli((*comp)[:0], data, textWriters(len(data))); err != nil {
 		return dst, err
 	}
-	if n := len(BrotliTextPrefix) + b64.EncodedLen(len(*comp)); n > lim.MaxMessage {
+	if n := len(brotliTextPrefix) + b64.EncodedLen(len(*comp)); n > lim.MaxMessage {
 		return dst, errorf(ErrLimit, "encoded text of %d bytes exceeds the %d-byte message limit", n, lim.MaxMessage)
 	}
-	dst = append(dst, BrotliTextPrefix...)
+	dst = append(dst, brotliTextPrefix...)
 	return b64.AppendEncode(dst, *comp), nil
 }
 
@@ -52,10 +52,10 @@ func AppendDecodeBrotliText(dst, text []byte, lim Limits) ([]byte, error) {
 	if len(text) > lim.MaxMessage {
 		return dst, errorf(ErrLimit, "text of %d bytes exceeds the %d-byte message limit", len(text), lim.MaxMessage)
 	}
-	if len(text) < len(BrotliTextPrefix) || string(text[:len(BrotliTextPrefix)]) != BrotliTextPrefix {
-		return dst, errorf(ErrBadPrefix, "Brotli text form does not start with %q", BrotliTextPrefix)
+	if len(text) < len(brotliTextPrefix) || string(text[:len(brotliTextPrefix)]) != brotliTextPrefix {
+		return dst, errorf(ErrBadPrefix, "Brotli text form does not start with %q", brotliTextPrefix)
 	}
-	enc := text[len(BrotliTextPrefix):]
+	enc := text[len(brotliTextPrefix):]
 	if err := checkNoNewline(enc); err != nil {
 		return dst, err
 	}

@@ -11,7 +11,7 @@ import (
 func TestBrotliTextWindow(t *testing.T) {
 	wbits := func(text []byte) int {
 		t.Helper()
-		s, err := b64.DecodeString(string(text[len(BrotliTextPrefix):]))
+		s, err := b64.DecodeString(string(text[len(brotliTextPrefix):]))
 		if err != nil || len(s) == 0 {
 			t.Fatalf("Base64: %v", err)
 		}

@@ -44,7 +44,7 @@ func TestCorpusRoundTrip(t *testing.T) {
 		if d := diffHeaders(hb, refHeader(t, f.Data, bin)); d != "" {
 			t.Errorf("%s: header differs from the reference: %s", f.Name, d)
 		}
-		if hb.Flags.Compressed() != (len(f.Data) >= CompressThreshold) {
+		if hb.Flags.Compressed() != (len(f.Data) >= compressThreshold) {
 			t.Errorf("%s: %d bytes, compressed = %v", f.Name, len(f.Data), hb.Flags.Compressed())
 		}
 	}
@@ -189,7 +189,7 @@ func refHeader(t testing.TB, doc, frame []byte) Header {
 				switch str(get(m, "role")) {
 				case "system", "developer":
 					roles = append(roles, RoleSystem)
-					flags |= FlagHasSystemPrompt
+					flags |= flagHasSystemPrompt
 				case "user":
 					roles = append(roles, RoleUser)
 				case "assistant":
@@ -205,7 +205,7 @@ func refHeader(t testing.TB, doc, frame []byte) Header {
 					for _, p := range c {
 						h.ContentHint += uint32(len(str(get(p, "text"))))
 						if str(get(p, "type")) == "image_url" {
-							flags |= FlagHasImages
+							flags |= flagHasImages
 						}
 					}
 				}
@@ -219,18 +219,18 @@ func refHeader(t testing.TB, doc, frame []byte) Header {
 			keys []string
 			flag Flags
 		}{
-			{[]string{"tools", "functions"}, FlagHasTools},
-			{[]string{"tool_choice", "function_call"}, FlagHasToolChoice},
-			{[]string{"response_format"}, FlagHasResponseFormat},
-			{[]string{"max_tokens", "max_completion_tokens"}, FlagHasMaxTokens},
-			{[]string{"reasoning_effort"}, FlagHasReasoningEffort},
-			{[]string{"service_tier"}, FlagHasServiceTier},
-			{[]string{"seed"}, FlagHasSeed},
-			{[]string{"logprobs"}, FlagHasLogprobs},
-			{[]string{"user"}, FlagHasUserID},
-			{[]string{"temperature"}, FlagHasTemperature},
-			{[]string{"top_p"}, FlagHasTopP},
-			{[]string{"stop"}, FlagHasStop},
+			{[]string{"tools", "functions"}, flagHasTools},
+			{[]string{"tool_choice", "function_call"}, flagHasToolChoice},
+			{[]string{"response_format"}, flagHasResponseFormat},
+			{[]string{"max_tokens", "max_completion_tokens"}, flagHasMaxTokens},
+			{[]string{"reasoning_effort"}, flagHasReasoningEffort},
+			{[]string{"service_tier"}, flagHasServiceTier},
+			{[]string{"seed"}, flagHasSeed},
+			{[]string{"logprobs"}, flagHasLogprobs},
+			{[]string{"user"}, flagHasUserID},
+			{[]string{"temperature"}, flagHasTemperature},
+			{[]string{"top_p"}, flagHasTopP},
+			{[]string{"stop"}, flagHasStop},
 		} {
 			for _, k := range kf.keys {
 				if has(k) {
@@ -239,7 +239,7 @@ func refHeader(t testing.TB, doc, frame []byte) Header {
 			}
 		}
 		if s, _ := get(v, "stream"); s == true {
-			flags |= FlagStreamRequested
+			flags |= flagStreamRequested
 		}
 		completion := uint32(500)
 		if flags.HasMaxTokens() {
@@ -253,7 +253,7 @@ func refHeader(t testing.TB, doc, frame []byte) Header {
 				varLen += len(appendUvarint(nil, x&math.MaxUint32))
 			}
 		}
-		h.EstCost, h.HasEstCost = EstimateCost(string(h.Model), h.ContentHint/4, completion), true
+		h.EstCost, h.HasEstCost = estimateCost(string(h.Model), h.ContentHint/4, completion), true
 		// A decoder reads ceil(2*msg_count/8) role bytes and, with the
 		// flag, a max_tokens varint: when the encoder wrote fewer, the
 		// routing header cannot be read back.
@@ -269,11 +269,11 @@ func refHeader(t testing.TB, doc, frame []byte) Header {
 				first := list[0]
 				if msg, ok := get(first, "message"); ok {
 					if _, ok := get(msg, "tool_calls"); ok {
-						flags |= FlagHasToolCalls
+						flags |= flagHasToolCalls
 					}
 					if r, ok := get(msg, "refusal"); ok {
 						if _, isStr := r.(string); isStr {
-							flags |= FlagHasRefusal
+							flags |= flagHasRefusal
 						}
 					}
 				}
@@ -283,36 +283,36 @@ func refHeader(t testing.TB, doc, frame []byte) Header {
 						h.FinishReason = FinishStop
 					case "length":
 						h.FinishReason = FinishLength
-						flags |= FlagTruncated
+						flags |= flagTruncated
 					case "tool_calls":
 						h.FinishReason = FinishToolCalls
 					case "content_filter":
 						h.FinishReason = FinishContentFilter
-						flags |= FlagContentFiltered
+						flags |= flagContentFiltered
 					}
 				}
 			}
 		}
 		if usage, ok := get(v, "usage"); ok {
-			flags |= FlagHasUsage | FlagHasCostEstimate
+			flags |= flagHasUsage | flagHasCostEstimate
 			p, _ := u64(get(usage, "prompt_tokens"))
 			c, _ := u64(get(usage, "completion_tokens"))
 			h.PromptTokens, h.CompletionTokens = uint32(p), uint32(c)
 			if det, ok := get(usage, "prompt_tokens_details"); ok {
 				if x, ok := u64(get(det, "cached_tokens")); ok && x > 0 {
-					flags |= FlagHasCachedTokens
+					flags |= flagHasCachedTokens
 					h.CachedTokens = uint32(x)
 					varLen += len(appendUvarint(nil, uint64(h.CachedTokens)))
 				}
 			}
 			if det, ok := get(usage, "completion_tokens_details"); ok {
 				if x, ok := u64(get(det, "reasoning_tokens")); ok && x > 0 {
-					flags |= FlagHasReasoningTokens
+					flags |= flagHasReasoningTokens
 					h.ReasoningTokens = uint32(x)
 					varLen += len(appendUvarint(nil, uint64(h.ReasoningTokens)))
 				}
 			}
-			h.EstCost, h.HasEstCost = EstimateCost(string(h.Model), h.PromptTokens, h.CompletionTokens), true
+			h.EstCost, h.HasEstCost = estimateCost(string(h.Model), h.PromptTokens, h.CompletionTokens), true
 			varLen += 4
 		}
 		varLen += 1 + len(h.ID) + 1 + len(h.Model) + 1 +

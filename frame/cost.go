@@ -37,13 +37,9 @@ var defaultPricing = pricing{"", 0.10, 0.30}
 // longestPrefix is the length of the longest prefix in prices.
 const longestPrefix = len("claude-3.5-sonnet")
 
-// EstimateCost returns the Rust reference's cost estimate in US dollars
+// estimateCost returns the Rust reference's cost estimate in US dollars
 // for a call to model with the given token counts (wire reference §3.11),
 // bit for bit: every step is rounded to float32 in Rust's order.
-func EstimateCost(model string, promptTokens, completionTokens uint32) float32 {
-	return estimateCost(model, promptTokens, completionTokens)
-}
-
 func estimateCost[T string | []byte](model T, promptTokens, completionTokens uint32) float32 {
 	p := priceOf(model)
 	// Each explicit float32 conversion forces a rounding: without them the

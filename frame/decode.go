@@ -68,7 +68,7 @@ func appendPayload(dst, payload []byte, compressed bool, crc uint32, lim Limits)
 	if got := crc32.ChecksumIEEE(out); got != crc {
 		return dst[:start], errorf(ErrChecksum, "frame says %08x, payload has %08x", crc, got)
 	}
-	if err := jsonscan.Validate(out, scanLimits(lim)); err != nil {
+	if err := jsonscan.Validate(out, lim); err != nil {
 		return dst[:start], jsonError(err, "payload")
 	}
 	return dst, nil

@@ -44,7 +44,7 @@ func brotliOf(t testing.TB, data []byte) []byte {
 // The wire reference §4.1 HMAC vector: the plain decoder ignores the tag.
 func TestDecodeHMACFrame(t *testing.T) {
 	text := []byte("#M2M|1|IgABAQAAAAAAAAAAAAAAAAAAAAAGZ3B0LTRvAQECCtejOz4AAABuYFWkeyJtb2RlbCI6ImdwdC00byIsIm1lc3NhZ2VzIjpbeyJyb2xlIjoidXNlciIsImNvbnRlbnQiOiJIaSJ9XX32hBjyzhkGGaLEzPY18OnpwGUaO7vGYnA32mMOFrxmcg==")
-	got, err := AppendDecodeText(nil, text, Limits{})
+	got, err := decodeText(nil, text, Limits{})
 	if err != nil || string(got) != frameAJSON {
 		t.Fatalf("got %q, %v", got, err)
 	}
@@ -137,7 +137,7 @@ func TestDecodeErrors(t *testing.T) {
 		{"response no finish", assemble(SchemaResponse, SecurityNone, 0, []byte{0, 0}, json, crc), ErrMalformed},
 		{"response varint cut", assemble(SchemaResponse, SecurityNone, 0, []byte{0, 0, 0, 0x80}, json, crc), ErrMalformed},
 		{"response varint 11 bytes", assemble(SchemaResponse, SecurityNone, 0, append([]byte{0, 0, 0}, bytes.Repeat([]byte{0xff}, 11)...), json, crc), ErrMalformed},
-		{"response cached missing", assemble(SchemaResponse, SecurityNone, FlagHasCachedTokens, []byte{0, 0, 0, 1, 1}, json, crc), ErrMalformed},
+		{"response cached missing", assemble(SchemaResponse, SecurityNone, flagHasCachedTokens, []byte{0, 0, 0, 1, 1}, json, crc), ErrMalformed},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -150,8 +150,8 @@ func TestDecodeErrors(t *testing.T) {
 				t.Fatalf("dst changed to %q on error", out)
 			}
 			text := append([]byte(Prefix), b64.EncodeToString(tt.frame[PrefixLen:])...)
-			if _, err := AppendDecodeText(nil, text, Limits{}); !errors.Is(err, tt.want) {
-				t.Fatalf("AppendDecodeText: %v, want %v", err, tt.want)
+			if _, err := decodeText(nil, text, Limits{}); !errors.Is(err, tt.want) {
+				t.Fatalf("decodeText: %v, want %v", err, tt.want)
 			}
 		})
 	}
@@ -189,8 +189,8 @@ func TestTextErrors(t *testing.T) {
 		{"brotli prefix", "#M2M[v3.0]|DATA:AAAA", ErrBadPrefix},
 	}
 	for _, tt := range tests {
-		if _, err := AppendDecodeText(nil, []byte(tt.text), Limits{}); !errors.Is(err, tt.want) {
-			t.Errorf("%s: AppendDecodeText: %v, want %v", tt.name, err, tt.want)
+		if _, err := decodeText(nil, []byte(tt.text), Limits{}); !errors.Is(err, tt.want) {
+			t.Errorf("%s: decodeText: %v, want %v", tt.name, err, tt.want)
 		}
 	}
 	// Non-zero trailing bits: canonical Base64 only. "...fQ==" decodes the
@@ -198,7 +198,7 @@ func TestTextErrors(t *testing.T) {
 	if !strings.HasSuffix(good, "XX0=") {
 		t.Fatalf("unexpected text frame ending %q", good[len(good)-4:])
 	}
-	if _, err := AppendDecodeText(nil, []byte(good[:len(good)-2]+"1="), Limits{}); !errors.Is(err, ErrMalformed) {
+	if _, err := decodeText(nil, []byte(good[:len(good)-2]+"1="), Limits{}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("non-canonical Base64: %v", err)
 	}
 }
@@ -217,16 +217,16 @@ func TestReadTextHeaderOnlyDecodesHeader(t *testing.T) {
 	if err := ReadTextHeader(bad, &h); err != nil || string(h.Model) != "gpt-4o" || h.PayloadLen != 62 {
 		t.Fatalf("ReadTextHeader: %v, %+v", err, h)
 	}
-	if _, err := AppendDecodeText(nil, bad, Limits{}); err == nil {
-		t.Fatal("AppendDecodeText decoded a frame with a changed payload")
+	if _, err := decodeText(nil, bad, Limits{}); err == nil {
+		t.Fatal("decodeText decoded a frame with a changed payload")
 	}
 	// Invalid Base64 in the payload is refused by both readers alike.
 	bad[len(bad)-10] = '!'
 	if err := ReadTextHeader(bad, &h); !errors.Is(err, ErrMalformed) {
 		t.Fatalf("ReadTextHeader with '!' in the payload's Base64: %v", err)
 	}
-	if _, err := AppendDecodeText(nil, bad, Limits{}); !errors.Is(err, ErrMalformed) {
-		t.Fatalf("AppendDecodeText: %v", err)
+	if _, err := decodeText(nil, bad, Limits{}); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("decodeText: %v", err)
 	}
 	// A text frame shorter than its payload_len says.
 	if err := ReadTextHeader(good[:len(good)-8], &h); !errors.Is(err, ErrTruncated) {
@@ -332,7 +332,7 @@ func TestSchemaEncode(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%#x: %v", schema, err)
 		}
-		text, err := AppendEncodeSchemaText(nil, json, schema, Limits{})
+		text, err := appendFrameText(nil, json, schema, Limits{})
 		if err != nil {
 			t.Fatalf("%#x: %v", schema, err)
 		}
@@ -366,7 +366,7 @@ func TestErrorFrame(t *testing.T) {
 		}
 		h := mustReadHeader(t, bin)
 		if h.Schema != SchemaError || len(h.ID) != 0 || len(h.Model) != 0 || h.FinishReason != FinishUnknown ||
-			h.Flags.Specific() != 0 || h.HasEstCost || h.HeaderLen != FixedHeaderLen+5 {
+			uint16(h.Flags) != 0 || h.HasEstCost || h.HeaderLen != FixedHeaderLen+5 {
 			t.Fatalf("header %+v", h)
 		}
 		body, err := AppendDecode(nil, bin, Limits{})
@@ -436,10 +436,10 @@ func TestBrotliBomb(t *testing.T) {
 			t.Errorf("limit %d: allocated %d bytes", c.limit, alloc)
 		}
 		text := append([]byte(Prefix), b64.EncodeToString(f[PrefixLen:])...)
-		if _, err := AppendDecodeText(nil, text, lim); !errors.Is(err, ErrLimit) {
+		if _, err := decodeText(nil, text, lim); !errors.Is(err, ErrLimit) {
 			t.Fatalf("text, limit %d: %v, want ErrLimit", c.limit, err)
 		}
-		if _, err := AppendDecodeBrotliText(nil, append([]byte(BrotliTextPrefix), b64.EncodeToString(b)...), lim); !errors.Is(err, ErrLimit) {
+		if _, err := AppendDecodeBrotliText(nil, append([]byte(brotliTextPrefix), b64.EncodeToString(b)...), lim); !errors.Is(err, ErrLimit) {
 			t.Fatalf("Brotli text, limit %d: %v, want ErrLimit", c.limit, err)
 		}
 	}
@@ -495,7 +495,7 @@ func TestBrotliText(t *testing.T) {
 	if _, err := w.Write(json); err != nil || w.Close() != nil {
 		t.Fatal("brotli")
 	}
-	if got := BrotliTextPrefix + b64.EncodeToString(ref.Bytes()); got != want {
+	if got := brotliTextPrefix + b64.EncodeToString(ref.Bytes()); got != want {
 		t.Fatalf("the library's quality 11 / window 22 output\n got %s\nwant %s", got, want)
 	}
 	back, err := AppendDecodeBrotliText([]byte("x"), []byte(want), Limits{})
@@ -542,7 +542,7 @@ func TestBrotliText(t *testing.T) {
 	if _, err := AppendEncodeBrotliText(nil, []byte("\xff"), Limits{}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("invalid UTF-8: %v", err)
 	}
-	notUTF8 := append([]byte(BrotliTextPrefix), b64.EncodeToString(brotliOf(t, []byte("\xff\xfe")))...)
+	notUTF8 := append([]byte(brotliTextPrefix), b64.EncodeToString(brotliOf(t, []byte("\xff\xfe")))...)
 	if _, err := AppendDecodeBrotliText(nil, notUTF8, Limits{}); !errors.Is(err, ErrMalformed) {
 		t.Errorf("decoded invalid UTF-8: %v", err)
 	}

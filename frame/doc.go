@@ -11,12 +11,13 @@
 //
 // Frames come in two shapes with the same content: binary (what m2md
 // sessions send) and text ("#M2M|1|" + Base64 of the rest, what the Rust
-// engine, its HTTP API and its sessions exchange). The functions come in
-// pairs accordingly:
+// engine, its HTTP API and its sessions exchange). This package writes both
+// and reads the text shape's header; to decode a text frame to JSON, use the
+// codec package, which takes every form:
 //
 //	AppendEncode / AppendEncodeText          JSON → frame, request or response chosen from the JSON
-//	AppendEncodeSchema / ...SchemaText       JSON → frame of a given schema (AppendErrorFrame uses it)
-//	AppendDecode / AppendDecodeText          frame → JSON, fully checked
+//	AppendEncodeSchema                       JSON → frame of a given schema (AppendErrorFrame uses it)
+//	AppendDecode                             frame → JSON, fully checked
 //	ReadHeader / ReadTextHeader              frame → Header, without touching the payload
 //	Sequence / SetSequence                   the m2md sequence number and channel id
 //	AppendEncodeBrotliText / AppendDecodeBrotliText   the "#M2M[v3.0]|DATA:" Brotli text form (§6.1)

@@ -10,9 +10,9 @@ import (
 	"github.com/m2md/m2md/internal/jsonscan"
 )
 
-// CompressThreshold is the JSON length from which a frame's payload is
+// compressThreshold is the JSON length from which a frame's payload is
 // Brotli-compressed (FlagCompressed), whether or not that makes it smaller.
-const CompressThreshold = 100
+const compressThreshold = 100
 
 // maxField is the longest model or id a header's length byte can describe.
 const maxField = 255
@@ -56,14 +56,6 @@ func AppendEncodeSchema(dst, json []byte, schema Schema, lim Limits) ([]byte, er
 	return appendFrame(dst, json, schema, lim)
 }
 
-// AppendEncodeSchemaText is AppendEncodeSchema for the text shape.
-func AppendEncodeSchemaText(dst, json []byte, schema Schema, lim Limits) ([]byte, error) {
-	if !schemaDefined(schema) {
-		return dst, errorf(ErrSchema, "schema byte %#02x", byte(schema))
-	}
-	return appendFrameText(dst, json, schema, lim)
-}
-
 func schemaDefined(s Schema) bool {
 	switch s {
 	case SchemaRequest, SchemaResponse, SchemaStream, SchemaEmbeddingRequest,
@@ -79,11 +71,6 @@ func isRequestSchema(s Schema) bool {
 
 func isResponseSchema(s Schema) bool {
 	return s == SchemaResponse || s == SchemaEmbeddingResponse || s == SchemaError
-}
-
-// scanLimits converts effective frame limits for the JSON scanner.
-func scanLimits(lim Limits) jsonscan.Limits {
-	return jsonscan.Limits{MaxDepth: lim.MaxDepth, MaxString: lim.MaxString, MaxArray: lim.MaxArray}
 }
 
 // jsonError maps a scanner error to this package's sentinels.
@@ -116,7 +103,7 @@ func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byt
 		*sum = jsonscan.Summary{Roles: sum.Roles[:0]}
 		summaries.Put(sum)
 	}()
-	if err := sum.Scan(json, scanLimits(lim)); err != nil {
+	if err := sum.Scan(json, lim); err != nil {
 		return dst, jsonError(err, "document to encode")
 	}
 	if schema == 0 {
@@ -158,7 +145,7 @@ func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byt
 		out = appendExtension(out, *ext)
 		flags |= FlagHasExtensions
 	}
-	if len(json) >= CompressThreshold && (ext == nil || !ext.Delta) && !stored {
+	if len(json) >= compressThreshold && (ext == nil || !ext.Delta) && !stored {
 		flags |= FlagCompressed
 	}
 	fixed := out[start+PrefixLen:]
@@ -208,18 +195,18 @@ var requestFlags = [...]struct {
 	keys jsonscan.Key
 	flag Flags
 }{
-	{jsonscan.KeyTools | jsonscan.KeyFunctions, FlagHasTools},
-	{jsonscan.KeyToolChoice | jsonscan.KeyFunctionCall, FlagHasToolChoice},
-	{jsonscan.KeyResponseFormat, FlagHasResponseFormat},
-	{jsonscan.KeyMaxTokens | jsonscan.KeyMaxCompletionTokens, FlagHasMaxTokens},
-	{jsonscan.KeyReasoningEffort, FlagHasReasoningEffort},
-	{jsonscan.KeyServiceTier, FlagHasServiceTier},
-	{jsonscan.KeySeed, FlagHasSeed},
-	{jsonscan.KeyLogprobs, FlagHasLogprobs},
-	{jsonscan.KeyUser, FlagHasUserID},
-	{jsonscan.KeyTemperature, FlagHasTemperature},
-	{jsonscan.KeyTopP, FlagHasTopP},
-	{jsonscan.KeyStop, FlagHasStop},
+	{jsonscan.KeyTools | jsonscan.KeyFunctions, flagHasTools},
+	{jsonscan.KeyToolChoice | jsonscan.KeyFunctionCall, flagHasToolChoice},
+	{jsonscan.KeyResponseFormat, flagHasResponseFormat},
+	{jsonscan.KeyMaxTokens | jsonscan.KeyMaxCompletionTokens, flagHasMaxTokens},
+	{jsonscan.KeyReasoningEffort, flagHasReasoningEffort},
+	{jsonscan.KeyServiceTier, flagHasServiceTier},
+	{jsonscan.KeySeed, flagHasSeed},
+	{jsonscan.KeyLogprobs, flagHasLogprobs},
+	{jsonscan.KeyUser, flagHasUserID},
+	{jsonscan.KeyTemperature, flagHasTemperature},
+	{jsonscan.KeyTopP, flagHasTopP},
+	{jsonscan.KeyStop, flagHasStop},
 }
 
 // appendField writes a length byte and the decoded string.
@@ -247,13 +234,13 @@ var emptyResponseFields = [5]byte{0, 0, byte(FinishUnknown), 0, 0}
 func appendRouting(out []byte, sum *jsonscan.Summary, delta bool) ([]byte, Flags, error) {
 	var flags Flags
 	if sum.SystemRole {
-		flags |= FlagHasSystemPrompt
+		flags |= flagHasSystemPrompt
 	}
 	if sum.Image {
-		flags |= FlagHasImages
+		flags |= flagHasImages
 	}
 	if sum.StreamTrue {
-		flags |= FlagStreamRequested
+		flags |= flagStreamRequested
 	}
 	for _, f := range requestFlags {
 		if sum.Keys.HasAny(f.keys) {
@@ -305,27 +292,27 @@ func appendResponse(out []byte, sum *jsonscan.Summary) ([]byte, Flags, error) {
 		finish = FinishStop
 	case fr.Equal("length"):
 		finish = FinishLength
-		flags |= FlagTruncated
+		flags |= flagTruncated
 	case fr.Equal("tool_calls"):
 		finish = FinishToolCalls
 	case fr.Equal("content_filter"):
 		finish = FinishContentFilter
-		flags |= FlagContentFiltered
+		flags |= flagContentFiltered
 	}
 	if sum.ToolCalls {
-		flags |= FlagHasToolCalls
+		flags |= flagHasToolCalls
 	}
 	if sum.Refusal {
-		flags |= FlagHasRefusal
+		flags |= flagHasRefusal
 	}
 	if sum.Keys.Has(jsonscan.KeyUsage) {
-		flags |= FlagHasUsage | FlagHasCostEstimate
+		flags |= flagHasUsage | flagHasCostEstimate
 	}
 	if sum.CachedTokens.OK && sum.CachedTokens.Value > 0 {
-		flags |= FlagHasCachedTokens
+		flags |= flagHasCachedTokens
 	}
 	if sum.ReasoningTokens.OK && sum.ReasoningTokens.Value > 0 {
-		flags |= FlagHasReasoningTokens
+		flags |= flagHasReasoningTokens
 	}
 
 	out, err := appendField(out, sum.ID, "id")

@@ -24,11 +24,11 @@ const (
 )
 
 const (
-	// MinExtensionLen and MaxExtensionLen bound L, the extension body's
+	// minExtensionLen and maxExtensionLen bound L, the extension body's
 	// length: flags and a 1-byte doc_id at least; flags and two 10-byte
 	// uvarints at most.
-	MinExtensionLen = 2
-	MaxExtensionLen = 21
+	minExtensionLen = 2
+	maxExtensionLen = 21
 	// maxUvarintLen is the longest uvarint of a uint64.
 	maxUvarintLen = 10
 )
@@ -104,8 +104,8 @@ func parseExtension(v []byte) (Extension, int, error) {
 		return e, 0, errorf(ErrMalformed, "extension: HAS_EXTENSIONS set but the variable header is empty")
 	}
 	l := int(v[len(v)-1])
-	if l < MinExtensionLen || l > MaxExtensionLen {
-		return e, 0, errorf(ErrMalformed, "extension: length %d outside %d..%d", l, MinExtensionLen, MaxExtensionLen)
+	if l < minExtensionLen || l > maxExtensionLen {
+		return e, 0, errorf(ErrMalformed, "extension: length %d outside %d..%d", l, minExtensionLen, maxExtensionLen)
 	}
 	if l+1 > len(v) {
 		return e, 0, errorf(ErrMalformed, "extension: length %d runs past the %d-byte variable header", l, len(v))

@@ -11,35 +11,32 @@ func TestFlagAccessors(t *testing.T) {
 	}{
 		{"Compressed", FlagCompressed, Flags.Compressed},
 		{"HasExtensions", FlagHasExtensions, Flags.HasExtensions},
-		{"HasSystemPrompt", FlagHasSystemPrompt, Flags.HasSystemPrompt},
-		{"HasTools", FlagHasTools, Flags.HasTools},
-		{"HasToolChoice", FlagHasToolChoice, Flags.HasToolChoice},
-		{"HasImages", FlagHasImages, Flags.HasImages},
-		{"StreamRequested", FlagStreamRequested, Flags.StreamRequested},
-		{"HasResponseFormat", FlagHasResponseFormat, Flags.HasResponseFormat},
-		{"HasMaxTokens", FlagHasMaxTokens, Flags.HasMaxTokens},
-		{"HasReasoningEffort", FlagHasReasoningEffort, Flags.HasReasoningEffort},
-		{"HasServiceTier", FlagHasServiceTier, Flags.HasServiceTier},
-		{"HasSeed", FlagHasSeed, Flags.HasSeed},
-		{"HasLogprobs", FlagHasLogprobs, Flags.HasLogprobs},
-		{"HasUserID", FlagHasUserID, Flags.HasUserID},
-		{"HasTemperature", FlagHasTemperature, Flags.HasTemperature},
-		{"HasTopP", FlagHasTopP, Flags.HasTopP},
-		{"HasStop", FlagHasStop, Flags.HasStop},
-		{"HasToolCalls", FlagHasToolCalls, Flags.HasToolCalls},
-		{"HasRefusal", FlagHasRefusal, Flags.HasRefusal},
-		{"ContentFiltered", FlagContentFiltered, Flags.ContentFiltered},
-		{"HasUsage", FlagHasUsage, Flags.HasUsage},
-		{"Truncated", FlagTruncated, Flags.Truncated},
-		{"HasCachedTokens", FlagHasCachedTokens, Flags.HasCachedTokens},
-		{"HasReasoningTokens", FlagHasReasoningTokens, Flags.HasReasoningTokens},
-		{"HasCostEstimate", FlagHasCostEstimate, Flags.HasCostEstimate},
+		{"HasSystemPrompt", flagHasSystemPrompt, Flags.HasSystemPrompt},
+		{"HasTools", flagHasTools, Flags.HasTools},
+		{"HasToolChoice", flagHasToolChoice, Flags.HasToolChoice},
+		{"HasImages", flagHasImages, Flags.HasImages},
+		{"StreamRequested", flagStreamRequested, Flags.StreamRequested},
+		{"HasResponseFormat", flagHasResponseFormat, Flags.HasResponseFormat},
+		{"HasMaxTokens", flagHasMaxTokens, Flags.HasMaxTokens},
+		{"HasReasoningEffort", flagHasReasoningEffort, Flags.HasReasoningEffort},
+		{"HasServiceTier", flagHasServiceTier, Flags.HasServiceTier},
+		{"HasSeed", flagHasSeed, Flags.HasSeed},
+		{"HasLogprobs", flagHasLogprobs, Flags.HasLogprobs},
+		{"HasUserID", flagHasUserID, Flags.HasUserID},
+		{"HasTemperature", flagHasTemperature, Flags.HasTemperature},
+		{"HasTopP", flagHasTopP, Flags.HasTopP},
+		{"HasStop", flagHasStop, Flags.HasStop},
+		{"HasToolCalls", flagHasToolCalls, Flags.HasToolCalls},
+		{"HasRefusal", flagHasRefusal, Flags.HasRefusal},
+		{"ContentFiltered", flagContentFiltered, Flags.ContentFiltered},
+		{"HasUsage", flagHasUsage, Flags.HasUsage},
+		{"Truncated", flagTruncated, Flags.Truncated},
+		{"HasCachedTokens", flagHasCachedTokens, Flags.HasCachedTokens},
+		{"HasReasoningTokens", flagHasReasoningTokens, Flags.HasReasoningTokens},
+		{"HasCostEstimate", flagHasCostEstimate, Flags.HasCostEstimate},
 	} {
 		if !tc.get(tc.bit) || tc.get(^tc.bit) || tc.get(0) {
 			t.Errorf("%s: own bit %v, every other bit %v, none %v", tc.name, tc.get(tc.bit), tc.get(^tc.bit), tc.get(0))
 		}
-	}
-	if got := (FlagCompressed | FlagHasStop | 1<<15).Specific(); got != uint16(FlagHasStop|1<<15) {
-		t.Errorf("Specific: %#04x", got)
 	}
 }

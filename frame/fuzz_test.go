@@ -92,7 +92,7 @@ func FuzzDecodeText(f *testing.F) {
 	seedFrames(f, true)
 	f.Add([]byte("#M2M|1|IgABAQAAAAAAAAAAAAAAAAAAAAAGZ3B0LTRvAQECCtejOz4AAABuYFWkeyJtb2RlbCI6ImdwdC00byIsIm1lc3NhZ2VzIjpbeyJyb2xlIjoidXNlciIsImNvbnRlbnQiOiJIaSJ9XX32hBjyzhkGGaLEzPY18OnpwGUaO7vGYnA32mMOFrxmcg=="))
 	f.Fuzz(func(t *testing.T, text []byte) {
-		out, err := AppendDecodeText([]byte("keep"), text, Limits{})
+		out, err := decodeText([]byte("keep"), text, Limits{})
 		if err != nil {
 			if string(out) != "keep" {
 				t.Fatalf("dst changed on error: %q", out)
@@ -319,7 +319,7 @@ func FuzzReplyExtension(f *testing.F) {
 		}
 		flags := FlagHasExtensions
 		if cost {
-			flags |= FlagHasCostEstimate
+			flags |= flagHasCostEstimate
 		}
 		var h Header
 		if err := ReadHeader(assemble(SchemaResponse, SecurityNone, flags, v, payload, 7), &h); err != nil {

@@ -4,29 +4,20 @@ import (
 	"encoding/binary"
 	"math"
 	"unicode/utf8"
+
+	"github.com/m2md/m2md/internal/jsonscan"
 )
 
-// Role is a chat message role as packed in the routing header (2 bits).
-type Role uint8
+// Role is a chat message role as packed in the routing header, two bits
+// per message (Header.Role); String gives its name.
+type Role = jsonscan.Role
 
 const (
-	RoleSystem    Role = 0 // "system" and "developer"
-	RoleUser      Role = 1
-	RoleAssistant Role = 2
-	RoleTool      Role = 3
+	RoleSystem    = jsonscan.RoleSystem // "system" and "developer"
+	RoleUser      = jsonscan.RoleUser
+	RoleAssistant = jsonscan.RoleAssistant
+	RoleTool      = jsonscan.RoleTool
 )
-
-func (r Role) String() string {
-	switch r {
-	case RoleSystem:
-		return "system"
-	case RoleUser:
-		return "user"
-	case RoleAssistant:
-		return "assistant"
-	}
-	return "tool"
-}
 
 // FinishReason is the response header's finish reason byte (wire
 // reference §3.7).

@@ -70,7 +70,7 @@ func TestRoutingCutShort(t *testing.T) {
 		v     string
 	}{
 		{"no content_hint", 0, `06 67 70 74 2d 34 6f 01 01`},
-		{"no max_tokens", FlagHasMaxTokens, `06 67 70 74 2d 34 6f 01 01 02`},
+		{"no max_tokens", flagHasMaxTokens, `06 67 70 74 2d 34 6f 01 01 02`},
 	} {
 		var h Header
 		if err := ReadHeader(assemble(SchemaRequest, SecurityNone, tc.flags, unhex(t, tc.v), []byte("{}"), 0), &h); err != nil {

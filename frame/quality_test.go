@@ -25,7 +25,7 @@ func TestQualityEffective(t *testing.T) {
 func TestQualityRoundTrip(t *testing.T) {
 	var smaller, larger int
 	for _, f := range testkit.Corpus(t) {
-		if len(f.Data) < CompressThreshold || len(f.Data) > 4096 {
+		if len(f.Data) < compressThreshold || len(f.Data) > 4096 {
 			continue // uncompressed, or slow under the race detector
 		}
 		ref, err := AppendEncode(nil, f.Data, Limits{})

@@ -35,34 +35,11 @@ func appendFrameText(dst, json []byte, schema Schema, lim Limits) ([]byte, error
 	return b64.AppendEncode(dst, (*bin)[PrefixLen:]), nil
 }
 
-// AppendDecodeText is AppendDecode for the text shape ("#M2M|1|" + Base64).
-func AppendDecodeText(dst, text []byte, lim Limits) ([]byte, error) {
-	lim = lim.Effective()
-	if len(text) > lim.MaxMessage {
-		return dst, errorf(ErrLimit, "text frame of %d bytes exceeds the %d-byte message limit", len(text), lim.MaxMessage)
-	}
-	if len(text) < PrefixLen || string(text[:PrefixLen]) != Prefix {
-		return dst, errorf(ErrBadPrefix, "text frame does not start with %q", Prefix)
-	}
-	enc := text[PrefixLen:]
-	if err := checkNoNewline(enc); err != nil {
-		return dst, err
-	}
-	bin := bufpool.Get(PrefixLen + b64.DecodedLen(len(enc)))
-	defer bufpool.Put(bin)
-	copy(*bin, Prefix)
-	n, err := b64.Decode((*bin)[PrefixLen:], enc)
-	if err != nil {
-		return dst, errorf(ErrMalformed, "Base64: %v", err)
-	}
-	return AppendDecode(dst, (*bin)[:PrefixLen+n], lim)
-}
-
 // ReadTextHeader is ReadHeader for the text shape. It Base64-decodes only
 // the start of the text that holds the headers (header_len + 8 bytes) into
 // a buffer kept in h and, once h has been used, does not allocate. Model
 // and ID alias that buffer. The rest of the Base64 is checked, not
-// decoded, with the same strictness as AppendDecodeText (alphabet, padding
+// decoded, with the strictness of the protocol's Base64 (alphabet, padding
 // only at the end, canonical trailing bits, no line breaks): a text that
 // the full decoder refuses for its Base64 is refused here too. A frame that
 // passes can still fail to decode (its payload is not looked at).

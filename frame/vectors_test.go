@@ -48,7 +48,7 @@ func checkRoundTrip(t testing.TB, json string, bin, text []byte) {
 	if err != nil || string(got) != json {
 		t.Fatalf("binary round trip of %.60q: %v, got %.60q", json, err, got)
 	}
-	got, err = AppendDecodeText(nil, text, Limits{})
+	got, err = decodeText(nil, text, Limits{})
 	if err != nil || string(got) != json {
 		t.Fatalf("text round trip of %.60q: %v, got %.60q", json, err, got)
 	}
@@ -291,8 +291,8 @@ func TestDecodeFailures(t *testing.T) {
 		if _, err := AppendDecode(nil, in, Limits{}); err == nil {
 			t.Errorf("AppendDecode(%s) succeeded", name)
 		}
-		if _, err := AppendDecodeText(nil, in, Limits{}); err == nil {
-			t.Errorf("AppendDecodeText(%s) succeeded", name)
+		if _, err := decodeText(nil, in, Limits{}); err == nil {
+			t.Errorf("decodeText(%s) succeeded", name)
 		}
 		var h Header
 		if err := ReadHeader(in, &h); err == nil {
@@ -328,12 +328,12 @@ func TestEstimateCost(t *testing.T) {
 		{"gpt-4o", 50, 10, 0x396bedfb, 0.000225, 0.00001},
 	}
 	for _, tt := range tests {
-		got := EstimateCost(tt.model, tt.prompt, tt.completion)
+		got := estimateCost(tt.model, tt.prompt, tt.completion)
 		if math.Float32bits(got) != tt.bits {
-			t.Errorf("EstimateCost(%q, %d, %d) = %#08x (%v), want %#08x", tt.model, tt.prompt, tt.completion, math.Float32bits(got), got, tt.bits)
+			t.Errorf("estimateCost(%q, %d, %d) = %#08x (%v), want %#08x", tt.model, tt.prompt, tt.completion, math.Float32bits(got), got, tt.bits)
 		}
 		if d := got - tt.approx; d > tt.tolerance || d < -tt.tolerance {
-			t.Errorf("EstimateCost(%q) = %v, not within %v of %v", tt.model, got, tt.tolerance, tt.approx)
+			t.Errorf("estimateCost(%q) = %v, not within %v of %v", tt.model, got, tt.tolerance, tt.approx)
 		}
 	}
 }

@@ -157,7 +157,7 @@ func putT1State(st *t1State) {
 // and maps its errors to this package's.
 func (st *t1State) parse(src []byte, lim frame.Limits) (jsonscan.Node, error) {
 	st.keys = st.keys[:0]
-	root, err := st.doc.Parse(src, jsonscan.Limits{MaxDepth: lim.MaxDepth, MaxString: lim.MaxString, MaxArray: lim.MaxArray})
+	root, err := st.doc.Parse(src, lim)
 	if err == nil {
 		return root, nil
 	}

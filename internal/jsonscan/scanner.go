@@ -39,15 +39,11 @@ type scanner struct {
 	numInt bool    // serde_json keeps the last number as an integer
 	arrLen int
 
-	sum  *Summary // nil when only validating or finding keys
+	sum  *Summary // nil when only validating or listing keys
 	msg  msgState
 	part partState
 
 	keys Key // well-known top-level keys seen
-
-	// HasTopLevelKey mode.
-	find  string
-	found bool
 
 	tree *Doc // Parse mode
 }
@@ -68,16 +64,6 @@ func TopLevelKeys(data []byte, lim Limits) (Key, error) {
 		return 0, err
 	}
 	return s.keys, nil
-}
-
-// HasTopLevelKey validates data and reports whether key is a key of the
-// top-level object.
-func HasTopLevelKey(data []byte, lim Limits, key string) (bool, error) {
-	s := scanner{data: data, lim: lim.effective(), find: key}
-	if err := s.document(ctxFind); err != nil {
-		return false, err
-	}
-	return s.found, nil
 }
 
 func (s *scanner) document(top ctx) error {

@@ -258,25 +258,6 @@ func TestTopLevelKeys(t *testing.T) {
 		if got.HasAny(KeyModel|KeyMessages|KeyChoices) != (tt.want&(KeyModel|KeyMessages|KeyChoices) != 0) {
 			t.Errorf("%s: HasAny is wrong", tt.in)
 		}
-		has, err := HasTopLevelKey([]byte(tt.in), Limits{}, "model")
-		if err != nil || has != got.Has(KeyModel) {
-			t.Errorf("%s: HasTopLevelKey(model) = %v, %v", tt.in, has, err)
-		}
-	}
-	for _, tt := range []struct {
-		in, key string
-		want    bool
-	}{
-		{`{"x-custom":1}`, "x-custom", true},
-		{`{"x-cust\u006fm":1}`, "x-custom", true},
-		{`{"a":{"x-custom":1}}`, "x-custom", false},
-		{`{"":1}`, "", true},
-		{`{}`, "", false},
-	} {
-		got, err := HasTopLevelKey([]byte(tt.in), Limits{}, tt.key)
-		if err != nil || got != tt.want {
-			t.Errorf("HasTopLevelKey(%s, %q) = %v, %v; want %v", tt.in, tt.key, got, err, tt.want)
-		}
 	}
 }
 
@@ -291,9 +272,6 @@ func TestValidateAllocatesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		if _, err := TopLevelKeys(doc, Limits{}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := HasTopLevelKey(doc, Limits{}, "messages"); err != nil {
 			t.Fatal(err)
 		}
 	})

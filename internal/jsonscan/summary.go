@@ -44,14 +44,29 @@ type U64 struct {
 	OK bool
 }
 
-// Role codes of chat messages, as packed into Summary.Roles (wire
-// reference §3.6): "system" and "developer" are 0.
+// Role is a chat message's role as packed into Summary.Roles and the
+// routing header, two bits each (wire reference §3.6). The frame package
+// exports it as frame.Role.
+type Role uint8
+
 const (
-	RoleSystem    = 0
-	RoleUser      = 1
-	RoleAssistant = 2
-	RoleTool      = 3
+	RoleSystem    Role = 0 // "system" and "developer"
+	RoleUser      Role = 1
+	RoleAssistant Role = 2
+	RoleTool      Role = 3
 )
+
+func (r Role) String() string {
+	switch r {
+	case RoleSystem:
+		return "system"
+	case RoleUser:
+		return "user"
+	case RoleAssistant:
+		return "assistant"
+	}
+	return "tool"
+}
 
 // Summary holds what one scan extracted. Every path below is evaluated the
 // way serde_json's Value::get would evaluate it on the parsed document:
@@ -127,7 +142,6 @@ type ctx uint8
 const (
 	ctxNone              ctx = iota // nothing to extract below here
 	ctxKeys                         // top level in TopLevelKeys mode
-	ctxFind                         // top level in HasTopLevelKey mode
 	ctxTop                          // top-level object
 	ctxMessages                     // top-level "messages" array
 	ctxMessage                      // messages[i]
@@ -223,10 +237,6 @@ func (s *scanner) keyName(buf *[32]byte) ([]byte, bool) {
 
 // lookupKey classifies the key just scanned in context c.
 func (s *scanner) lookupKey(c ctx) key {
-	if c == ctxFind {
-		s.found = s.found || s.str.Equal(s.find)
-		return keyNone
-	}
 	var buf [32]byte
 	name, ok := s.keyName(&buf)
 	if !ok {
@@ -366,7 +376,7 @@ func (s *scanner) endObject(c ctx) {
 			}
 			sum.Roles[i/4] |= byte(s.msg.role) << (2 * (i % 4))
 			sum.RoleCount++
-			if s.msg.role == RoleSystem {
+			if s.msg.role == int8(RoleSystem) {
 				sum.SystemRole = true
 			}
 		}
@@ -466,13 +476,13 @@ func (s *scanner) afterMember(k key, vk Kind) {
 func roleCode(s Str) int8 {
 	switch {
 	case s.Equal("user"):
-		return RoleUser
+		return int8(RoleUser)
 	case s.Equal("assistant"):
-		return RoleAssistant
+		return int8(RoleAssistant)
 	case s.Equal("system"), s.Equal("developer"):
-		return RoleSystem
+		return int8(RoleSystem)
 	case s.Equal("tool"):
-		return RoleTool
+		return int8(RoleTool)
 	}
 	return -1
 }
