@@ -21,10 +21,8 @@ import (
 	"github.com/m2md/m2md/transport"
 )
 
-// Features are the protocol extensions this package implements, offered
+// features are the protocol extensions this package implements, offered
 // in every HELLO unless Options.DisableFeatures names them.
-func Features() []negotiate.Feature { return slices.Clone(features) }
-
 var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureDelta, negotiate.FeatureTNSealed, negotiate.FeatureBatch, negotiate.FeatureCompact, negotiate.FeatureSharedStream, negotiate.FeatureOnce, negotiate.FeatureTrace}
 
 // Defaults of Options.
@@ -190,7 +188,8 @@ type Options struct {
 	ConversationBases int
 
 	// DisableFeatures turns off protocol extensions (docs/protocol.md
-	// §3.6) of Features that this client would otherwise offer in HELLO.
+	// §3.6, the negotiate.Feature constants) that this client would
+	// otherwise offer in HELLO.
 	// Default: every one is offered; SessionInfo.Params.Features says what
 	// the daemon granted.
 	DisableFeatures []negotiate.Feature

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"slices"
 	"time"
 
 	"github.com/rs/zerolog"
@@ -18,10 +17,8 @@ import (
 	"github.com/m2md/m2md/security"
 )
 
-// Features are the protocol extensions the daemon implements and offers
+// features are the protocol extensions the daemon implements and offers
 // to every client that lists them in HELLO (docs/protocol.md §3.6).
-func Features() []negotiate.Feature { return slices.Clone(features) }
-
 var features = []negotiate.Feature{negotiate.FeatureCancel, negotiate.FeatureDelta, negotiate.FeatureTNSealed, negotiate.FeatureBatch, negotiate.FeatureCompact, negotiate.FeatureSharedStream, negotiate.FeatureOnce, negotiate.FeatureTrace}
 
 // The daemon's own defaults. Every one is a Config field and an `m2md
@@ -132,7 +129,8 @@ type Config struct {
 	ReplayCacheSize int
 
 	// DisableFeatures turns off protocol extensions (docs/protocol.md §3.6)
-	// that this build implements (Features). Default: every one is on.
+	// that this build implements (the negotiate.Feature constants).
+	// Default: every one is on.
 	DisableFeatures []negotiate.Feature
 
 	// MaxSessions bounds concurrent sessions; beyond it HELLO gets
