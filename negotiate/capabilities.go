@@ -13,9 +13,9 @@ import (
 	"github.com/m2md/m2md/security"
 )
 
-// ProtocolVersion is the capabilities version m2md announces. It is the Rust
+// protocolVersion is the capabilities version m2md announces. It is the Rust
 // reference's session version (wire reference §7), not the frame version.
-const ProtocolVersion = "3.0"
+const protocolVersion = "3.0"
 
 // Algorithm names a frame format a DATA message may carry.
 type Algorithm string
@@ -34,21 +34,21 @@ const (
 	EncodingLlamaBPE Encoding = "LlamaBpe"
 )
 
-// KeyExchangeX25519 is the only key exchange of protocol version 1.
-const KeyExchangeX25519 = "x25519"
+// keyExchangeX25519 is the only key exchange of protocol version 1.
+const keyExchangeX25519 = "x25519"
 
 // Sizes of the handshake's binary members.
 const (
-	PublicKeySize = 32
+	publicKeySize = 32
 	NonceSize     = 32
-	ProofSize     = 32
-	ConfirmSize   = 32
+	proofSize     = 32
+	confirmSize   = 32
 )
 
 // Limits on members, beyond the envelope's size and JSON limits.
 const (
-	// MaxModels bounds the models an agent may announce.
-	MaxModels = 1024
+	// maxModels bounds the models an agent may announce.
+	maxModels = 1024
 	// MaxModelLen is the longest model name: the routing header's model
 	// length is one byte (wire reference §3.6).
 	MaxModelLen = 255
@@ -99,7 +99,7 @@ type SecurityCaps struct {
 	// daemon granted (ACCEPT).
 	Mode        frame.Security
 	KeyExchange string
-	PublicKey   []byte // PublicKeySize bytes
+	PublicKey   []byte // 32 bytes (X25519)
 	Nonce       []byte // NonceSize bytes
 	// Org and Proof authenticate the agent (HELLO only, §5.2); empty when
 	// not used.
@@ -366,8 +366,8 @@ func decodeCapabilities(o jsonObj, signed *span) (*Capabilities, error) {
 	if c.Models, _, err = o.strings("models", false); err != nil {
 		return nil, err
 	}
-	if len(c.Models) > MaxModels {
-		return nil, o.errorf("models", "more than %d models", MaxModels)
+	if len(c.Models) > maxModels {
+		return nil, o.errorf("models", "more than %d models", maxModels)
 	}
 	for i, m := range c.Models {
 		if !validModel(m) {
@@ -416,10 +416,10 @@ func decodeSecurity(o jsonObj, s *SecurityCaps, signed *span) error {
 	if s.KeyExchange, _, err = o.str("key_exchange", true); err != nil {
 		return err
 	}
-	if s.KeyExchange != KeyExchangeX25519 {
+	if s.KeyExchange != keyExchangeX25519 {
 		return o.errorf("key_exchange", "unknown key exchange %q", truncateForError(s.KeyExchange))
 	}
-	if s.PublicKey, err = base64Member(o, "public_key", PublicKeySize, true); err != nil {
+	if s.PublicKey, err = base64Member(o, "public_key", publicKeySize, true); err != nil {
 		return err
 	}
 	if s.Nonce, err = base64Member(o, "nonce", NonceSize, true); err != nil {
@@ -433,7 +433,7 @@ func decodeSecurity(o jsonObj, s *SecurityCaps, signed *span) error {
 		return o.errorf("org", "%q is not 1-128 characters of [A-Za-z0-9_-]", truncateForError(org))
 	}
 	s.Org = org
-	if s.Proof, err = base64Member(o, "proof", ProofSize, false); err != nil {
+	if s.Proof, err = base64Member(o, "proof", proofSize, false); err != nil {
 		return err
 	}
 	if len(s.Proof) > 0 {
@@ -481,8 +481,8 @@ func decodeNegotiated(o jsonObj, signed *span) (*Negotiated, error) {
 		if err != nil {
 			return nil, err
 		}
-		if ms > uint64(MaxSessionTimeout.Milliseconds()) {
-			return nil, o.errorf(d.name, "%d ms is longer than %v", ms, MaxSessionTimeout)
+		if ms > uint64(maxSessionTimeout.Milliseconds()) {
+			return nil, o.errorf(d.name, "%d ms is longer than %v", ms, maxSessionTimeout)
 		}
 		*d.dst = time.Duration(ms) * time.Millisecond
 	}
@@ -492,7 +492,7 @@ func decodeNegotiated(o jsonObj, signed *span) (*Negotiated, error) {
 	if n.Features, err = decodeFeatures(o, "features"); err != nil {
 		return nil, err
 	}
-	if n.Confirm, err = base64Member(o, "confirm", ConfirmSize, true); err != nil {
+	if n.Confirm, err = base64Member(o, "confirm", confirmSize, true); err != nil {
 		return nil, err
 	}
 	*signed = o.span("confirm")

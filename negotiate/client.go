@@ -40,7 +40,7 @@ func NewHello(cfg ClientConfig, now time.Time) (*ClientHandshake, error) {
 		Type:      TypeHello,
 		Timestamp: unixMilli(now),
 		Capabilities: &Capabilities{
-			Version:   ProtocolVersion,
+			Version:   protocolVersion,
 			AgentID:   eff.AgentID,
 			AgentType: eff.AgentType,
 			Compression: Compression{
@@ -53,7 +53,7 @@ func NewHello(cfg ClientConfig, now time.Time) (*ClientHandshake, error) {
 			Security: SecurityCaps{
 				BlockThreshold: 0.8,
 				Mode:           eff.Security,
-				KeyExchange:    KeyExchangeX25519,
+				KeyExchange:    keyExchangeX25519,
 				PublicKey:      pub[:],
 				Nonce:          nonce,
 			},
@@ -66,7 +66,7 @@ func NewHello(cfg ClientConfig, now time.Time) (*ClientHandshake, error) {
 		// Written with the proof blank, which is what the proof covers
 		// (§5.2), then patched in place.
 		m.Capabilities.Security.Org = eff.Org
-		m.Capabilities.Security.Proof = make([]byte, ProofSize)
+		m.Capabilities.Security.Proof = make([]byte, proofSize)
 	}
 	if h.hello, err = AppendControl(nil, m); err != nil {
 		h.Close()
@@ -137,7 +137,7 @@ func (h *ClientHandshake) Accept(reply []byte) (*Session, error) {
 		sess.Org = h.cfg.Org
 		agentKey = h.cfg.AgentKey
 	}
-	var confirm [ConfirmSize]byte
+	var confirm [confirmSize]byte
 	if sess.c2s, sess.s2c, confirm, err = sessionKeys(shared[:], agentKey, sess.Transcript); err != nil {
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func (h *ClientHandshake) checkAccept(caps *Capabilities, n *Negotiated) error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: %s", ErrBadAccept, fmt.Sprintf(format, args...))
 	}
-	if majorVersion(caps.Version) != majorVersion(ProtocolVersion) {
+	if majorVersion(caps.Version) != majorVersion(protocolVersion) {
 		return bad("daemon version %q", truncateForError(caps.Version))
 	}
 	if len(n.Algorithms) == 0 {

@@ -23,12 +23,12 @@ const (
 	MaxMissedPongs = 3
 
 	DefaultSessionTimeout = 5 * time.Minute
-	MinSessionTimeout     = 60 * time.Second
-	MaxSessionTimeout     = time.Hour
+	minSessionTimeout     = 60 * time.Second
+	maxSessionTimeout     = time.Hour
 	DefaultPingInterval   = 60 * time.Second
 	DefaultPongTimeout    = 10 * time.Second
-	// MinTimer is the shortest ping interval or pong timeout.
-	MinTimer = time.Second
+	// minTimer is the shortest ping interval or pong timeout.
+	minTimer = time.Second
 
 	// MaxPayloadLimit is the largest max_payload (16 MiB).
 	MaxPayloadLimit = 16 << 20
@@ -44,11 +44,11 @@ const (
 	DefaultReplayCacheSize = 65536
 )
 
-// DaemonAgentType is the agent_type the daemon announces.
-const DaemonAgentType = "m2md"
+// daemonAgentType is the agent_type the daemon announces.
+const daemonAgentType = "m2md"
 
-// ClientAgentType is the default agent_type of Go clients.
-const ClientAgentType = "m2md-go"
+// clientAgentType is the default agent_type of Go clients.
+const clientAgentType = "m2md-go"
 
 // ServerConfig is the daemon's negotiation policy. The zero value is a
 // working default: both algorithms, all three encodings, 16 MiB payloads,
@@ -129,7 +129,7 @@ func effectiveCodecs(algs []Algorithm, encs, defaultEncs []Encoding) ([]Algorith
 // effective returns c with defaults filled in, or an ErrConfig error.
 func (c ServerConfig) effective() (ServerConfig, error) {
 	if c.AgentID == "" {
-		c.AgentID = DaemonAgentType
+		c.AgentID = daemonAgentType
 	}
 	if security.ValidateID(c.AgentID) != nil {
 		return c, fmt.Errorf("%w: AgentID %q is not 1-128 characters of [A-Za-z0-9_-]", ErrConfig, c.AgentID)
@@ -187,20 +187,20 @@ func effectiveTimers(session, ping, pong time.Duration) (time.Duration, time.Dur
 	if session == 0 {
 		session = DefaultSessionTimeout
 	}
-	if session < MinSessionTimeout || session > MaxSessionTimeout {
-		return 0, 0, 0, fmt.Errorf("%w: session timeout %v is outside %v..%v", ErrConfig, session, shortDur(MinSessionTimeout), shortDur(MaxSessionTimeout))
+	if session < minSessionTimeout || session > maxSessionTimeout {
+		return 0, 0, 0, fmt.Errorf("%w: session timeout %v is outside %v..%v", ErrConfig, session, shortDur(minSessionTimeout), shortDur(maxSessionTimeout))
 	}
 	if ping == 0 {
 		ping = min(DefaultPingInterval, session)
 	}
-	if ping < MinTimer || ping > session {
-		return 0, 0, 0, fmt.Errorf("%w: ping interval %v is outside %v..%v (the session timeout)", ErrConfig, ping, MinTimer, shortDur(session))
+	if ping < minTimer || ping > session {
+		return 0, 0, 0, fmt.Errorf("%w: ping interval %v is outside %v..%v (the session timeout)", ErrConfig, ping, minTimer, shortDur(session))
 	}
 	if pong == 0 {
 		pong = min(DefaultPongTimeout, ping)
 	}
-	if pong < MinTimer || pong > ping {
-		return 0, 0, 0, fmt.Errorf("%w: pong timeout %v is outside %v..%v (the ping interval)", ErrConfig, pong, MinTimer, shortDur(ping))
+	if pong < minTimer || pong > ping {
+		return 0, 0, 0, fmt.Errorf("%w: pong timeout %v is outside %v..%v (the ping interval)", ErrConfig, pong, minTimer, shortDur(ping))
 	}
 	return session, ping, pong, nil
 }
@@ -247,7 +247,7 @@ func (c ClientConfig) effective() (ClientConfig, error) {
 		return c, fmt.Errorf("%w: AgentID %q is not 1-128 characters of [A-Za-z0-9_-]", ErrConfig, c.AgentID)
 	}
 	if c.AgentType == "" {
-		c.AgentType = ClientAgentType
+		c.AgentType = clientAgentType
 	}
 	if len(c.AgentType) > maxLabelLen {
 		return c, fmt.Errorf("%w: AgentType longer than %d bytes", ErrConfig, maxLabelLen)
@@ -279,8 +279,8 @@ func (c ClientConfig) effective() (ClientConfig, error) {
 			return c, fmt.Errorf("%w: AgentKey has %d bytes, want 32", ErrConfig, len(c.AgentKey))
 		}
 	}
-	if len(c.Models) > MaxModels {
-		return c, fmt.Errorf("%w: more than %d models", ErrConfig, MaxModels)
+	if len(c.Models) > maxModels {
+		return c, fmt.Errorf("%w: more than %d models", ErrConfig, maxModels)
 	}
 	for _, m := range c.Models {
 		if !validModel(m) {

@@ -49,14 +49,14 @@ func (h *DataHeader) IsOnce() bool { return h.Flags&FlagOnce != 0 }
 
 // DATA header limits.
 const (
-	// MaxPeerLen is the longest peer agent id in a DATA header.
-	MaxPeerLen = security.MaxIDLen
+	// maxPeerLen is the longest peer agent id in a DATA header.
+	maxPeerLen = security.MaxIDLen
 	// MaxDataHeaderLen is the longest DATA header: kind, flags, a 10-byte
 	// request id, the peer length and a 128-byte peer.
-	MaxDataHeaderLen = 1 + 1 + maxUvarintLen + 1 + MaxPeerLen
-	// MaxTracedDataHeaderLen is the longest DATA header with a trace
+	MaxDataHeaderLen = 1 + 1 + maxUvarintLen + 1 + maxPeerLen
+	// maxTracedDataHeaderLen is the longest DATA header with a trace
 	// block (docs/protocol.md §4.8).
-	MaxTracedDataHeaderLen = MaxDataHeaderLen + MaxTraceLen
+	maxTracedDataHeaderLen = MaxDataHeaderLen + MaxTraceLen
 
 	maxUvarintLen = 10
 )
@@ -116,8 +116,8 @@ func appendDataHeader(dst []byte, flags DataFlags, requestID uint64, peer string
 	if requestID == 0 {
 		return dst, fmt.Errorf("%w: request id 0", ErrBadDataHeader)
 	}
-	if len(peer) > MaxPeerLen {
-		return dst, fmt.Errorf("%w: peer of %d bytes exceeds %d", ErrBadDataHeader, len(peer), MaxPeerLen)
+	if len(peer) > maxPeerLen {
+		return dst, fmt.Errorf("%w: peer of %d bytes exceeds %d", ErrBadDataHeader, len(peer), maxPeerLen)
 	}
 	for i := 0; i < len(peer); i++ {
 		if !security.IDByte(peer[i]) {
@@ -173,8 +173,8 @@ func ParseData(msg []byte) (DataHeader, []byte, error) {
 	}
 	peerLen := int(msg[pos])
 	pos++
-	if peerLen > MaxPeerLen {
-		return h, nil, fmt.Errorf("%w: peer length %d exceeds %d", ErrBadDataHeader, peerLen, MaxPeerLen)
+	if peerLen > maxPeerLen {
+		return h, nil, fmt.Errorf("%w: peer length %d exceeds %d", ErrBadDataHeader, peerLen, maxPeerLen)
 	}
 	if len(msg)-pos < peerLen {
 		return h, nil, fmt.Errorf("%w: peer length %d exceeds remaining %d bytes", ErrBadDataHeader, peerLen, len(msg)-pos)

@@ -46,15 +46,15 @@ const (
 
 // Bounds of a features list.
 const (
-	// MaxFeatures bounds the names in one features list.
-	MaxFeatures = 32
-	// MaxFeatureLen bounds one feature name, in bytes.
-	MaxFeatureLen = 32
+	// maxFeatures bounds the names in one features list.
+	maxFeatures = 32
+	// maxFeatureLen bounds one feature name, in bytes.
+	maxFeatureLen = 32
 )
 
-// ValidFeature reports whether f is 1-32 bytes of [a-z0-9_-].
-func ValidFeature(f Feature) bool {
-	if len(f) == 0 || len(f) > MaxFeatureLen {
+// validFeature reports whether f is 1-32 bytes of [a-z0-9_-].
+func validFeature(f Feature) bool {
+	if len(f) == 0 || len(f) > maxFeatureLen {
 		return false
 	}
 	for i := 0; i < len(f); i++ {
@@ -71,30 +71,30 @@ func (n Negotiated) Has(f Feature) bool { return slices.Contains(n.Features, f) 
 
 // checkFeatures validates a configured features list.
 func checkFeatures(what string, fs []Feature) error {
-	if len(fs) > MaxFeatures {
-		return fmt.Errorf("%w: %s: more than %d features", ErrConfig, what, MaxFeatures)
+	if len(fs) > maxFeatures {
+		return fmt.Errorf("%w: %s: more than %d features", ErrConfig, what, maxFeatures)
 	}
 	for _, f := range fs {
-		if !ValidFeature(f) {
-			return fmt.Errorf("%w: %s: feature %q is not 1-%d bytes of [a-z0-9_-]", ErrConfig, what, f, MaxFeatureLen)
+		if !validFeature(f) {
+			return fmt.Errorf("%w: %s: feature %q is not 1-%d bytes of [a-z0-9_-]", ErrConfig, what, f, maxFeatureLen)
 		}
 	}
 	return nil
 }
 
-// decodeFeatures reads an optional features member: at most MaxFeatures
+// decodeFeatures reads an optional features member: at most maxFeatures
 // valid names. Duplicates are allowed here; negotiation lists each once.
 func decodeFeatures(o jsonObj, name string) ([]Feature, error) {
 	names, _, err := o.strings(name, false)
 	if err != nil {
 		return nil, err
 	}
-	if len(names) > MaxFeatures {
-		return nil, o.errorf(name, "more than %d features", MaxFeatures)
+	if len(names) > maxFeatures {
+		return nil, o.errorf(name, "more than %d features", maxFeatures)
 	}
 	for i, s := range names {
-		if !ValidFeature(Feature(s)) {
-			return nil, o.errorf(name, "element %d: feature names are 1-%d bytes of [a-z0-9_-]", i, MaxFeatureLen)
+		if !validFeature(Feature(s)) {
+			return nil, o.errorf(name, "element %d: feature names are 1-%d bytes of [a-z0-9_-]", i, maxFeatureLen)
 		}
 	}
 	return convertStrings[Feature](names), nil

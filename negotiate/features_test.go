@@ -14,12 +14,12 @@ func TestValidFeature(t *testing.T) {
 		ok bool
 	}{
 		{"cancel", true}, {"tn_sealed", true}, {"a", true}, {"x-1_y", true},
-		{Feature(strings.Repeat("a", MaxFeatureLen)), true},
-		{"", false}, {Feature(strings.Repeat("a", MaxFeatureLen+1)), false},
+		{Feature(strings.Repeat("a", maxFeatureLen)), true},
+		{"", false}, {Feature(strings.Repeat("a", maxFeatureLen+1)), false},
 		{"Cancel", false}, {"can cel", false}, {"cancel.v2", false}, {"é", false},
 	} {
-		if got := ValidFeature(tc.f); got != tc.ok {
-			t.Errorf("ValidFeature(%q) = %t", tc.f, got)
+		if got := validFeature(tc.f); got != tc.ok {
+			t.Errorf("validFeature(%q) = %t", tc.f, got)
 		}
 	}
 }
@@ -82,7 +82,7 @@ func TestNegotiateFeatures(t *testing.T) {
 // A HELLO whose features break the syntax is malformed (REJECT UNKNOWN).
 func TestHelloFeaturesMalformed(t *testing.T) {
 	s := newTestServer(t, func(c *ServerConfig) { c.Features = []Feature{"cancel"} })
-	long := strings.Repeat(`"f",`, MaxFeatures) + `"f"`
+	long := strings.Repeat(`"f",`, maxFeatures) + `"f"`
 	for _, tc := range []struct{ name, member string }{
 		{"not an array", `"features":"cancel"`},
 		{"not strings", `"features":[1]`},
@@ -106,7 +106,7 @@ func TestHelloFeaturesMalformed(t *testing.T) {
 	}{
 		{"null is absent", `"features":null`, nil},
 		{"empty list", `"features":[]`, nil},
-		{"32 names", `"features":[` + strings.Repeat(`"f",`, MaxFeatures-1) + `"cancel"]`, []Feature{"cancel"}},
+		{"32 names", `"features":[` + strings.Repeat(`"f",`, maxFeatures-1) + `"cancel"]`, []Feature{"cancel"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			sess, _, err := s.Accept(t0, helloWithMember(t, tc.member), false)
@@ -166,7 +166,7 @@ func TestClientRefusesFeatureNotOffered(t *testing.T) {
 }
 
 func TestFeaturesConfigValidation(t *testing.T) {
-	many := make([]Feature, MaxFeatures+1)
+	many := make([]Feature, maxFeatures+1)
 	for i := range many {
 		many[i] = "f"
 	}

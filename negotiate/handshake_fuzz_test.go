@@ -102,7 +102,7 @@ func FuzzAccept(f *testing.F) {
 			return
 		}
 		m, perr := ParseControl(reply)
-		if perr != nil || m.Type != TypeAccept || sess.ID != m.SessionID || len(sess.Params.Confirm) != ConfirmSize {
+		if perr != nil || m.Type != TypeAccept || sess.ID != m.SessionID || len(sess.Params.Confirm) != confirmSize {
 			t.Fatalf("accepted %q: %v", reply, perr)
 		}
 	})

@@ -9,14 +9,14 @@ import (
 const (
 	sessionIDPrefix  = "sess_"
 	sessionIDRandLen = 20
-	// SessionIDLen is the length of every session id.
-	SessionIDLen = len(sessionIDPrefix) + sessionIDRandLen
+	// sessionIDLen is the length of every session id.
+	sessionIDLen = len(sessionIDPrefix) + sessionIDRandLen
 )
 
 const alnum = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 
-// NewSessionID returns a fresh session id drawn from crypto/rand.
-func NewSessionID() string {
+// randomSessionID returns a fresh session id drawn from crypto/rand.
+func randomSessionID() string {
 	id, err := newSessionID(rand.Reader)
 	if err != nil {
 		// crypto/rand.Reader does not fail (it crashes the program first).
@@ -28,10 +28,10 @@ func NewSessionID() string {
 // newSessionID draws with rejection sampling: bytes >= 248 (= 4·62) are
 // discarded so that every character is equally likely (no modulo bias).
 func newSessionID(r io.Reader) (string, error) {
-	out := make([]byte, len(sessionIDPrefix), SessionIDLen)
+	out := make([]byte, len(sessionIDPrefix), sessionIDLen)
 	copy(out, sessionIDPrefix)
 	var buf [32]byte
-	for len(out) < SessionIDLen {
+	for len(out) < sessionIDLen {
 		if _, err := io.ReadFull(r, buf[:]); err != nil {
 			return "", err
 		}
@@ -40,7 +40,7 @@ func newSessionID(r io.Reader) (string, error) {
 				continue
 			}
 			out = append(out, alnum[int(b)%len(alnum)])
-			if len(out) == SessionIDLen {
+			if len(out) == sessionIDLen {
 				break
 			}
 		}
@@ -50,7 +50,7 @@ func newSessionID(r io.Reader) (string, error) {
 
 // ValidSessionID reports whether s has the shape of an m2md session id.
 func ValidSessionID(s string) bool {
-	if len(s) != SessionIDLen || s[:len(sessionIDPrefix)] != sessionIDPrefix {
+	if len(s) != sessionIDLen || s[:len(sessionIDPrefix)] != sessionIDPrefix {
 		return false
 	}
 	for i := len(sessionIDPrefix); i < len(s); i++ {

@@ -8,7 +8,7 @@ import (
 func TestSessionID(t *testing.T) {
 	seen := map[string]bool{}
 	for range 200 {
-		id := NewSessionID()
+		id := randomSessionID()
 		if !ValidSessionID(id) || seen[id] {
 			t.Fatalf("%q", id)
 		}

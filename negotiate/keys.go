@@ -54,7 +54,7 @@ func deriveAgentKey(master []byte, org, agent string) ([]byte, error) {
 func transcriptHash(hello, accept0 []byte) [32]byte { return security.Transcript(hello, accept0) }
 
 // sessionKeys derives the frame keys and the ACCEPT's key confirmation.
-func sessionKeys(shared, agentKey []byte, transcript [32]byte) (c2s, s2c security.Key, confirm [ConfirmSize]byte, err error) {
+func sessionKeys(shared, agentKey []byte, transcript [32]byte) (c2s, s2c security.Key, confirm [confirmSize]byte, err error) {
 	c2s, s2c, ck, err := security.DeriveFrameKeys(shared, agentKey, transcript)
 	if err != nil {
 		return c2s, s2c, confirm, fmt.Errorf("negotiate: frame keys: %w", err)

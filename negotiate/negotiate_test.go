@@ -23,12 +23,12 @@ func helloCaps(t testing.TB) *Capabilities {
 	}
 	pub := priv.PublicKey()
 	return &Capabilities{
-		Version: ProtocolVersion, AgentID: "alice", AgentType: "test",
+		Version: protocolVersion, AgentID: "alice", AgentType: "test",
 		Compression: Compression{
 			Algorithms: []Algorithm{AlgorithmM2M, AlgorithmTokenNative}, Streaming: true,
 			Encodings: []Encoding{EncodingCl100k, EncodingO200k}, PreferredEncoding: EncodingCl100k,
 		},
-		Security: SecurityCaps{BlockThreshold: 0.8, Mode: frame.SecurityNone, KeyExchange: KeyExchangeX25519,
+		Security: SecurityCaps{BlockThreshold: 0.8, Mode: frame.SecurityNone, KeyExchange: keyExchangeX25519,
 			PublicKey: pub[:], Nonce: seq(7, 32)},
 	}
 }
@@ -239,7 +239,7 @@ func TestHandshakeBothSidesAgree(t *testing.T) {
 			if server.AgentID != "alice" || client.AgentID != "alice" || server.Org != "" || client.Params.Authenticated {
 				t.Fatal("identity")
 			}
-			if !reflect.DeepEqual(server.Peer.Models, []string{"gpt-4o"}) || client.Peer.AgentType != DaemonAgentType {
+			if !reflect.DeepEqual(server.Peer.Models, []string{"gpt-4o"}) || client.Peer.AgentType != daemonAgentType {
 				t.Fatal("peer capabilities")
 			}
 			// Keys never reach formatted output.
@@ -370,7 +370,7 @@ func confirmedAccept(t *testing.T, hello []byte, m *ControlMessage) []byte {
 		m.Capabilities.Security.PublicKey = pub[:]
 	}
 	if m.Capabilities != nil && m.Capabilities.Negotiated != nil {
-		m.Capabilities.Negotiated.Confirm = make([]byte, ConfirmSize)
+		m.Capabilities.Negotiated.Confirm = make([]byte, confirmSize)
 	}
 	reply, err := AppendControl(nil, m)
 	if err != nil {
@@ -602,7 +602,7 @@ func TestReplayCacheBounded(t *testing.T) {
 
 func TestProofCacheOrderAndCompaction(t *testing.T) {
 	c := newProofCache(1000, time.Minute)
-	var p [ProofSize]byte
+	var p [proofSize]byte
 	now := t0
 	for i := range 5000 {
 		p[0], p[1] = byte(i), byte(i>>8)
@@ -737,8 +737,8 @@ func TestConfigValidation(t *testing.T) {
 		{"max payload 100", ClientConfig{AgentID: "a", MaxPayload: 100}},
 		{"bad mode", ClientConfig{AgentID: "a", Security: 3}},
 		{"empty model", ClientConfig{AgentID: "a", Models: []string{""}}},
-		{"too many models", ClientConfig{AgentID: "a", Models: make([]string, MaxModels+1)}},
-		{"HELLO too large", ClientConfig{AgentID: "a", Models: manyModels(MaxModels)}},
+		{"too many models", ClientConfig{AgentID: "a", Models: make([]string, maxModels+1)}},
+		{"HELLO too large", ClientConfig{AgentID: "a", Models: manyModels(maxModels)}},
 	} {
 		if _, err := NewHello(tc.cfg, t0); !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: %v", tc.name, err)

@@ -23,7 +23,7 @@ var (
 // its replay window).
 type proofCache struct {
 	mu    sync.Mutex
-	seen  map[[ProofSize]byte]struct{}
+	seen  map[[proofSize]byte]struct{}
 	queue []proofEntry // FIFO from head; expiry non-decreasing
 	head  int
 	max   int
@@ -31,16 +31,16 @@ type proofCache struct {
 }
 
 type proofEntry struct {
-	proof   [ProofSize]byte
+	proof   [proofSize]byte
 	expires time.Time
 }
 
 func newProofCache(max int, ttl time.Duration) *proofCache {
-	return &proofCache{seen: make(map[[ProofSize]byte]struct{}), max: max, ttl: ttl}
+	return &proofCache{seen: make(map[[proofSize]byte]struct{}), max: max, ttl: ttl}
 }
 
 // add records proof, or reports it as replayed, or reports the cache full.
-func (c *proofCache) add(now time.Time, proof [ProofSize]byte) error {
+func (c *proofCache) add(now time.Time, proof [proofSize]byte) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.expire(now)

@@ -23,15 +23,15 @@ import (
 // tokenizer byte, 00-02).
 const SealedTNMarker = 'T'
 
-// SealedTNHeadLen is the clear head of the envelope.
-const SealedTNHeadLen = 14
+// sealedTNHeadLen is the clear head of the envelope.
+const sealedTNHeadLen = 14
 
 // SealedTNOverhead is what sealing adds to a TokenNative frame in mode.
 func SealedTNOverhead(mode frame.Security) int {
 	if mode == frame.SecurityNone {
 		return 0
 	}
-	return SealedTNHeadLen + security.Overhead(mode)
+	return sealedTNHeadLen + security.Overhead(mode)
 }
 
 // IsSealedTN reports whether the frame of a DATA message is a sealed
@@ -52,7 +52,7 @@ func (s *Sealer) SealTokenNative(dst []byte, ch uint32, dataHeader, tn []byte) (
 		return nil, err
 	}
 	n := c.Load() + 1
-	var head [SealedTNHeadLen]byte
+	var head [sealedTNHeadLen]byte
 	head[0] = SealedTNMarker
 	head[1] = byte(s.key.Mode())
 	binary.LittleEndian.PutUint64(head[2:], n)
@@ -73,13 +73,13 @@ func (s *Sealer) OpenTokenNative(ch uint32, dataHeader, env []byte) ([]byte, err
 	if s.key == nil {
 		return nil, fmt.Errorf("%w: sealed TokenNative in a session of mode none", security.ErrWrongMode)
 	}
-	if len(env) < SealedTNHeadLen || env[0] != SealedTNMarker {
+	if len(env) < sealedTNHeadLen || env[0] != SealedTNMarker {
 		return nil, fmt.Errorf("%w: not a sealed TokenNative envelope", security.ErrMalformed)
 	}
 	if m := frame.Security(env[1]); m != s.key.Mode() {
 		return nil, fmt.Errorf("%w: envelope in mode %s, session mode %s", security.ErrWrongMode, m, s.key.Mode())
 	}
-	tn, err := s.key.OpenEnvelope(dataHeader, env, SealedTNHeadLen)
+	tn, err := s.key.OpenEnvelope(dataHeader, env, sealedTNHeadLen)
 	if err != nil {
 		return nil, err
 	}

@@ -88,7 +88,7 @@ func FuzzOpenTokenNative(f *testing.F) {
 			}
 			return
 		}
-		if len(tn) == 0 || len(tn) > len(env)-SealedTNHeadLen {
+		if len(tn) == 0 || len(tn) > len(env)-sealedTNHeadLen {
 			t.Fatalf("opened %d bytes from a %d-byte envelope", len(tn), len(env))
 		}
 	})

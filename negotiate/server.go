@@ -136,7 +136,7 @@ func (s *Server) accept(now time.Time, helloJSON []byte, hello *ControlMessage, 
 			return nil, nil, err
 		}
 	} else {
-		id = NewSessionID()
+		id = randomSessionID()
 	}
 
 	accept := &ControlMessage{
@@ -144,9 +144,9 @@ func (s *Server) accept(now time.Time, helloJSON []byte, hello *ControlMessage, 
 		SessionID: id,
 		Timestamp: unixMilli(now),
 		Capabilities: &Capabilities{
-			Version:   ProtocolVersion,
+			Version:   protocolVersion,
 			AgentID:   s.cfg.AgentID,
-			AgentType: DaemonAgentType,
+			AgentType: daemonAgentType,
 			Compression: Compression{
 				Algorithms:        s.cfg.Algorithms,
 				MaxPayload:        uint64(s.cfg.MaxPayload),
@@ -157,7 +157,7 @@ func (s *Server) accept(now time.Time, helloJSON []byte, hello *ControlMessage, 
 			Security: SecurityCaps{
 				BlockThreshold: 0.8,
 				Mode:           params.SecurityMode,
-				KeyExchange:    KeyExchangeX25519,
+				KeyExchange:    keyExchangeX25519,
 				PublicKey:      pub[:],
 				Nonce:          nonce,
 			},
@@ -166,7 +166,7 @@ func (s *Server) accept(now time.Time, helloJSON []byte, hello *ControlMessage, 
 	}
 	// Written with the confirmation blank, hashed as it stands, then the
 	// confirmation computed from the keys is patched in (§5.1).
-	params.Confirm = make([]byte, ConfirmSize)
+	params.Confirm = make([]byte, confirmSize)
 	reply, err := AppendControl(nil, accept)
 	if err != nil {
 		return nil, nil, err
@@ -182,7 +182,7 @@ func (s *Server) accept(now time.Time, helloJSON []byte, hello *ControlMessage, 
 	if params.Authenticated {
 		sess.Org = caps.Security.Org
 	}
-	var confirm [ConfirmSize]byte
+	var confirm [confirmSize]byte
 	if sess.c2s, sess.s2c, confirm, err = sessionKeys(shared[:], agentKey, sess.Transcript); err != nil {
 		return nil, nil, err
 	}
@@ -207,8 +207,8 @@ func (s *Server) negotiate(now time.Time, hello *ControlMessage, atCapacity bool
 	}
 
 	// 1. Version: the major part (before the first '.') must match.
-	if majorVersion(c.Version) != majorVersion(ProtocolVersion) {
-		return n, nil, rejectf(RejectVersionMismatch, "version %s is not compatible with %s", truncateForError(c.Version), ProtocolVersion)
+	if majorVersion(c.Version) != majorVersion(protocolVersion) {
+		return n, nil, rejectf(RejectVersionMismatch, "version %s is not compatible with %s", truncateForError(c.Version), protocolVersion)
 	}
 
 	// Features never refuse a session: the offered ones the daemon has.
