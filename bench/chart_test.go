@@ -43,7 +43,7 @@ func TestSeriesColorsDistinct(t *testing.T) {
 		k := [4]uint8{c.R, c.G, c.B, c.A}
 		if other, ok := seen[k]; ok && runLabel(RunM2M) != name && runLabel(RunM2M) != other {
 			// The M2M run shares the binary M2M frame's blue on purpose.
-			if !(name == FormM2MBinary || other == FormM2MBinary) {
+			if !(name == formM2MBinary || other == formM2MBinary) {
 				t.Errorf("%s and %s share a colour", name, other)
 			}
 		}
@@ -82,7 +82,7 @@ func TestBarsBeyondRangeLabelled(t *testing.T) {
 func TestPlotRatiosPNG(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ratios.png")
 	vals := map[[2]string]float64{{"ws none", Size1KB}: 0.93, {"quic aead", Size1KB}: 1.4, {"quic aead", Size16KB}: 0.5}
-	err := PlotRatios(path, []RatioPanel{{
+	err := plotRatios(path, []ratioPanel{{
 		Title: "M2M / NATS", YLabel: "M2M / NATS", Groups: []string{"ws none", "quic aead"}, Series: []string{Size1KB, Size16KB},
 		Value: func(g, s string) (float64, bool) { v, ok := vals[[2]string{g, s}]; return v, ok },
 	}})

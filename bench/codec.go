@@ -72,7 +72,7 @@ type CodecReport struct {
 }
 
 // Size classes of the summary, as the corpus README names them.
-const ClassAll = "all"
+const classAll = "all"
 
 var sizeClasses = []struct {
 	name  string
@@ -85,9 +85,9 @@ var sizeClasses = []struct {
 	{"100k", 1 << 62},
 }
 
-// SizeClass names the size class of a document of n bytes: tiny (< 400 B),
+// sizeClass names the size class of a document of n bytes: tiny (< 400 B),
 // 1k (< 1.5 KiB), 4k (< 6 KiB), 16k (< 32 KiB) or 100k.
-func SizeClass(n int) string {
+func sizeClass(n int) string {
 	for _, c := range sizeClasses {
 		if n < c.below {
 			return c.name
@@ -145,7 +145,7 @@ func runCodec(ctx context.Context, cfg CodecConfig, forms []form) (*CodecReport,
 			}
 			row := CodecRow{
 				File:      p.Name,
-				Class:     SizeClass(len(p.JSON)),
+				Class:     sizeClass(len(p.JSON)),
 				JSONBytes: len(p.JSON),
 				Form:      f.name,
 				WireBytes: len(wire),
@@ -158,7 +158,7 @@ func runCodec(ctx context.Context, cfg CodecConfig, forms []form) (*CodecReport,
 				}
 				row.Tokens = &n
 			}
-			if f.name != FormJSON { // raw JSON costs nothing to "encode"
+			if f.name != formJSON { // raw JSON costs nothing to "encode"
 				wireCopy := append([]byte(nil), wire...)
 				row.EncodeUS = timeOp(cfg.MinTime, func() { wire, _ = f.enc(wire[:0], p.JSON) })
 				row.DecodeUS = timeOp(cfg.MinTime, func() { back, _ = f.dec(back[:0], wireCopy) })
@@ -213,14 +213,14 @@ func (r *CodecReport) summarize() {
 	sums := make(map[key]*CodecSummary)
 	jsonTok := make(map[string]int64) // file → JSON tokens
 	for _, row := range r.Rows {
-		if row.Form == FormJSON && row.Tokens != nil {
+		if row.Form == formJSON && row.Tokens != nil {
 			jsonTok[row.File] = int64(*row.Tokens)
 		}
 	}
 	present := map[string]bool{}
 	for _, row := range r.Rows {
 		present[row.Class] = true
-		for _, class := range []string{row.Class, ClassAll} {
+		for _, class := range []string{row.Class, classAll} {
 			k := key{class, row.Form}
 			s := sums[k]
 			if s == nil {
@@ -247,7 +247,7 @@ func (r *CodecReport) summarize() {
 			r.Classes = append(r.Classes, c.name)
 		}
 	}
-	r.Classes = append(r.Classes, ClassAll)
+	r.Classes = append(r.Classes, classAll)
 	r.Summary = nil
 	for _, class := range r.Classes {
 		for _, f := range r.Forms {

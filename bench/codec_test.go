@@ -38,8 +38,8 @@ func TestCodecComparisonBytes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rep.Rows) != len(ps)*len(FormNames()) {
-		t.Fatalf("%d rows, want %d", len(rep.Rows), len(ps)*len(FormNames()))
+	if len(rep.Rows) != len(ps)*len(formNames()) {
+		t.Fatalf("%d rows, want %d", len(rep.Rows), len(ps)*len(formNames()))
 	}
 	tn := tokennative.New(tokennative.Config{})
 	cl, err := tn.Tokenizer(tokennative.Cl100k)
@@ -49,34 +49,34 @@ func TestCodecComparisonBytes(t *testing.T) {
 	want := func(p Payload, f string) (int, int) {
 		var b []byte
 		switch f {
-		case FormJSON:
+		case formJSON:
 			b = p.JSON
-		case FormGzipBase64:
+		case formGzipBase64:
 			var buf bytes.Buffer
 			w, _ := gzip.NewWriterLevel(&buf, gzip.DefaultCompression)
 			w.Write(p.JSON)
 			w.Close()
 			b = []byte(base64.StdEncoding.EncodeToString(buf.Bytes()))
-		case FormBrotliBase64:
+		case formBrotliBase64:
 			var buf bytes.Buffer
 			w := brotli.NewWriterLevel(&buf, 5)
 			w.Write(p.JSON)
 			w.Close()
 			b = []byte(base64.StdEncoding.EncodeToString(buf.Bytes()))
-		case FormZstd:
+		case formZstd:
 			enc, _ := zstd.NewWriter(nil)
 			b = enc.EncodeAll(p.JSON, nil)
-		case FormM2MBinary:
+		case formM2MBinary:
 			b, err = frame.AppendEncode(nil, p.JSON, frame.Limits{})
-		case FormM2MText:
+		case formM2MText:
 			b, err = frame.AppendEncodeText(nil, p.JSON, frame.Limits{})
-		case FormTNCl100kBin:
+		case formTNCl100kBin:
 			b, err = tn.AppendBinary(nil, tokennative.Cl100k, p.JSON)
-		case FormTNCl100kText:
+		case formTNCl100kText:
 			b, err = tn.AppendText(nil, tokennative.Cl100k, p.JSON)
-		case FormTNO200kBinary:
+		case formTNO200kBinary:
 			b, err = tn.AppendBinary(nil, tokennative.O200k, p.JSON)
-		case FormTNO200kText:
+		case formTNO200kText:
 			b, err = tn.AppendText(nil, tokennative.O200k, p.JSON)
 		}
 		if err != nil {
@@ -102,7 +102,7 @@ func TestCodecComparisonBytes(t *testing.T) {
 		if row.WireBytes != n {
 			t.Errorf("%s %s: %d bytes, want %d", row.File, row.Form, row.WireBytes, n)
 		}
-		if row.JSONBytes != len(p.JSON) || row.Class != SizeClass(len(p.JSON)) {
+		if row.JSONBytes != len(p.JSON) || row.Class != sizeClass(len(p.JSON)) {
 			t.Errorf("%s: json %d class %s", row.File, row.JSONBytes, row.Class)
 		}
 		text := isText(row.Form)
@@ -114,7 +114,7 @@ func TestCodecComparisonBytes(t *testing.T) {
 		case !text && row.Tokens != nil:
 			t.Errorf("%s %s: binary form with a token count", row.File, row.Form)
 		}
-		if row.Form != FormJSON && (row.EncodeUS <= 0 || row.DecodeUS <= 0) {
+		if row.Form != formJSON && (row.EncodeUS <= 0 || row.DecodeUS <= 0) {
 			t.Errorf("%s %s: not timed (%g, %g)", row.File, row.Form, row.EncodeUS, row.DecodeUS)
 		}
 	}
@@ -123,7 +123,7 @@ func TestCodecComparisonBytes(t *testing.T) {
 	for _, p := range ps {
 		total += int64(len(p.JSON))
 	}
-	all, ok := rep.summary(ClassAll, FormJSON)
+	all, ok := rep.summary(classAll, formJSON)
 	if !ok || all.Files != len(ps) || all.JSONBytes != total || all.WireBytes != total || all.ByteRatio != 1 {
 		t.Errorf("summary for all JSON: %+v", all)
 	}
@@ -159,13 +159,13 @@ func TestCodecComparisonCatchesLoss(t *testing.T) {
 }
 
 func isText(form string) bool {
-	return form != FormZstd && form != FormM2MBinary && form != FormTNCl100kBin && form != FormTNO200kBinary
+	return form != formZstd && form != formM2MBinary && form != formTNCl100kBin && form != formTNO200kBinary
 }
 
 func TestSizeClass(t *testing.T) {
 	for n, want := range map[int]string{0: "tiny", 399: "tiny", 400: "1k", 1535: "1k", 1536: "4k", 6143: "4k", 6144: "16k", 32767: "16k", 32768: "100k", 1 << 20: "100k"} {
-		if got := SizeClass(n); got != want {
-			t.Errorf("SizeClass(%d) = %s, want %s", n, got, want)
+		if got := sizeClass(n); got != want {
+			t.Errorf("sizeClass(%d) = %s, want %s", n, got, want)
 		}
 	}
 }

@@ -17,16 +17,16 @@ import (
 
 // Names of the forms the codec comparison measures, in table order.
 const (
-	FormJSON          = "json"
-	FormGzipBase64    = "gzip+base64"
-	FormBrotliBase64  = "brotli+base64"
-	FormZstd          = "zstd"
-	FormM2MText       = "m2m-text"
-	FormM2MBinary     = "m2m-binary"
-	FormTNCl100kText  = "tokennative-cl100k-text"
-	FormTNCl100kBin   = "tokennative-cl100k-binary"
-	FormTNO200kText   = "tokennative-o200k-text"
-	FormTNO200kBinary = "tokennative-o200k-binary"
+	formJSON          = "json"
+	formGzipBase64    = "gzip+base64"
+	formBrotliBase64  = "brotli+base64"
+	formZstd          = "zstd"
+	formM2MText       = "m2m-text"
+	formM2MBinary     = "m2m-binary"
+	formTNCl100kText  = "tokennative-cl100k-text"
+	formTNCl100kBin   = "tokennative-cl100k-binary"
+	formTNO200kText   = "tokennative-o200k-text"
+	formTNO200kBinary = "tokennative-o200k-binary"
 )
 
 // Compression settings of the generic alternatives. Brotli uses the same
@@ -105,12 +105,12 @@ func newForms() ([]form, error) {
 	}
 	forms := []form{
 		{
-			name: FormJSON, text: true,
+			name: formJSON, text: true,
 			enc: func(dst, json []byte) ([]byte, error) { return append(dst, json...), nil },
 			dec: func(dst, wire []byte) ([]byte, error) { return append(dst, wire...), nil },
 		},
 		{
-			name: FormGzipBase64, text: true,
+			name: formGzipBase64, text: true,
 			enc: func(dst, json []byte) ([]byte, error) {
 				scratch.Reset()
 				gzw.Reset(&scratch)
@@ -135,7 +135,7 @@ func newForms() ([]form, error) {
 			},
 		},
 		{
-			name: FormBrotliBase64, text: true,
+			name: formBrotliBase64, text: true,
 			enc: func(dst, json []byte) ([]byte, error) {
 				scratch.Reset()
 				brw.Reset(&scratch)
@@ -160,24 +160,24 @@ func newForms() ([]form, error) {
 			},
 		},
 		{
-			name: FormZstd,
+			name: formZstd,
 			enc:  func(dst, json []byte) ([]byte, error) { return zenc.EncodeAll(json, dst), nil },
 			dec:  func(dst, wire []byte) ([]byte, error) { return zdec.DecodeAll(wire, dst) },
 		},
-		m2m(FormM2MText, false, codec.M2M, 0),
-		m2m(FormM2MBinary, true, codec.M2M, 0),
-		m2m(FormTNCl100kText, false, codec.TokenNative, tokennative.Cl100k),
-		m2m(FormTNCl100kBin, true, codec.TokenNative, tokennative.Cl100k),
-		m2m(FormTNO200kText, false, codec.TokenNative, tokennative.O200k),
-		m2m(FormTNO200kBinary, true, codec.TokenNative, tokennative.O200k),
+		m2m(formM2MText, false, codec.M2M, 0),
+		m2m(formM2MBinary, true, codec.M2M, 0),
+		m2m(formTNCl100kText, false, codec.TokenNative, tokennative.Cl100k),
+		m2m(formTNCl100kBin, true, codec.TokenNative, tokennative.Cl100k),
+		m2m(formTNO200kText, false, codec.TokenNative, tokennative.O200k),
+		m2m(formTNO200kBinary, true, codec.TokenNative, tokennative.O200k),
 	}
 	return forms, nil
 }
 
-// FormNames lists the forms in table order.
-func FormNames() []string {
-	return []string{FormJSON, FormGzipBase64, FormBrotliBase64, FormZstd, FormM2MText, FormM2MBinary,
-		FormTNCl100kText, FormTNCl100kBin, FormTNO200kText, FormTNO200kBinary}
+// formNames lists the forms in table order.
+func formNames() []string {
+	return []string{formJSON, formGzipBase64, formBrotliBase64, formZstd, formM2MText, formM2MBinary,
+		formTNCl100kText, formTNCl100kBin, formTNO200kText, formTNO200kBinary}
 }
 
 // tokenCounter counts cl100k tokens.

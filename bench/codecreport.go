@@ -86,7 +86,7 @@ func (r *CodecReport) WriteMarkdown(w io.Writer) error { return r.writeTables(w,
 func (r *CodecReport) writeTables(w io.Writer, markdown bool) error {
 	counts := make([]string, 0, len(r.Classes))
 	for _, c := range r.Classes {
-		if s, ok := r.summary(c, FormJSON); ok {
+		if s, ok := r.summary(c, formJSON); ok {
 			counts = append(counts, fmt.Sprintf("%s %d", c, s.Files))
 		}
 	}
@@ -97,7 +97,7 @@ func (r *CodecReport) writeTables(w io.Writer, markdown bool) error {
 		var t table
 		hdr := []string{"form"}
 		for _, c := range r.Classes {
-			s, _ := r.summary(c, FormJSON)
+			s, _ := r.summary(c, formJSON)
 			hdr = append(hdr, fmt.Sprintf("%s (%d)", c, s.Files))
 		}
 		t.add(hdr...)

@@ -162,7 +162,7 @@ func (c *OpenAIConfig) withDefaults() (OpenAIConfig, error) {
 		cfg.Requests = []Payload{p}
 	}
 	for _, p := range cfg.Requests {
-		if !IsChatRequest(p.JSON) {
+		if !isChatRequest(p.JSON) {
 			return cfg, fmt.Errorf("%w: %s is not a chat completion request (a JSON object with \"messages\")", ErrPayload, p.Name)
 		}
 	}
@@ -192,9 +192,9 @@ func chatCompletionsURL(base string) (string, error) {
 	return u.String(), nil
 }
 
-// IsChatRequest reports whether doc is a chat completion request: a JSON
+// isChatRequest reports whether doc is a chat completion request: a JSON
 // object with a "messages" array.
-func IsChatRequest(doc []byte) bool {
+func isChatRequest(doc []byte) bool {
 	var req struct {
 		Messages []json.RawMessage `json:"messages"`
 	}
@@ -206,7 +206,7 @@ func IsChatRequest(doc []byte) bool {
 func ChatRequests(payloads []Payload) []Payload {
 	var out []Payload
 	for _, p := range payloads {
-		if IsChatRequest(p.JSON) {
+		if isChatRequest(p.JSON) {
 			out = append(out, p)
 		}
 	}

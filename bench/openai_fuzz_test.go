@@ -17,7 +17,7 @@ func FuzzOpenAIBody(f *testing.F) {
 		f.Add([]byte(s), true)
 	}
 	f.Fuzz(func(t *testing.T, doc []byte, stream bool) {
-		if !IsChatRequest(doc) {
+		if !isChatRequest(doc) {
 			return
 		}
 		cfg := OpenAIConfig{Requests: []Payload{{JSON: doc}}, Model: "m", Stream: stream}

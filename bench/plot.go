@@ -131,7 +131,7 @@ func (r *CodecReport) barPanel(title, ylabel string, value func(CodecSummary) (f
 	var forms []string
 	top := 0.0
 	for _, f := range r.Forms {
-		if f == FormJSON {
+		if f == formJSON {
 			continue // the 100% line stands for it
 		}
 		for _, c := range r.Classes {
@@ -175,10 +175,10 @@ func (t clippedTicks) Ticks(lo, hi float64) []plot.Tick {
 	return t.linearTicks.Ticks(lo, math.Min(hi, t.max))
 }
 
-// RatioPanel is one panel of a ratio chart: for each group on the x axis
+// ratioPanel is one panel of a ratio chart: for each group on the x axis
 // (a transport and security mode, a cluster size), one bar per series (a
 // payload), each the ratio of M2M's figure to a baseline's.
-type RatioPanel struct {
+type ratioPanel struct {
 	Title  string
 	YLabel string // what the ratio is, e.g. "M2M / NATS, round trips per second"
 	Groups []string
@@ -187,11 +187,11 @@ type RatioPanel struct {
 	Value func(group, series string) (v float64, ok bool)
 }
 
-// PlotRatios draws ratio panels one above the other into path (.svg or
+// plotRatios draws ratio panels one above the other into path (.svg or
 // .png): every bar labelled with its value, a line at 1× (parity), one
 // colour per series in every panel. Later comparisons (against NATS, across
 // a cluster) publish their figures with it.
-func PlotRatios(path string, panels []RatioPanel) error {
+func plotRatios(path string, panels []ratioPanel) error {
 	var ps []*panel
 	for _, rp := range panels {
 		p := newPanel(rp.Title)
@@ -232,7 +232,7 @@ func PlotLoadRatios(path string, reps []*LoadReport) error {
 		name, short string // in titles, on the axis
 		ratios      func(*LoadReport) *Ratios
 	}
-	var panels []RatioPanel
+	var panels []ratioPanel
 	for _, cmp := range []comparison{
 		{"the bare relay", "relay", func(r *LoadReport) *Ratios { return r.Ratios }},
 		{"NATS (over TLS on quic and wss)", "NATS", func(r *LoadReport) *Ratios { return r.NATSRatios }},
@@ -263,7 +263,7 @@ func PlotLoadRatios(path string, reps []*LoadReport) error {
 		slices.SortStableFunc(payloads, func(a, b string) int { return payloadOrder(a) - payloadOrder(b) })
 		slices.SortStableFunc(groups, func(a, b string) int { return groupOrder(a) - groupOrder(b) })
 		for i, what := range []string{"round trips per second", "round trips per CPU second"} {
-			panels = append(panels, RatioPanel{
+			panels = append(panels, ratioPanel{
 				Title:  fmt.Sprintf("M2M daemon / %s: %s (higher is better for M2M)", cmp.name, what),
 				YLabel: "M2M / " + cmp.short,
 				Groups: groups, Series: payloads,
@@ -277,7 +277,7 @@ func PlotLoadRatios(path string, reps []*LoadReport) error {
 	if len(panels) == 0 {
 		return fmt.Errorf("bench: no report with a baseline or a comparison to plot")
 	}
-	return PlotRatios(path, panels)
+	return plotRatios(path, panels)
 }
 
 // payloadOrder sorts the built-in payloads by size, others after them.
