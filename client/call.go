@@ -23,7 +23,7 @@ type callOptions struct {
 }
 
 // ResponseHeaders asks the provider for its model server's response
-// headers (docs/protocol.md §4.7: the request frame's FlagWantsHeaders);
+// headers (docs/protocol.md §4.7, set with frame.SetWantsHeaders);
 // a provider that sends them (m2md upstream) does so before any other
 // reply, and Stream.Headers returns them. Not with TokenNative.
 func ResponseHeaders() CallOption {
