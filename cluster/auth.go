@@ -14,7 +14,6 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math/big"
 	"strconv"
@@ -23,6 +22,7 @@ import (
 
 	"golang.org/x/crypto/chacha20poly1305"
 
+	"github.com/m2md/m2md/internal/configerr"
 	"github.com/m2md/m2md/security"
 )
 
@@ -185,17 +185,17 @@ func newSelf(cfg *Config) (*self, error) {
 	}
 	signer, ok := cert.PrivateKey.(crypto.Signer)
 	if !ok || len(cert.Certificate) == 0 {
-		return nil, errors.New("cluster: Config.Cert (--cluster-tls-cert/--cluster-tls-key) has no private key that can sign")
+		return nil, configerr.New(fieldCert, "cluster: "+fieldCert+" has no private key that can sign")
 	}
 	if len(cert.Certificate) > maxChain {
-		return nil, fmt.Errorf("cluster: Config.Cert (--cluster-tls-cert) holds %d certificates, at most %d", len(cert.Certificate), maxChain)
+		return nil, configerr.New(fieldCert, "cluster: "+fieldCert+" holds %d certificates, at most %d", len(cert.Certificate), maxChain)
 	}
 	leaf, err := x509.ParseCertificate(cert.Certificate[0])
 	if err != nil {
-		return nil, fmt.Errorf("cluster: Config.Cert (--cluster-tls-cert): %w", err)
+		return nil, configerr.New(fieldCert, "cluster: "+fieldCert+": %w", err)
 	}
 	if leaf.Subject.CommonName != cfg.Node {
-		return nil, fmt.Errorf("cluster: the certificate of --cluster-tls-cert names node %q, but this node's id (--cluster-node) is %q: they must be the same", leaf.Subject.CommonName, cfg.Node)
+		return nil, configerr.New(fieldNode, "cluster: the certificate of "+fieldCert+" names node %q, but this node's id ("+fieldNode+") is %q: they must be the same", leaf.Subject.CommonName, cfg.Node)
 	}
 	s.signer, s.chain = signer, cert.Certificate
 	if s.kx, err = security.GenerateKeyPair(); err != nil {

@@ -242,7 +242,7 @@ func processCPU() time.Duration {
 }
 
 // TestNodeFollowsCertificate: a node's id is its certificate's CommonName.
-// Without --cluster-node it is taken from the certificate; another id is
+// Without Config.Node it is taken from the certificate; another id is
 // refused at start, since every other node would drop this node's messages
 // as speaking for a node its certificate does not name.
 func TestNodeFollowsCertificate(t *testing.T) {
@@ -254,7 +254,7 @@ func TestNodeFollowsCertificate(t *testing.T) {
 	if err != nil || got.Node != "node-7" {
 		t.Fatalf("node %q, err %v; want node-7 from the certificate", got.Node, err)
 	}
-	if _, err := (Config{Listen: "127.0.0.1:0", Cert: cert, CA: x509.NewCertPool(), Node: "node-8"}).withDefaults(); err == nil || !strings.Contains(err.Error(), "--cluster-node") {
+	if _, err := (Config{Listen: "127.0.0.1:0", Cert: cert, CA: x509.NewCertPool(), Node: "node-8"}).withDefaults(); err == nil || !strings.Contains(err.Error(), "cluster.Config.Node") {
 		t.Fatalf("a node id other than the certificate's was taken (err %v)", err)
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/internal/configerr"
 )
 
 // Handler is what the daemon does with what arrives from the cluster. Every
@@ -209,7 +211,7 @@ func Start(cfg Config, h Handler) (*Cluster, error) {
 		if cfg.NkeyFile != "" {
 			opt, err := nats.NkeyOptionFromSeed(cfg.NkeyFile)
 			if err != nil {
-				return nil, fmt.Errorf("cluster: --nats-nkey %s: %w", cfg.NkeyFile, err)
+				return nil, configerr.New(fieldNkeyFile, "cluster: "+fieldNkeyFile+" %s: %w", cfg.NkeyFile, err)
 			}
 			opts = append(opts, opt)
 		}
@@ -294,7 +296,7 @@ func startEmbedded(cfg Config, token string) (*server.Server, error) {
 	host, portStr, _ := net.SplitHostPort(cfg.Listen)
 	port, err := strconv.Atoi(portStr)
 	if err != nil {
-		return nil, fmt.Errorf("cluster: --cluster-listen %q: bad port", cfg.Listen)
+		return nil, configerr.New(fieldListen, "cluster: "+fieldListen+" %q: bad port", cfg.Listen)
 	}
 	if port == 0 {
 		port = server.RANDOM_PORT
@@ -355,7 +357,7 @@ func startEmbedded(cfg Config, token string) (*server.Server, error) {
 }
 
 // portFree reports whether the route listener could bind host:port (an
-// error naming --cluster-listen and the system's reason, e.g. "address
+// error naming Config.Listen and the system's reason, e.g. "address
 // already in use"). A random port is always free.
 func portFree(host string, port int) error {
 	if port == server.RANDOM_PORT {
@@ -363,7 +365,7 @@ func portFree(host string, port int) error {
 	}
 	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
 	if err != nil {
-		return fmt.Errorf("cluster: --cluster-listen %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), err)
+		return configerr.New(fieldListen, "cluster: "+fieldListen+" %s: %w", net.JoinHostPort(host, strconv.Itoa(port)), err)
 	}
 	return l.Close()
 }

@@ -2,13 +2,14 @@ package cluster
 
 import (
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // recorder is a Handler that keeps what it was given.
@@ -621,32 +622,42 @@ func TestStranger(t *testing.T) {
 	}
 }
 
-// TestConfigCheck: every misconfiguration is reported in terms of the
-// serve flags, and no setting at all is a single node.
+// TestConfigCheck: every misconfiguration is a ConfigError naming the
+// Config field to change, and no setting at all is a single node.
 func TestConfigCheck(t *testing.T) {
+	ext := []string{"nats://127.0.0.1:4222"}
 	for _, tc := range []struct {
-		cfg  Config
-		want string // "" = fine
+		cfg   Config
+		field string // "" = fine
+		want  string
 	}{
-		{Config{}, ""},
-		{Config{Listen: "127.0.0.1:6222"}, ""},
-		{Config{Listen: "127.0.0.1:6222", User: "u"}, "--cluster-password-file"},
-		{Config{Routes: []string{"nats://b:6222"}}, "without --cluster-listen"},
-		{Config{CredsFile: "x.creds"}, "without --cluster-listen"},
-		{Config{Listen: "127.0.0.1:6222", URLs: []string{"nats://127.0.0.1:4222"}}, "exclude each other"},
-		{Config{Listen: "127.0.0.1:6222", Routes: []string{"http://b:6222"}}, "want nats://host:port"},
-		{Config{URLs: []string{"nats://127.0.0.1:4222"}, Node: "a.b"}, "node id"},
-		{Config{URLs: []string{"nats://127.0.0.1:4222"}, Heartbeat: time.Second, DeadAfter: time.Second}, "two heartbeats"},
-		{Config{URLs: []string{"nats://127.0.0.1:4222"}, Inbox: -1}, "--cluster-inbox -1"},
-		{Config{URLs: []string{"nats://127.0.0.1:4222"}, Inbox: MaxInbox + 1}, "--cluster-inbox"},
-		{Config{URLs: []string{"nats://127.0.0.1:4222"}, Inbox: MaxInbox}, ""},
-		{Config{URLs: []string{"nats://127.0.0.1:4222"}, InboxBytes: -1}, "--cluster-inbox-bytes -1"},
-		{Config{URLs: []string{"nats://127.0.0.1:4222"}, InboxBytes: 1}, ""},
+		{Config{}, "", ""},
+		{Config{Listen: "127.0.0.1:6222"}, "", ""},
+		{Config{Listen: "127.0.0.1:6222", User: "u"}, "cluster.Config.User", "set both cluster.Config.User and cluster.Config.Password"},
+		{Config{Routes: []string{"nats://b:6222"}}, "cluster.Config.Listen", "without cluster.Config.Listen"},
+		{Config{CredsFile: "x.creds"}, "cluster.Config.Listen", "without cluster.Config.Listen"},
+		{Config{Listen: "127.0.0.1:6222", URLs: ext}, "cluster.Config.Listen", "exclude each other"},
+		{Config{Listen: "127.0.0.1:6222", Routes: []string{"http://b:6222"}}, "cluster.Config.Routes", "want nats://host:port"},
+		{Config{URLs: ext, Name: "a b"}, "cluster.Config.Name", `cluster.Config.Name "a b"`},
+		{Config{URLs: ext, Node: "a.b"}, "cluster.Config.Node", `cluster.Config.Node "a.b"`},
+		{Config{URLs: ext, Heartbeat: time.Second, DeadAfter: time.Second}, "cluster.Config.DeadAfter", "two heartbeats"},
+		{Config{URLs: ext, Heartbeat: -time.Second}, "cluster.Config.Heartbeat", "cluster.Config.Heartbeat is -1s"},
+		{Config{URLs: ext, DeadAfter: -time.Second}, "cluster.Config.DeadAfter", "cluster.Config.DeadAfter is -1s"},
+		{Config{URLs: ext, Headroom: -1}, "cluster.Config.Headroom", "cluster.Config.Headroom is -1"},
+		{Config{URLs: ext, Inbox: -1}, "cluster.Config.Inbox", "cluster.Config.Inbox -1"},
+		{Config{URLs: ext, Inbox: MaxInbox + 1}, "cluster.Config.Inbox", "want 1 to"},
+		{Config{URLs: ext, Inbox: MaxInbox}, "", ""},
+		{Config{URLs: ext, InboxBytes: -1}, "cluster.Config.InboxBytes", "cluster.Config.InboxBytes -1"},
+		{Config{URLs: ext, InboxBytes: 1}, "", ""},
 	} {
 		err := tc.cfg.Check()
-		if (tc.want == "") != (err == nil) || err != nil && !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%+v: %v, want %q", tc.cfg, err, tc.want)
+		if tc.field == "" {
+			if err != nil {
+				t.Errorf("%+v: %v", tc.cfg, err)
+			}
+			continue
 		}
+		testkit.WantConfigError(t, err, tc.field, tc.want)
 	}
 }
 

@@ -3,7 +3,6 @@ package cluster
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -12,6 +11,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/m2md/m2md/internal/configerr"
 )
 
 // Defaults. The failure detector is a fixed timeout: a node not heard for
@@ -47,35 +48,40 @@ const (
 // Config configures a node. Exactly one of Listen (embedded mode) and URLs
 // (external mode) is set; with neither, the cluster is off and Start must not
 // be called (Enabled reports it).
+//
+// As in daemon.Config, zero means the documented default and a negative
+// number is an error. What Check and Start refuse in a Config is a
+// ConfigError naming the fields qualified, as "cluster.Config.Listen", so
+// that a command can name its flags instead.
 type Config struct {
-	// Listen is the host:port of the embedded NATS server's route listener
-	// (m2md serve --cluster-listen). Embedded mode.
+	// Listen is the host:port of the embedded NATS server's route listener.
+	// Embedded mode.
 	Listen string
-	// Routes are the other nodes' route URLs, nats://host:port
-	// (--cluster-routes). A node may list itself; a node with no routes
+	// Routes are the other nodes' route URLs, nats://host:port. A node may
+	// list itself; a node with no routes
 	// waits for the others to connect to it.
 	Routes []string
-	// User and Password authenticate the embedded routes
-	// (--cluster-user, --cluster-password): every node must use the same.
+	// User and Password authenticate the embedded routes: every node must
+	// use the same.
 	// Without them the route port accepts any process that can reach it,
 	// so Start refuses a non-loopback Listen without them.
 	User, Password string
-	// Cert is this node's certificate and private key (--cluster-tls-cert,
-	// --cluster-tls-key), issued by the cluster CA (m2md cert node); its
+	// Cert is this node's certificate and private key (LoadIdentity reads
+	// them), issued by the cluster CA (m2md cert node); its
 	// Subject CommonName is the node id. In embedded mode it is the routes'
 	// TLS certificate, as server and as client.
 	Cert *tls.Certificate
-	// CA is the cluster CA (--cluster-tls-ca): every other node's
+	// CA is the cluster CA: every other node's
 	// certificate must chain to it. In embedded mode both ends of a route
 	// verify the other's certificate against it (mutual TLS).
 	CA *x509.CertPool
 
-	// URLs are the client URLs of an existing NATS deployment (--nats-url).
+	// URLs are the client URLs of an existing NATS deployment.
 	// External mode.
 	URLs []string
-	// CredsFile is a NATS credentials file (--nats-creds), NkeyFile a
-	// file holding an nkey seed (--nats-nkey), and CAFile a PEM bundle
-	// trusted for the NATS servers' certificates (--nats-ca). Beyond
+	// CredsFile is a NATS credentials file, NkeyFile a file holding an nkey
+	// seed, and CAFile a PEM bundle trusted for the NATS servers'
+	// certificates. Beyond
 	// loopback, Start requires TLS (a tls:// URL or CAFile) and CredsFile
 	// or NkeyFile: both prove the node's identity by signing the server's
 	// challenge, so an observer of the connection learns nothing to replay.
@@ -90,19 +96,21 @@ type Config struct {
 	Node string
 	// Heartbeat is how often the node says it is alive; DeadAfter is how
 	// long without a heartbeat before the others declare it dead and end
-	// the requests in flight to its agents. Defaults 250 ms and 4 s.
+	// the requests in flight to its agents. Defaults 250 ms and 4 s;
+	// negative is an error.
 	Heartbeat, DeadAfter time.Duration
-	// Inbox bounds the messages waiting for this node's dispatcher
-	// (m2md serve --cluster-inbox). A request or reply that finds Inbox
+	// Inbox bounds the messages waiting for this node's dispatcher, at
+	// most MaxInbox. A request or reply that finds Inbox
 	// messages waiting is not delivered: the request's requester (on its
 	// node) gets an error, as does the requester a reply was for, and the
 	// reply's provider a NOTICE. Control messages are never shed. Default
-	// 32,768.
+	// 32,768; negative is an error.
 	Inbox int
 	// InboxBytes bounds the bytes of the messages waiting for this node's
-	// dispatcher likewise (--cluster-inbox-bytes): a request or reply that
+	// dispatcher likewise: a request or reply that
 	// finds InboxBytes bytes waiting is shed as at the Inbox bound, and
-	// its frame let go at once (inbox.go). Default 64 MiB.
+	// its frame let go at once (inbox.go). Default 64 MiB; negative is an
+	// error.
 	InboxBytes int
 	// Headroom is how many more messages NATS may hold for the dispatcher
 	// beyond Inbox, room in which it answers what it sheds. Beyond
@@ -110,7 +118,7 @@ type Config struct {
 	// learn it from the sequence numbers and answer them (seq.go). Every
 	// node remembers that many messages it sent to each other node, so
 	// every node of a cluster should use the same Inbox and Headroom.
-	// Default max(Inbox, 4,096).
+	// Default max(Inbox, 4,096); negative is an error.
 	Headroom int
 
 	// OrgKey returns the key (OrgAnnounceKey of the org's secret) with
@@ -125,17 +133,41 @@ type Config struct {
 	Logger zerolog.Logger
 }
 
+// ConfigError is the error for a Config value out of its range or in
+// conflict with another (errors.As finds it). Field names the setting at
+// fault, qualified as "cluster.Config.Listen"; every other field its message
+// names is written the same way. A link another machine could join or read
+// wraps ErrInsecure as well.
+type ConfigError = configerr.Error
+
+// Qualified names of the fields errors name.
+const (
+	fieldListen     = "cluster.Config.Listen"
+	fieldRoutes     = "cluster.Config.Routes"
+	fieldUser       = "cluster.Config.User"
+	fieldPassword   = "cluster.Config.Password"
+	fieldCert       = "cluster.Config.Cert"
+	fieldCA         = "cluster.Config.CA"
+	fieldURLs       = "cluster.Config.URLs"
+	fieldCredsFile  = "cluster.Config.CredsFile"
+	fieldNkeyFile   = "cluster.Config.NkeyFile"
+	fieldCAFile     = "cluster.Config.CAFile"
+	fieldNode       = "cluster.Config.Node"
+	fieldInbox      = "cluster.Config.Inbox"
+	fieldInboxBytes = "cluster.Config.InboxBytes"
+)
+
 // Enabled reports whether cfg asks for a cluster at all.
 func (c Config) Enabled() bool { return c.Listen != "" || len(c.URLs) > 0 }
 
 // touched reports whether any cluster setting is given, so that a setting
-// without --cluster-listen or --nats-url is reported rather than ignored.
+// without Listen or URLs is reported rather than ignored.
 func (c Config) touched() bool {
 	return c.Enabled() || len(c.Routes) > 0 || c.User != "" || c.Password != "" || c.Cert != nil || c.CA != nil ||
 		c.CredsFile != "" || c.NkeyFile != "" || c.CAFile != ""
 }
 
-// Check reports what is wrong with cfg, in terms of the m2md serve flags,
+// Check reports what is wrong with cfg (a ConfigError naming the fields)
 // without starting anything. A Config with no cluster setting at all (a
 // single node) is fine.
 func (c Config) Check() error {
@@ -148,66 +180,69 @@ func (c Config) Check() error {
 
 func (c Config) withDefaults() (Config, error) {
 	if c.Listen != "" && len(c.URLs) > 0 {
-		return c, errors.New("cluster: --cluster-listen (embedded NATS) and --nats-url (external NATS) exclude each other; choose one")
+		return c, configerr.New(fieldListen, "cluster: "+fieldListen+" (embedded NATS) and "+fieldURLs+" (external NATS) exclude each other; choose one")
 	}
 	if !c.Enabled() {
-		return c, errors.New("cluster: cluster settings given without --cluster-listen (embedded NATS) or --nats-url (external NATS)")
+		return c, configerr.New(fieldListen, "cluster: cluster settings given without "+fieldListen+" (embedded NATS) or "+fieldURLs+" (external NATS)")
 	}
 	if len(c.Routes) > 0 && c.Listen == "" {
-		return c, errors.New("cluster: --cluster-routes needs --cluster-listen")
+		return c, configerr.New(fieldRoutes, "cluster: "+fieldRoutes+" needs "+fieldListen)
 	}
 	if c.Name == "" {
 		c.Name = DefaultName
 	}
 	if !subjectSafe(c.Name) {
-		return c, fmt.Errorf("cluster: name %q: use letters, digits, '-' and '_' only", c.Name)
+		return c, configerr.New("cluster.Config.Name", "cluster: cluster.Config.Name %q: use letters, digits, '-' and '_' only", c.Name)
 	}
 	if c.Cert != nil && len(c.Cert.Certificate) > 0 {
 		// The certificate names the node (auth.go): its id follows it, and
 		// another id would have every other node refuse this one's messages.
 		leaf, err := x509.ParseCertificate(c.Cert.Certificate[0])
 		if err != nil {
-			return c, fmt.Errorf("cluster: --cluster-tls-cert: %w", err)
+			return c, configerr.New(fieldCert, "cluster: "+fieldCert+": %w", err)
 		}
 		switch cn := leaf.Subject.CommonName; {
 		case c.Node == "":
 			c.Node = cn
 		case c.Node != cn:
-			return c, fmt.Errorf("cluster: --cluster-node %q is not the CommonName %q of --cluster-tls-cert: the other nodes know a node by its certificate; drop --cluster-node or issue the certificate for it (m2md cert node --name %s)", c.Node, cn, c.Node)
+			return c, configerr.New(fieldNode, "cluster: "+fieldNode+" %q is not the CommonName %q of "+fieldCert+": the other nodes know a node by its certificate; drop "+fieldNode+" or issue the certificate for it (m2md cert node --name %s)", c.Node, cn, c.Node)
 		}
 	}
 	if c.Node == "" {
 		c.Node = randomID()
 	}
 	if !subjectSafe(c.Node) {
-		return c, fmt.Errorf("cluster: node id %q: use letters, digits, '-' and '_' only", c.Node)
+		return c, configerr.New(fieldNode, "cluster: "+fieldNode+" %q: use letters, digits, '-' and '_' only", c.Node)
 	}
-	if c.Heartbeat <= 0 {
-		c.Heartbeat = DefaultHeartbeat
-	}
-	if c.DeadAfter <= 0 {
-		c.DeadAfter = DefaultDeadAfter
+	for _, d := range []struct {
+		field string
+		p     *time.Duration
+		def   time.Duration
+	}{{"cluster.Config.Heartbeat", &c.Heartbeat, DefaultHeartbeat}, {"cluster.Config.DeadAfter", &c.DeadAfter, DefaultDeadAfter}} {
+		if err := configerr.OrDefault(d.field, d.p, d.def); err != nil {
+			return c, fmt.Errorf("cluster: %w", err)
+		}
 	}
 	if c.DeadAfter < 2*c.Heartbeat {
-		return c, fmt.Errorf("cluster: dead-after %v must be at least two heartbeats (%v)", c.DeadAfter, 2*c.Heartbeat)
+		return c, configerr.New("cluster.Config.DeadAfter", "cluster: cluster.Config.DeadAfter %v must be at least two heartbeats (%v)", c.DeadAfter, 2*c.Heartbeat)
 	}
 	switch {
 	case c.Inbox < 0 || c.Inbox > MaxInbox:
-		return c, fmt.Errorf("cluster: --cluster-inbox %d: want 1 to %d messages", c.Inbox, MaxInbox)
+		return c, configerr.New(fieldInbox, "cluster: "+fieldInbox+" %d: want 1 to %d messages", c.Inbox, MaxInbox)
 	case c.Inbox == 0:
 		c.Inbox = DefaultInbox
 	}
 	switch {
 	case c.InboxBytes < 0:
-		return c, fmt.Errorf("cluster: --cluster-inbox-bytes %d: want a size above 0, like 64MiB", c.InboxBytes)
+		return c, configerr.New(fieldInboxBytes, "cluster: "+fieldInboxBytes+" %d: want a size above 0, like 64MiB", c.InboxBytes)
 	case c.InboxBytes == 0:
 		c.InboxBytes = DefaultInboxBytes
 	}
-	if c.Headroom <= 0 {
-		c.Headroom = max(c.Inbox, 4096)
+	if err := configerr.OrDefault("cluster.Config.Headroom", &c.Headroom, max(c.Inbox, 4096)); err != nil {
+		return c, fmt.Errorf("cluster: %w", err)
 	}
 	if (c.User == "") != (c.Password == "") {
-		return c, errors.New("cluster: set both --cluster-user and --cluster-password-file, or neither")
+		return c, configerr.New(fieldUser, "cluster: set both "+fieldUser+" and "+fieldPassword+", or neither")
 	}
 	if err := c.checkLinks(); err != nil {
 		return c, err
@@ -218,12 +253,12 @@ func (c Config) withDefaults() (Config, error) {
 func parseRoute(s string) (*url.URL, error) {
 	u, err := url.Parse(strings.TrimSpace(s))
 	if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "nats-route" && u.Scheme != "tls") {
-		return nil, fmt.Errorf("cluster: --cluster-routes entry %q: want nats://host:port", redact(s))
+		return nil, configerr.New(fieldRoutes, "cluster: "+fieldRoutes+" entry %q: want nats://host:port", redact(s))
 	}
 	if _, p, err := net.SplitHostPort(u.Host); err != nil {
-		return nil, fmt.Errorf("cluster: --cluster-routes entry %q: %w", redact(s), err)
+		return nil, configerr.New(fieldRoutes, "cluster: "+fieldRoutes+" entry %q: %w", redact(s), err)
 	} else if _, err := strconv.Atoi(p); err != nil {
-		return nil, fmt.Errorf("cluster: --cluster-routes entry %q: port %q", redact(s), p)
+		return nil, configerr.New(fieldRoutes, "cluster: "+fieldRoutes+" entry %q: port %q", redact(s), p)
 	}
 	return u, nil
 }

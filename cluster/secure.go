@@ -2,16 +2,17 @@ package cluster
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"net/url"
 	"strings"
+
+	"github.com/m2md/m2md/internal/configerr"
 )
 
-// ErrInsecure is wrapped by every refusal of a cluster link that another
-// machine could join or read: a route listener, a route or a NATS server
-// beyond loopback without mutual authentication that a passive observer
-// cannot steal (docs/operations.md, "Cluster").
+// ErrInsecure is wrapped by every refusal (a ConfigError) of a cluster link
+// that another machine could join or read: a route listener, a route or a
+// NATS server beyond loopback without mutual authentication that a passive
+// observer cannot steal (docs/operations.md, "Cluster").
 var ErrInsecure = errors.New("cluster: insecure cluster link")
 
 // Protections a cluster link can have, as the start log and the
@@ -34,22 +35,22 @@ var Protections = []string{ProtectMTLS, ProtectTLSCreds, ProtectTLS, ProtectCred
 // is as trusted as the machine.
 func (c Config) checkLinks() error {
 	if c.Cert != nil && c.CA == nil {
-		return fmt.Errorf("%w: --cluster-tls-cert without --cluster-tls-ca: every node must verify the others' certificates against the cluster CA (m2md cert ca); set --cluster-tls-ca", ErrInsecure)
+		return configerr.New(fieldCA, "%w: "+fieldCert+" without "+fieldCA+": every node must verify the others' certificates against the cluster CA (m2md cert ca); set "+fieldCA, ErrInsecure)
 	}
 	if c.CA != nil && c.Cert == nil {
-		return fmt.Errorf("%w: --cluster-tls-ca without --cluster-tls-cert and --cluster-tls-key: set this node's certificate (m2md cert node)", ErrInsecure)
+		return configerr.New(fieldCert, "%w: "+fieldCA+" without "+fieldCert+": set this node's certificate (m2md cert node)", ErrInsecure)
 	}
 	if c.Listen != "" {
 		host, _, err := net.SplitHostPort(c.Listen)
 		if err != nil {
-			return fmt.Errorf("cluster: --cluster-listen %q: %w", c.Listen, err)
+			return configerr.New(fieldListen, "cluster: "+fieldListen+" %q: %w", c.Listen, err)
 		}
 		if !loopback(host) && c.Cert == nil {
 			why := "anyone who can reach it could join"
 			if c.User != "" {
 				why = "a password alone crosses the network in clear, with every message"
 			}
-			return fmt.Errorf("%w: --cluster-listen %s is reachable from other machines and %s: set --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca (mutual TLS; m2md cert makes them), or listen on loopback", ErrInsecure, c.Listen, why)
+			return configerr.New(fieldListen, "%w: "+fieldListen+" %s is reachable from other machines and %s: set "+fieldCert+" and "+fieldCA+" (mutual TLS; m2md cert makes them), or listen on loopback", ErrInsecure, c.Listen, why)
 		}
 		for _, r := range c.Routes {
 			u, err := parseRoute(r)
@@ -57,7 +58,7 @@ func (c Config) checkLinks() error {
 				return err
 			}
 			if !loopback(u.Hostname()) && c.Cert == nil {
-				return fmt.Errorf("%w: --cluster-routes entry %s leaves this machine without TLS: set --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca (mutual TLS; m2md cert makes them)", ErrInsecure, redactRoute(u))
+				return configerr.New(fieldRoutes, "%w: "+fieldRoutes+" entry %s leaves this machine without TLS: set "+fieldCert+" and "+fieldCA+" (mutual TLS; m2md cert makes them)", ErrInsecure, redactRoute(u))
 			}
 		}
 	}
@@ -71,17 +72,17 @@ func (c Config) checkLinks() error {
 		}
 		switch {
 		case u.Scheme != "tls" && c.CAFile == "":
-			return fmt.Errorf("%w: --nats-url %s is beyond loopback without TLS: use a tls:// URL or set --nats-ca", ErrInsecure, redactRoute(u))
+			return configerr.New(fieldURLs, "%w: "+fieldURLs+" %s is beyond loopback without TLS: use a tls:// URL or set "+fieldCAFile, ErrInsecure, redactRoute(u))
 		case c.CredsFile == "" && c.NkeyFile == "":
-			return fmt.Errorf("%w: --nats-url %s is beyond loopback: authenticate this node with --nats-creds or --nats-nkey (a user and password prove nothing an observer of the server cannot replay)", ErrInsecure, redactRoute(u))
+			return configerr.New(fieldURLs, "%w: "+fieldURLs+" %s is beyond loopback: authenticate this node with "+fieldCredsFile+" or "+fieldNkeyFile+" (a user and password prove nothing an observer of the server cannot replay)", ErrInsecure, redactRoute(u))
 		case c.Cert == nil:
-			return fmt.Errorf("%w: --nats-url %s is beyond loopback: set --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca, the node certificate the cluster's messages are signed with (m2md cert node)", ErrInsecure, redactRoute(u))
+			return configerr.New(fieldURLs, "%w: "+fieldURLs+" %s is beyond loopback: set "+fieldCert+" and "+fieldCA+", the node certificate the cluster's messages are signed with (m2md cert node)", ErrInsecure, redactRoute(u))
 		}
 	}
 	return nil
 }
 
-// parseNATSURL reads an entry of --nats-url as nats.go does: a URL, or a
+// parseNATSURL reads an entry of Config.URLs as nats.go does: a URL, or a
 // bare host:port taken as nats://.
 func parseNATSURL(s string) (*url.URL, error) {
 	s = strings.TrimSpace(s)
@@ -90,7 +91,7 @@ func parseNATSURL(s string) (*url.URL, error) {
 	}
 	u, err := url.Parse(s)
 	if err != nil || u.Host == "" || (u.Scheme != "nats" && u.Scheme != "tls") {
-		return nil, fmt.Errorf("cluster: --nats-url entry %q: want nats://host:port or tls://host:port", redact(s))
+		return nil, configerr.New(fieldURLs, "cluster: "+fieldURLs+" entry %q: want nats://host:port or tls://host:port", redact(s))
 	}
 	return u, nil
 }
@@ -126,7 +127,7 @@ func (c *Config) routeProtection() string {
 
 // natsProtection is what guards this node's connection to NATS: in
 // embedded mode a random token on loopback; in external mode what the
-// URLs and flags give.
+// URLs and the other settings give.
 func (c *Config) natsProtection() string {
 	if c.Listen != "" {
 		return ProtectToken

@@ -13,10 +13,12 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nkeys"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // TestConfigRefusesInsecureLinks: a link another machine could join or
-// read is refused (ErrInsecure), naming the flag to set; loopback keeps its
+// read is refused (ErrInsecure), naming the field to set; loopback keeps its
 // zero-configuration behaviour.
 func TestConfigRefusesInsecureLinks(t *testing.T) {
 	cert, ca := &tls.Certificate{}, x509.NewCertPool()
@@ -29,25 +31,25 @@ func TestConfigRefusesInsecureLinks(t *testing.T) {
 		{"loopback, nothing", Config{Listen: "127.0.0.1:6222", Routes: []string{"nats://127.0.0.1:6223", "nats://localhost:6224"}}, ""},
 		{"loopback v6, nothing", Config{Listen: "[::1]:6222", Routes: []string{"nats://[::1]:6223"}}, ""},
 		{"loopback, password", Config{Listen: "127.0.0.1:6222", User: "u", Password: "p"}, ""},
-		{"all interfaces, nothing", Config{Listen: "0.0.0.0:6222"}, "--cluster-tls-ca"},
-		{"empty host, nothing", Config{Listen: ":6222"}, "--cluster-tls-cert"},
+		{"all interfaces, nothing", Config{Listen: "0.0.0.0:6222"}, "cluster.Config.CA"},
+		{"empty host, nothing", Config{Listen: ":6222"}, "cluster.Config.Cert"},
 		{"LAN, password alone", Config{Listen: "10.0.0.1:6222", User: "u", Password: "p"}, "password alone"},
-		{"LAN, TLS without CA", Config{Listen: "10.0.0.1:6222", Cert: cert}, "--cluster-tls-ca"},
-		{"loopback, TLS without CA", Config{Listen: "127.0.0.1:6222", Cert: cert}, "--cluster-tls-ca"},
-		{"CA without certificate", Config{Listen: "127.0.0.1:6222", CA: ca}, "--cluster-tls-cert"},
+		{"LAN, TLS without CA", Config{Listen: "10.0.0.1:6222", Cert: cert}, "cluster.Config.CA"},
+		{"loopback, TLS without CA", Config{Listen: "127.0.0.1:6222", Cert: cert}, "cluster.Config.CA"},
+		{"CA without certificate", Config{Listen: "127.0.0.1:6222", CA: ca}, "cluster.Config.Cert"},
 		{"LAN, mutual TLS", mtls(Config{Listen: "10.0.0.1:6222", Routes: []string{"nats://10.0.0.2:6222"}}), ""},
 		{"LAN, mutual TLS and password", mtls(Config{Listen: "10.0.0.1:6222", User: "u", Password: "p"}), ""},
-		{"loopback listener, route off the machine", Config{Listen: "127.0.0.1:6222", Routes: []string{"nats://10.0.0.2:6222"}}, "--cluster-routes entry nats://10.0.0.2:6222"},
+		{"loopback listener, route off the machine", Config{Listen: "127.0.0.1:6222", Routes: []string{"nats://10.0.0.2:6222"}}, "cluster.Config.Routes entry nats://10.0.0.2:6222"},
 		{"route off the machine, password redacted", Config{Listen: "127.0.0.1:6222", Routes: []string{"nats://u:hunter2@db.example:6222"}}, "db.example:6222"},
 		{"external loopback, nothing", Config{URLs: []string{"nats://127.0.0.1:4222"}}, ""},
 		{"external bare host:port on loopback", Config{URLs: []string{"localhost:4222"}}, ""},
 		{"external LAN, plain", Config{URLs: []string{"nats://10.0.0.9:4222"}, CredsFile: "n.creds"}, "tls://"},
-		{"external LAN, password in URL over TLS", mtls(Config{URLs: []string{"tls://u:p@10.0.0.9:4222"}}), "--nats-creds"},
-		{"external LAN, TLS and creds, no node certificate", Config{URLs: []string{"tls://10.0.0.9:4222"}, CredsFile: "n.creds"}, "--cluster-tls-cert"},
+		{"external LAN, password in URL over TLS", mtls(Config{URLs: []string{"tls://u:p@10.0.0.9:4222"}}), "cluster.Config.CredsFile"},
+		{"external LAN, TLS and creds, no node certificate", Config{URLs: []string{"tls://10.0.0.9:4222"}, CredsFile: "n.creds"}, "cluster.Config.Cert"},
 		{"external LAN, tls:// and creds", mtls(Config{URLs: []string{"tls://10.0.0.9:4222"}, CredsFile: "n.creds"}), ""},
 		{"external LAN, --nats-ca and nkey", mtls(Config{URLs: []string{"nats://nats.example:4222"}, CAFile: "ca.pem", NkeyFile: "n.nk"}), ""},
 		{"external, one of two URLs off loopback", Config{URLs: []string{"nats://127.0.0.1:4222", "nats://10.0.0.9:4222"}}, "10.0.0.9"},
-		{"external, bad scheme", Config{URLs: []string{"http://127.0.0.1:4222"}}, "--nats-url"},
+		{"external, bad scheme", Config{URLs: []string{"http://127.0.0.1:4222"}}, "cluster.Config.URLs"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.cfg.Check()
@@ -60,10 +62,13 @@ func TestConfigRefusesInsecureLinks(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error containing %q", err, tc.want)
 			}
+			if ce := (*ConfigError)(nil); !errors.As(err, &ce) {
+				t.Fatalf("%v is not a ConfigError", err)
+			}
 			if strings.Contains(err.Error(), "hunter2") {
 				t.Fatalf("error shows the password: %v", err)
 			}
-			if strings.Contains(tc.want, "--") && !errors.Is(err, ErrInsecure) && !strings.Contains(tc.name, "scheme") {
+			if strings.Contains(tc.want, "cluster.Config.") && !errors.Is(err, ErrInsecure) && !strings.Contains(tc.name, "scheme") {
 				t.Fatalf("%v does not wrap ErrInsecure", err)
 			}
 		})
@@ -83,9 +88,10 @@ func TestBusyRoutePort(t *testing.T) {
 		c.Close()
 		t.Fatal("started on a busy port")
 	}
-	if !strings.Contains(err.Error(), "address already in use") || !strings.Contains(err.Error(), "--cluster-listen") {
-		t.Fatalf("error %q: want the flag and \"address already in use\"", err)
+	if !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("error %q: want \"address already in use\"", err)
 	}
+	testkit.WantConfigError(t, err, "cluster.Config.Listen", "cluster.Config.Listen "+l.Addr().String())
 }
 
 // TestLinkProtection: what the start log and m2md_cluster_links call each

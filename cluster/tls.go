@@ -3,33 +3,33 @@ package cluster
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
-	"fmt"
 	"net/url"
 	"os"
+
+	"github.com/m2md/m2md/internal/configerr"
 )
 
 // LoadIdentity reads a node's certificate and key and the cluster CA from PEM
-// files (--cluster-tls-cert, --cluster-tls-key, --cluster-tls-ca), for
-// Config.Cert and Config.CA. caFile may be empty (no CA: Config.CA nil).
+// files, for Config.Cert and Config.CA; an error is a ConfigError naming the
+// field the files were for. caFile may be empty (no CA: Config.CA nil).
 func LoadIdentity(certFile, keyFile, caFile string) (*tls.Certificate, *x509.CertPool, error) {
 	if certFile == "" || keyFile == "" {
-		return nil, nil, errors.New("cluster: route TLS needs both --cluster-tls-cert and --cluster-tls-key")
+		return nil, nil, configerr.New(fieldCert, "cluster: route TLS needs both the certificate and the key file of "+fieldCert)
 	}
 	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("cluster: --cluster-tls-cert/--cluster-tls-key: %w", err)
+		return nil, nil, configerr.New(fieldCert, "cluster: "+fieldCert+": %w", err)
 	}
 	if caFile == "" {
 		return &cert, nil, nil
 	}
 	pem, err := os.ReadFile(caFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("cluster: --cluster-tls-ca: %w", err)
+		return nil, nil, configerr.New(fieldCA, "cluster: "+fieldCA+": %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, nil, fmt.Errorf("cluster: --cluster-tls-ca %s: no PEM certificates", caFile)
+		return nil, nil, configerr.New(fieldCA, "cluster: "+fieldCA+" %s: no PEM certificates", caFile)
 	}
 	return &cert, pool, nil
 }

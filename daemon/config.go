@@ -13,6 +13,7 @@ import (
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/configerr"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/security"
 )
@@ -80,11 +81,13 @@ const (
 // user's config folder, the same for every working directory), no authentication,
 // security mode chosen by each client.
 //
-// One rule for every number: zero means the documented default, and a
-// negative value is an error (ErrConfig), except for the limits that can be
-// turned off (MaxSessionsPerIP, NewSessionsPerMinute, MessagesPerMinute,
+// One rule for every number, as in cluster.Config, ingress.Config and
+// upstream.Config: zero means the documented default, and a negative value
+// is an error (a ConfigError naming the field, wrapping ErrConfig), except
+// for the limits that can be turned off (MaxHandshakes, MaxHandshakesPerIP,
+// MaxSessionsPerIP, NewSessionsPerMinute, MessagesPerMinute,
 // BytesPerSecond, FailoverBytes), where -1 (any negative value) means
-// unlimited (for FailoverBytes: off).
+// unlimited (for FailoverBytes: off). Each field says which it is.
 type Config struct {
 	// QUICAddr is the UDP address for QUIC. "-" disables QUIC.
 	QUICAddr string
@@ -291,6 +294,25 @@ func (c Config) receiveBudget() int {
 // its range: the operator's setting is wrong, not the machine.
 var ErrConfig = errors.New("daemon: invalid configuration")
 
+// ConfigError is the error New returns for a Config value out of its range
+// or in conflict with another (errors.As finds it; it wraps ErrConfig, or
+// cluster.ErrInsecure for a cluster link another machine could join).
+// Field names the setting at fault, qualified as "daemon.Config.MaxSessions"
+// or "cluster.Config.Listen" (for Config.Cluster); every other field its
+// message names is written the same way, so that a command can translate
+// each to the flag that sets it.
+type ConfigError = configerr.Error
+
+// Qualified names of the fields the errors and logs name.
+const (
+	fieldQUICAddr        = "daemon.Config.QUICAddr"
+	fieldWSAddr          = "daemon.Config.WSAddr"
+	fieldWSSAddr         = "daemon.Config.WSSAddr"
+	fieldAdminAddr       = "daemon.Config.AdminAddr"
+	fieldAllowInsecureWS = "daemon.Config.AllowInsecureWS"
+	fieldOrgSecrets      = "daemon.Config.OrgSecrets"
+)
+
 // withDefaults returns c with every zero field set to the daemon's default
 // and checks ranges. The fields negotiate owns (MaxPayload, the session
 // timers, ReplayCacheSize) are defaulted and checked by negotiate.NewServer
@@ -308,7 +330,7 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	for _, a := range []struct{ name, addr string }{
-		{"quic-addr", c.QUICAddr}, {"ws-addr", c.WSAddr}, {"wss-addr", c.WSSAddr}, {"admin-addr", c.AdminAddr},
+		{fieldQUICAddr, c.QUICAddr}, {fieldWSAddr, c.WSAddr}, {fieldWSSAddr, c.WSSAddr}, {fieldAdminAddr, c.AdminAddr},
 	} {
 		if err := CheckListenAddr(a.name, a.addr); err != nil {
 			return c, err
@@ -317,7 +339,7 @@ func (c Config) withDefaults() (Config, error) {
 	if c.CertDir == "" && c.CertFile == "" && c.KeyFile == "" {
 		dir, err := certs.DefaultDevDir()
 		if err != nil {
-			return c, fmt.Errorf("%w: CertDir: %v (set CertDir, or CertFile and KeyFile)", ErrConfig, err)
+			return c, configerr.New("daemon.Config.CertDir", "%w: daemon.Config.CertDir: %v (set daemon.Config.CertDir, or daemon.Config.CertFile and daemon.Config.KeyFile)", ErrConfig, err)
 		}
 		c.CertDir = dir
 	}
@@ -326,11 +348,11 @@ func (c Config) withDefaults() (Config, error) {
 		p    *int
 		def  int
 	}{
-		{"max-sessions", &c.MaxSessions, DefaultMaxSessions},
-		{"max-outstanding", &c.MaxOutstanding, DefaultMaxOutstanding},
-		{"affinity-entries", &c.AffinityEntries, DefaultAffinityEntries},
-		{"send-queue", &c.SendQueueLen, DefaultSendQueueLen},
-		{"receive-budget", &c.ReceiveBudget, 0}, // derived from MaxPayload in New
+		{"daemon.Config.MaxSessions", &c.MaxSessions, DefaultMaxSessions},
+		{"daemon.Config.MaxOutstanding", &c.MaxOutstanding, DefaultMaxOutstanding},
+		{"daemon.Config.AffinityEntries", &c.AffinityEntries, DefaultAffinityEntries},
+		{"daemon.Config.SendQueueLen", &c.SendQueueLen, DefaultSendQueueLen},
+		{"daemon.Config.ReceiveBudget", &c.ReceiveBudget, 0}, // derived from MaxPayload in New
 	} {
 		if err := orDefault(f.name, f.p, f.def); err != nil {
 			return c, err
@@ -341,14 +363,14 @@ func (c Config) withDefaults() (Config, error) {
 		p    *time.Duration
 		def  time.Duration
 	}{
-		{"hello-timeout", &c.HelloTimeout, negotiate.HelloTimeout},
-		{"close-timeout", &c.CloseTimeout, negotiate.CloseTimeout},
-		{"shutdown-grace", &c.ShutdownGrace, DefaultShutdownGrace},
-		{"slow-consumer-grace", &c.SlowConsumerGrace, DefaultSlowGrace},
-		{"message-timeout", &c.MessageTimeout, DefaultMessageTimeout},
-		{"quic-idle-timeout", &c.QUICIdleTimeout, DefaultQUICIdleTimeout},
-		{"busy-ping-after", &c.BusyPingAfter, DefaultBusyPingAfter},
-		{"busy-pong-timeout", &c.BusyPongTimeout, DefaultBusyPongTimeout},
+		{"daemon.Config.HelloTimeout", &c.HelloTimeout, negotiate.HelloTimeout},
+		{"daemon.Config.CloseTimeout", &c.CloseTimeout, negotiate.CloseTimeout},
+		{"daemon.Config.ShutdownGrace", &c.ShutdownGrace, DefaultShutdownGrace},
+		{"daemon.Config.SlowConsumerGrace", &c.SlowConsumerGrace, DefaultSlowGrace},
+		{"daemon.Config.MessageTimeout", &c.MessageTimeout, DefaultMessageTimeout},
+		{"daemon.Config.QUICIdleTimeout", &c.QUICIdleTimeout, DefaultQUICIdleTimeout},
+		{"daemon.Config.BusyPingAfter", &c.BusyPingAfter, DefaultBusyPingAfter},
+		{"daemon.Config.BusyPongTimeout", &c.BusyPongTimeout, DefaultBusyPongTimeout},
 	} {
 		if err := orDefault(f.name, f.p, f.def); err != nil {
 			return c, err
@@ -368,12 +390,12 @@ func (c Config) withDefaults() (Config, error) {
 		c.FailoverBytes = DefaultFailoverBytes
 	}
 	if c.MinSecurity > frame.SecurityAEAD {
-		return c, fmt.Errorf("%w: unknown minimum security mode %d", ErrConfig, c.MinSecurity)
+		return c, configerr.New("daemon.Config.MinSecurity", "%w: daemon.Config.MinSecurity: unknown mode %d", ErrConfig, c.MinSecurity)
 	}
 	if len(c.OrgSecrets) > 0 && c.WSAddr != "-" && !c.AllowInsecureWS && !isLoopback(c.WSAddr) {
-		return c, fmt.Errorf("%w: --ws-addr %s serves plain ws:// beyond this host while agents authenticate (--org-secrets-file): "+
-			"without TLS, PING, PONG, CLOSE and the DATA header are not authenticated; serve agents on --wss-addr or QUIC "+
-			"and give --ws-addr a loopback address or -, or pass --allow-insecure-ws (e.g. behind a TLS proxy)", ErrConfig, c.WSAddr)
+		return c, configerr.New(fieldWSAddr, "%w: "+fieldWSAddr+" %s serves plain ws:// beyond this host while agents authenticate ("+fieldOrgSecrets+"): "+
+			"without TLS, PING, PONG, CLOSE and the DATA header are not authenticated; serve agents on "+fieldWSSAddr+" or QUIC "+
+			"and give "+fieldWSAddr+" a loopback address or -, or set "+fieldAllowInsecureWS+" (e.g. behind a TLS proxy)", ErrConfig, c.WSAddr)
 	}
 	if err := c.Cluster.Check(); err != nil {
 		return c, fmt.Errorf("%w: %w", ErrConfig, err)
@@ -381,22 +403,24 @@ func (c Config) withDefaults() (Config, error) {
 	return c, nil
 }
 
-// CheckListenAddr checks a listen address given as the flag name: host:port
-// (an empty host listens on every interface), or "-" or empty for off. An
-// address that cannot be listened on is a wrong setting (ErrConfig), found
-// before anything starts.
-func CheckListenAddr(name, addr string) error {
+// CheckListenAddr checks a listen address set by the setting named field
+// (a Config field, as "daemon.Config.QUICAddr", or whatever the caller calls
+// it): host:port (an empty host listens on every interface), or "-" or
+// empty for off. An address that cannot be listened on is a wrong setting
+// (a ConfigError for field, wrapping ErrConfig), found before anything
+// starts.
+func CheckListenAddr(field, addr string) error {
 	if addr == "" || addr == "-" {
 		return nil
 	}
 	if _, port, err := net.SplitHostPort(addr); err != nil || port == "" {
-		return fmt.Errorf("%w: --%s %q: want host:port, such as 127.0.0.1:%s, or - to turn it off", ErrConfig, name, addr, examplePort(addr))
+		return configerr.New(field, "%w: %s %q: want host:port, such as 127.0.0.1:%s, or - to turn it off", ErrConfig, field, addr, examplePort(addr))
 	}
 	return nil
 }
 
 // examplePort is the port of a host:port example for addr: addr itself when
-// it is a bare number, as in "--quic-addr 4433".
+// it is a bare number, as in a QUICAddr of "4433".
 func examplePort(addr string) string {
 	for _, r := range addr {
 		if r < '0' || r > '9' {
@@ -420,13 +444,10 @@ func isLoopback(addr string) bool {
 	return err == nil && ip.IsLoopback()
 }
 
-// orDefault sets a zero setting to def and refuses a negative one.
-func orDefault[T int | time.Duration](name string, p *T, def T) error {
-	switch {
-	case *p == 0:
-		*p = def
-	case *p < 0:
-		return fmt.Errorf("%w: %s is %v; it must be positive (0 means the default, %v)", ErrConfig, name, *p, def)
+// orDefault is configerr.OrDefault, its refusal wrapping ErrConfig.
+func orDefault[T int | time.Duration](field string, p *T, def T) error {
+	if err := configerr.OrDefault(field, p, def); err != nil {
+		return fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	return nil
 }

@@ -196,7 +196,7 @@ func newMetrics() *metrics {
 			Name: "m2md_failovers_total", Help: "Requests delivered once more to another provider because theirs was lost before replying, by how it was lost: disconnected (its connection ended without CLOSE), closed (it closed, was replaced or closed by the daemon), unresponsive (it held requests and did not answer PING), node_gone (its cluster node reported it gone or is unreachable).",
 		}, []string{"reason"}),
 		failoverNotKept: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "m2md_failover_not_kept_total", Help: "Requests routed by model that were not kept for failover because --failover-bytes was spent: their provider's loss ends them with agent_gone.",
+			Name: "m2md_failover_not_kept_total", Help: "Requests routed by model that were not kept for failover because the failover budget (daemon.Config.FailoverBytes) was spent: their provider's loss ends them with agent_gone.",
 		}),
 		sessionsClosed: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "m2md_sessions_closed_total", Help: "Sessions ended, by CLOSE reason in lower case (disconnected: the connection went away without one).",

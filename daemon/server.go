@@ -19,6 +19,7 @@ import (
 
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/cluster"
+	"github.com/m2md/m2md/internal/configerr"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/router"
 	"github.com/m2md/m2md/transport"
@@ -86,7 +87,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	features, err := negotiate.EnabledFeatures(features, cfg.DisableFeatures)
 	if err != nil {
-		return nil, fmt.Errorf("%w: --disable-features: %s", ErrConfig, strings.TrimPrefix(err.Error(), negotiate.ErrConfig.Error()+": "))
+		return nil, configerr.New("daemon.Config.DisableFeatures", "%w: daemon.Config.DisableFeatures: %s", ErrConfig, strings.TrimPrefix(err.Error(), negotiate.ErrConfig.Error()+": "))
 	}
 	neg, err := negotiate.NewServer(negotiate.ServerConfig{
 		Features:        features,
@@ -468,10 +469,10 @@ func (s *Server) logStart() {
 		Str("min_security", s.cfg.MinSecurity.String()).
 		Msg("m2md listening")
 	if len(s.cfg.OrgSecrets) == 0 {
-		s.log.Warn().Msg("running OPEN: no org secrets configured, so agents are not authenticated and any client may claim any agent id (set --org-secrets-file for production)")
+		s.log.Warn().Msg("running OPEN: no org secrets configured, so agents are not authenticated and any client may claim any agent id (set " + fieldOrgSecrets + " for production)")
 	}
 	if s.cfg.CertFile == "" {
-		s.log.Warn().Str("dir", s.cfg.CertDir).Msg("using a self-signed development certificate: clients must pin its fingerprint; the m2md agents of this user pin it from this folder by default (--tls-cert/--tls-key for production)")
+		s.log.Warn().Str("dir", s.cfg.CertDir).Msg("using a self-signed development certificate: clients must pin its fingerprint; the m2md agents of this user pin it from this folder by default (daemon.Config.CertFile/daemon.Config.KeyFile for production)")
 	}
 }
 

@@ -127,6 +127,9 @@ func printUsage(w io.Writer) {
 // isTerminal reports whether w is a terminal: progress bars and colours only
 // go there, never into logs and pipes.
 func isTerminal(w io.Writer) bool {
+	if n, ok := w.(flagNamesWriter); ok {
+		w = n.w
+	}
 	f, ok := w.(*os.File)
 	return ok && isatty.IsTerminal(f.Fd())
 }

@@ -26,86 +26,92 @@ import (
 	"github.com/m2md/m2md/security"
 )
 
+// serveOptions are what m2md serve's flags set: the daemon's Config, the
+// values read into it after parsing, and the OpenAI endpoint's settings.
+type serveOptions struct {
+	cfg                                   daemon.Config
+	minSecurity, secretsFile, disableFeat string
+	routes, natsURLs, clusterPwd          string
+	routeCert, routeKey, routeCA          string
+	openAIAddr, openAIKeys                string
+	openAIHist, openAIBodyBudget          int
+	openAILimits                          ingress.Limits
+	log                                   *logFlags
+}
+
+// settings are m2md serve's flags, each with the Config field it sets.
+func (o *serveOptions) settings() settings {
+	cfg, cl := &o.cfg, &o.cfg.Cluster
+	defaultCertDir, _ := certs.DefaultDevDir() // empty: daemon.New says why
+	return settings{
+		{"daemon.Config.QUICAddr", "quic-addr", strVar(&cfg.QUICAddr, daemon.DefaultQUICAddr), "UDP `address` for QUIC (\"-\" disables)"},
+		{"daemon.Config.WSAddr", "ws-addr", strVar(&cfg.WSAddr, daemon.DefaultWSAddr), "TCP `address` for ws:// (\"-\" disables)"},
+		{"daemon.Config.WSSAddr", "wss-addr", strVar(&cfg.WSSAddr, ""), "TCP `address` for wss:// (TLS); off when empty"},
+		{"daemon.Config.AllowInsecureWS", "allow-insecure-ws", boolVar(&cfg.AllowInsecureWS), "let --ws-addr (plain ws://) listen beyond loopback although --org-secrets-file is set"},
+		{"daemon.Config.WSPath", "ws-path", strVar(&cfg.WSPath, daemon.DefaultWSPath), "HTTP `path` WebSocket clients connect to"},
+		{"daemon.Config.AdminAddr", "admin-addr", strVar(&cfg.AdminAddr, daemon.DefaultAdminAddr), "TCP `address` for /healthz, /metrics and the status page (\"-\" disables)"},
+		{"daemon.Config.Pprof", "pprof", boolVar(&cfg.Pprof), "serve Go's profiles under /debug/pprof/ on --admin-addr"},
+		{"daemon.Config.CertFile", "tls-cert", strVar(&cfg.CertFile, ""), "certificate `file` (PEM); default: a development certificate in --cert-dir"},
+		{"daemon.Config.KeyFile", "tls-key", strVar(&cfg.KeyFile, ""), "private key `file` (PEM) for --tls-cert"},
+		{"daemon.Config.CertDir", "cert-dir", strVar(&cfg.CertDir, defaultCertDir), "`folder` where the development certificate is made and reused; the agent commands pin it from this default"},
+		{"daemon.Config.MinSecurity", "min-security", strVar(&o.minSecurity, "none"), "weakest frame security `mode` a client may choose: none, hmac or aead"},
+		{"daemon.Config.OrgSecrets", "org-secrets-file", strVar(&o.secretsFile, ""), "`file` of 'org hex-secret' lines; when set, agents must authenticate"},
+		{"", "openai-addr", strVar(&o.openAIAddr, ingress.DefaultAddr), "TCP `address` of the OpenAI-compatible HTTP endpoint (\"-\" disables)"},
+		{"ingress.Config.Keys", "openai-keys-file", strVar(&o.openAIKeys, ""), "`file` of 'KEY AGENT_ID [ORG] [name=N rpm=N tpm=N concurrent=N models=a,b]' lines: bearer keys of the OpenAI endpoint and their limits (docs/openai.md); reloaded on SIGHUP and on change; required with --org-secrets-file"},
+		{"ingress.Limits.MaxConns", "openai-max-conns", intVar(&o.openAILimits.MaxConns, ingress.DefaultMaxConns), "connections the OpenAI endpoint holds open at once (one more: 503 too_many_connections); -1: no bound"},
+		{"ingress.Limits.MaxConnsPerIP", "openai-max-conns-per-ip", intVar(&o.openAILimits.MaxConnsPerIP, ingress.DefaultMaxConnsPerIP), "connections of one client IP (an IPv6 client's /64) at the OpenAI endpoint (one more: 429 too_many_connections); -1: no bound"},
+		{"ingress.Limits.MaxBodyBytes", "openai-body-budget", limitVar(&o.openAIBodyBudget, ingress.DefaultMaxBodyBytes), "request-body bytes the OpenAI endpoint holds at once, all requests together (over it: 503 server_busy), one client IP at most half (over it: 429 server_busy); -1: no bound"},
+		{"", "openai-conversation-history", sizeVar(&o.openAIHist, client.DefaultConversationHistory, 0), "bytes of past chat requests and answers the OpenAI endpoint keeps per key, to send the next turns of conversations as deltas (docs/operations.md, \"What the agents keep\"); 0 keeps none"},
+		{"daemon.Config.DisableFeatures", "disable-features", strVar(&o.disableFeat, ""), "comma-separated protocol `features` not to offer (docs/protocol.md §3.6)"},
+		{"daemon.Config.MaxSessions", "max-sessions", intVar(&cfg.MaxSessions, daemon.DefaultMaxSessions), "concurrent sessions before HELLO gets SERVER_BUSY"},
+		{"daemon.Config.MaxPayload", "max-payload", sizeVar(&cfg.MaxPayload, negotiate.MaxPayloadLimit, negotiate.MaxPayloadLimit), "largest DATA message, e.g. 1MiB or 65536 (at most 16MiB)"},
+		{"daemon.Config.MaxOutstanding", "max-outstanding", intVar(&cfg.MaxOutstanding, daemon.DefaultMaxOutstanding), "requests in flight per session"},
+		{"daemon.Config.AffinityEntries", "affinity-entries", intVar(&cfg.AffinityEntries, daemon.DefaultAffinityEntries), "conversation documents whose provider the daemon remembers (feature delta, docs/protocol.md §4.3)"},
+		{"daemon.Config.ReceiveBudget", "receive-budget", sizeVar(&cfg.ReceiveBudget, 0, 0), "bytes one connection's received messages may hold while read and routed (0: max payload + 512 + 1 MiB)"},
+		{"daemon.Config.MessageTimeout", "message-timeout", durationVar(&cfg.MessageTimeout, daemon.DefaultMessageTimeout), "a message must arrive whole within this of its first byte"},
+		{"daemon.Config.QUICIdleTimeout", "quic-idle-timeout", durationVar(&cfg.QUICIdleTimeout, daemon.DefaultQUICIdleTimeout), "close a QUIC connection silent this long (keep-alives every fifth of it); idle sessions only, see --busy-ping-after"},
+		{"daemon.Config.BusyPingAfter", "busy-ping-after", durationVar(&cfg.BusyPingAfter, daemon.DefaultBusyPingAfter), "PING an agent that holds requests after this much silence from it"},
+		{"daemon.Config.FailoverBytes", "failover-bytes", intVar(&cfg.FailoverBytes, daemon.DefaultFailoverBytes), "bound the copies of requests kept to deliver them again when their provider is lost before replying (-1: no failover)"},
+		{"daemon.Config.BusyPongTimeout", "busy-pong-timeout", durationVar(&cfg.BusyPongTimeout, daemon.DefaultBusyPongTimeout), "close an agent that holds requests when nothing arrives this long after its PING (its requests fail over or end)"},
+		{"daemon.Config.MaxHandshakes", "max-handshakes", intVar(&cfg.MaxHandshakes, daemon.DefaultMaxHandshakes), "WebSocket connections not yet through HELLO; more are closed at accept (-1: unlimited)"},
+		{"daemon.Config.MaxHandshakesPerIP", "max-handshakes-per-ip", intVar(&cfg.MaxHandshakesPerIP, daemon.DefaultMaxHandshakesPerIP), "WebSocket connections not yet through HELLO from one source address (-1: unlimited)"},
+		{"daemon.Config.MaxSessionsPerIP", "max-sessions-per-ip", intVar(&cfg.MaxSessionsPerIP, 0), "connections (handshaking or established) one source address may hold (0: no bound of its own, --max-sessions applies)"},
+		{"daemon.Config.NewSessionsPerMinute", "new-sessions-per-minute", intVar(&cfg.NewSessionsPerMinute, daemon.DefaultNewSessionsPerMinute), "connections one source address may open per minute, after a burst of --max-sessions-per-ip, or --max-sessions (-1: unlimited)"},
+		{"daemon.Config.MessagesPerMinute", "messages-per-minute", intVar(&cfg.MessagesPerMinute, 0), "messages one session may send per minute; more are refused with rate_limited; PING, PONG and CLOSE do not count (0: unlimited)"},
+		{"daemon.Config.BytesPerSecond", "bytes-per-second", limitVar(&cfg.BytesPerSecond, 0), "bytes one session may send per second, e.g. 10MB; more are refused with rate_limited; PING, PONG and CLOSE do not count (0: unlimited)"},
+		{"daemon.Config.SendQueueLen", "send-queue", intVar(&cfg.SendQueueLen, daemon.DefaultSendQueueLen), "messages queued per session before the slow-consumer policy applies"},
+		{"daemon.Config.SlowConsumerGrace", "slow-consumer-grace", durationVar(&cfg.SlowConsumerGrace, daemon.DefaultSlowGrace), "how long a full send queue is tolerated before the session is closed"},
+		{"daemon.Config.HelloTimeout", "hello-timeout", durationVar(&cfg.HelloTimeout, negotiate.HelloTimeout), "HELLO must arrive within this"},
+		{"daemon.Config.SessionTimeout", "session-timeout", durationVar(&cfg.SessionTimeout, negotiate.DefaultSessionTimeout), "close a session silent this long (60s..1h)"},
+		{"daemon.Config.PingInterval", "ping-interval", durationVar(&cfg.PingInterval, negotiate.DefaultPingInterval), "PING a session idle this long"},
+		{"daemon.Config.PongTimeout", "pong-timeout", durationVar(&cfg.PongTimeout, negotiate.DefaultPongTimeout), "a PONG must arrive within this"},
+		{"daemon.Config.ShutdownGrace", "shutdown-grace", durationVar(&cfg.ShutdownGrace, daemon.DefaultShutdownGrace), "on SIGINT/SIGTERM, let in-flight requests finish this long"},
+		{"cluster.Config.Listen", "cluster-listen", strVar(&cl.Listen, ""), "`address` (host:port) of the embedded NATS route listener: joins this daemon to a cluster; beyond loopback it needs --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca (docs/operations.md)"},
+		{"cluster.Config.Routes", "cluster-routes", strVar(&o.routes, ""), "comma-separated nats://host:port route `URLs` of the other daemons (with --cluster-listen)"},
+		{"cluster.Config.User", "cluster-user", strVar(&cl.User, ""), "`user` every cluster route authenticates as (with --cluster-password-file): on loopback, or on top of --cluster-tls-*"},
+		{"cluster.Config.Password", "cluster-password-file", strVar(&o.clusterPwd, ""), "`file` holding the cluster routes' password (kept out of flags so it never shows in a process listing)"},
+		{"cluster.Config.Cert", "cluster-tls-cert", strVar(&o.routeCert, ""), "this node's certificate `file` (PEM; m2md cert node): mutual TLS on the routes, and the node's identity"},
+		{"cluster.Config.Cert", "cluster-tls-key", strVar(&o.routeKey, ""), "private key `file` (PEM) for --cluster-tls-cert"},
+		{"cluster.Config.CA", "cluster-tls-ca", strVar(&o.routeCA, ""), "CA `file` (PEM) the other nodes' route certificates must chain to (both directions)"},
+		{"cluster.Config.Name", "cluster-name", strVar(&cl.Name, cluster.DefaultName), "cluster `name`; every node of one cluster uses the same"},
+		// The OpenAI endpoint's agents carry the node id in theirs.
+		{"cluster.Config.Node ingress.Config.Node", "cluster-node", strVar(&cl.Node, ""), "this node's `id` in the cluster (default: random at each start)"},
+		{"cluster.Config.Inbox", "cluster-inbox", intVar(&cl.Inbox, cluster.DefaultInbox), "cluster `messages` waiting for this node before requests and replies from other nodes are answered queue_full; NATS holds as many again (at least 4096) before it drops; every node alike"},
+		{"cluster.Config.InboxBytes", "cluster-inbox-bytes", sizeVar(&cl.InboxBytes, cluster.DefaultInboxBytes, 0), "bytes of cluster messages waiting for this node before requests and replies from other nodes are answered queue_full (their frames let go at once), e.g. 64MiB"},
+		{"cluster.Config.URLs", "nats-url", strVar(&o.natsURLs, ""), "comma-separated nats:// or tls:// `URLs` of an existing NATS deployment to cluster over (instead of --cluster-listen); beyond loopback it needs TLS, --nats-creds or --nats-nkey, and the --cluster-tls-* files"},
+		{"cluster.Config.CredsFile", "nats-creds", strVar(&cl.CredsFile, ""), "NATS credentials `file` for --nats-url"},
+		{"cluster.Config.NkeyFile", "nats-nkey", strVar(&cl.NkeyFile, ""), "`file` holding this node's NATS nkey seed (SU…), for --nats-url"},
+		{"cluster.Config.CAFile", "nats-ca", strVar(&cl.CAFile, ""), "CA `file` (PEM) trusted for --nats-url's TLS certificates"},
+	}
+}
+
 func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	fs := newFlagSet("serve", "serve [flags]\n\nEvery flag can also be set as an environment variable M2MD_<FLAG>\n(upper case, dashes as underscores) or in a config file (--config; one\n'flag value' per line). Precedence: flags, then environment, then file.", stderr)
-	var (
-		cfg         daemon.Config
-		minSecurity string
-		secretsFile string
-		disableFeat string
-		openAIAddr  string
-		openAIKeys  string
-		openAIHist  int
-		clusterPwd  string
-		routes      string
-		natsURLs    string
-		routeCert   string
-		routeKey    string
-		routeCA     string
-	)
+	var o serveOptions
+	flags := o.settings()
 	fs.String("config", "", "config `file`: one 'flag value' pair per line, # comments")
-	fs.StringVar(&cfg.QUICAddr, "quic-addr", daemon.DefaultQUICAddr, "UDP `address` for QUIC (\"-\" disables)")
-	fs.StringVar(&cfg.WSAddr, "ws-addr", daemon.DefaultWSAddr, "TCP `address` for ws:// (\"-\" disables)")
-	fs.StringVar(&cfg.WSSAddr, "wss-addr", "", "TCP `address` for wss:// (TLS); off when empty")
-	fs.BoolVar(&cfg.AllowInsecureWS, "allow-insecure-ws", false, "let --ws-addr (plain ws://) listen beyond loopback although --org-secrets-file is set")
-	fs.StringVar(&cfg.WSPath, "ws-path", daemon.DefaultWSPath, "HTTP `path` WebSocket clients connect to")
-	fs.StringVar(&cfg.AdminAddr, "admin-addr", daemon.DefaultAdminAddr, "TCP `address` for /healthz, /metrics and the status page (\"-\" disables)")
-	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve Go's profiles under /debug/pprof/ on --admin-addr")
-	fs.StringVar(&cfg.CertFile, "tls-cert", "", "certificate `file` (PEM); default: a development certificate in --cert-dir")
-	fs.StringVar(&cfg.KeyFile, "tls-key", "", "private key `file` (PEM) for --tls-cert")
-	defaultCertDir, _ := certs.DefaultDevDir() // empty: daemon.New says why
-	fs.StringVar(&cfg.CertDir, "cert-dir", defaultCertDir, "`folder` where the development certificate is made and reused; the agent commands pin it from this default")
-	fs.StringVar(&minSecurity, "min-security", "none", "weakest frame security `mode` a client may choose: none, hmac or aead")
-	fs.StringVar(&secretsFile, "org-secrets-file", "", "`file` of 'org hex-secret' lines; when set, agents must authenticate")
-	fs.StringVar(&openAIAddr, "openai-addr", ingress.DefaultAddr, "TCP `address` of the OpenAI-compatible HTTP endpoint (\"-\" disables)")
-	fs.StringVar(&openAIKeys, "openai-keys-file", "", "`file` of 'KEY AGENT_ID [ORG] [name=N rpm=N tpm=N concurrent=N models=a,b]' lines: bearer keys of the OpenAI endpoint and their limits (docs/openai.md); reloaded on SIGHUP and on change; required with --org-secrets-file")
-	var openAILimits ingress.Limits
-	var openAIBodyBudget int
-	fs.IntVar(&openAILimits.MaxConns, "openai-max-conns", ingress.DefaultMaxConns, "connections the OpenAI endpoint holds open at once (one more: 503 too_many_connections); -1: no bound")
-	fs.IntVar(&openAILimits.MaxConnsPerIP, "openai-max-conns-per-ip", ingress.DefaultMaxConnsPerIP, "connections of one client IP (an IPv6 client's /64) at the OpenAI endpoint (one more: 429 too_many_connections); -1: no bound")
-	limitSizeVar(fs, &openAIBodyBudget, "openai-body-budget", ingress.DefaultMaxBodyBytes, "request-body bytes the OpenAI endpoint holds at once, all requests together (over it: 503 server_busy), one client IP at most half (over it: 429 server_busy); -1: no bound")
-	byteSizeVar(fs, &openAIHist, "openai-conversation-history", client.DefaultConversationHistory, 0, "bytes of past chat requests and answers the OpenAI endpoint keeps per key, to send the next turns of conversations as deltas (docs/operations.md, \"What the agents keep\"); 0 keeps none")
-	fs.StringVar(&disableFeat, "disable-features", "", "comma-separated protocol `features` not to offer (docs/protocol.md §3.6)")
-	fs.IntVar(&cfg.MaxSessions, "max-sessions", daemon.DefaultMaxSessions, "concurrent sessions before HELLO gets SERVER_BUSY")
-	byteSizeVar(fs, &cfg.MaxPayload, "max-payload", negotiate.MaxPayloadLimit, negotiate.MaxPayloadLimit, "largest DATA message, e.g. 1MiB or 65536 (at most 16MiB)")
-	fs.IntVar(&cfg.MaxOutstanding, "max-outstanding", daemon.DefaultMaxOutstanding, "requests in flight per session")
-	fs.IntVar(&cfg.AffinityEntries, "affinity-entries", daemon.DefaultAffinityEntries, "conversation documents whose provider the daemon remembers (feature delta, docs/protocol.md §4.3)")
-	byteSizeVar(fs, &cfg.ReceiveBudget, "receive-budget", 0, 0, "bytes one connection's received messages may hold while read and routed (0: max payload + 512 + 1 MiB)")
-	fs.DurationVar(&cfg.MessageTimeout, "message-timeout", daemon.DefaultMessageTimeout, "a message must arrive whole within this of its first byte")
-	fs.DurationVar(&cfg.QUICIdleTimeout, "quic-idle-timeout", daemon.DefaultQUICIdleTimeout, "close a QUIC connection silent this long (keep-alives every fifth of it); idle sessions only, see --busy-ping-after")
-	fs.DurationVar(&cfg.BusyPingAfter, "busy-ping-after", daemon.DefaultBusyPingAfter, "PING an agent that holds requests after this much silence from it")
-	fs.IntVar(&cfg.FailoverBytes, "failover-bytes", daemon.DefaultFailoverBytes, "bound the copies of requests kept to deliver them again when their provider is lost before replying (-1: no failover)")
-	fs.DurationVar(&cfg.BusyPongTimeout, "busy-pong-timeout", daemon.DefaultBusyPongTimeout, "close an agent that holds requests when nothing arrives this long after its PING (its requests fail over or end)")
-	fs.IntVar(&cfg.MaxHandshakes, "max-handshakes", daemon.DefaultMaxHandshakes, "WebSocket connections not yet through HELLO; more are closed at accept (-1: unlimited)")
-	fs.IntVar(&cfg.MaxHandshakesPerIP, "max-handshakes-per-ip", daemon.DefaultMaxHandshakesPerIP, "WebSocket connections not yet through HELLO from one source address (-1: unlimited)")
-	fs.IntVar(&cfg.MaxSessionsPerIP, "max-sessions-per-ip", 0, "connections (handshaking or established) one source address may hold (0: no bound of its own, --max-sessions applies)")
-	fs.IntVar(&cfg.NewSessionsPerMinute, "new-sessions-per-minute", daemon.DefaultNewSessionsPerMinute, "connections one source address may open per minute, after a burst of --max-sessions-per-ip, or --max-sessions (-1: unlimited)")
-	fs.IntVar(&cfg.MessagesPerMinute, "messages-per-minute", 0, "messages one session may send per minute; more are refused with rate_limited; PING, PONG and CLOSE do not count (0: unlimited)")
-	limitSizeVar(fs, &cfg.BytesPerSecond, "bytes-per-second", 0, "bytes one session may send per second, e.g. 10MB; more are refused with rate_limited; PING, PONG and CLOSE do not count (0: unlimited)")
-	fs.IntVar(&cfg.SendQueueLen, "send-queue", daemon.DefaultSendQueueLen, "messages queued per session before the slow-consumer policy applies")
-	fs.DurationVar(&cfg.SlowConsumerGrace, "slow-consumer-grace", daemon.DefaultSlowGrace, "how long a full send queue is tolerated before the session is closed")
-	fs.DurationVar(&cfg.HelloTimeout, "hello-timeout", negotiate.HelloTimeout, "HELLO must arrive within this")
-	fs.DurationVar(&cfg.SessionTimeout, "session-timeout", negotiate.DefaultSessionTimeout, "close a session silent this long (60s..1h)")
-	fs.DurationVar(&cfg.PingInterval, "ping-interval", negotiate.DefaultPingInterval, "PING a session idle this long")
-	fs.DurationVar(&cfg.PongTimeout, "pong-timeout", negotiate.DefaultPongTimeout, "a PONG must arrive within this")
-	fs.DurationVar(&cfg.ShutdownGrace, "shutdown-grace", daemon.DefaultShutdownGrace, "on SIGINT/SIGTERM, let in-flight requests finish this long")
-	fs.StringVar(&cfg.Cluster.Listen, "cluster-listen", "", "`address` (host:port) of the embedded NATS route listener: joins this daemon to a cluster; beyond loopback it needs --cluster-tls-cert, --cluster-tls-key and --cluster-tls-ca (docs/operations.md)")
-	fs.StringVar(&routes, "cluster-routes", "", "comma-separated nats://host:port route `URLs` of the other daemons (with --cluster-listen)")
-	fs.StringVar(&cfg.Cluster.User, "cluster-user", "", "`user` every cluster route authenticates as (with --cluster-password-file): on loopback, or on top of --cluster-tls-*")
-	fs.StringVar(&clusterPwd, "cluster-password-file", "", "`file` holding the cluster routes' password (kept out of flags so it never shows in a process listing)")
-	fs.StringVar(&routeCert, "cluster-tls-cert", "", "this node's certificate `file` (PEM; m2md cert node): mutual TLS on the routes, and the node's identity")
-	fs.StringVar(&routeKey, "cluster-tls-key", "", "private key `file` (PEM) for --cluster-tls-cert")
-	fs.StringVar(&routeCA, "cluster-tls-ca", "", "CA `file` (PEM) the other nodes' route certificates must chain to (both directions)")
-	fs.StringVar(&cfg.Cluster.Name, "cluster-name", cluster.DefaultName, "cluster `name`; every node of one cluster uses the same")
-	fs.StringVar(&cfg.Cluster.Node, "cluster-node", "", "this node's `id` in the cluster (default: random at each start)")
-	fs.IntVar(&cfg.Cluster.Inbox, "cluster-inbox", cluster.DefaultInbox, "cluster `messages` waiting for this node before requests and replies from other nodes are answered queue_full; NATS holds as many again (at least 4096) before it drops; every node alike")
-	byteSizeVar(fs, &cfg.Cluster.InboxBytes, "cluster-inbox-bytes", cluster.DefaultInboxBytes, 0, "bytes of cluster messages waiting for this node before requests and replies from other nodes are answered queue_full (their frames let go at once), e.g. 64MiB")
-	fs.StringVar(&natsURLs, "nats-url", "", "comma-separated nats:// or tls:// `URLs` of an existing NATS deployment to cluster over (instead of --cluster-listen); beyond loopback it needs TLS, --nats-creds or --nats-nkey, and the --cluster-tls-* files")
-	fs.StringVar(&cfg.Cluster.CredsFile, "nats-creds", "", "NATS credentials `file` for --nats-url")
-	fs.StringVar(&cfg.Cluster.NkeyFile, "nats-nkey", "", "`file` holding this node's NATS nkey seed (SU…), for --nats-url")
-	fs.StringVar(&cfg.Cluster.CAFile, "nats-ca", "", "CA `file` (PEM) trusted for --nats-url's TLS certificates")
-	logFlags := registerLogFlags(fs, "info")
-
+	flags.register(fs)
+	o.log = registerLogFlags(fs, "info")
 	err := ff.Parse(fs, args,
 		ff.WithEnvVarPrefix("M2MD"),
 		ff.WithConfigFileFlag("config"),
@@ -117,72 +123,37 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q (run 'm2md serve --help')", fs.Arg(0))
 	}
-	if cfg.MinSecurity, err = parseSecurity("min-security", minSecurity); err != nil {
-		return err
-	}
-	if secretsFile != "" {
-		secrets, err := readOrgSecrets(secretsFile)
-		if err != nil {
-			return err
-		}
-		cfg.OrgSecrets = secrets
-	}
-	for _, f := range strings.Split(disableFeat, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			cfg.DisableFeatures = append(cfg.DisableFeatures, negotiate.Feature(f))
-		}
-	}
-	cfg.Cluster.Routes = splitList(routes)
-	cfg.Cluster.URLs = splitList(natsURLs)
-	if clusterPwd != "" {
-		b, err := os.ReadFile(clusterPwd)
-		if err != nil {
-			return fmt.Errorf("--cluster-password-file: %w", err)
-		}
-		cfg.Cluster.Password = strings.TrimSpace(string(b))
-	}
-	if routeCert != "" || routeKey != "" || routeCA != "" {
-		if cfg.Cluster.Cert, cfg.Cluster.CA, err = cluster.LoadIdentity(routeCert, routeKey, routeCA); err != nil {
-			return err
-		}
-	}
-	for _, f := range []struct {
-		name string
-		n    int
-	}{{"--openai-max-conns", openAILimits.MaxConns}, {"--openai-max-conns-per-ip", openAILimits.MaxConnsPerIP}, {"--openai-body-budget", openAIBodyBudget}} {
-		if f.n == 0 || f.n < -1 {
-			return usagef("%s must be at least 1, or -1 for no bound, not %d", f.name, f.n)
-		}
-	}
-	if openAIBodyBudget > 0 && openAIBodyBudget < ingress.DefaultMaxBody {
-		return usagef("--openai-body-budget must be at least %s (one request body of the largest size), or -1 for no bound, not %s", formatBytes(ingress.DefaultMaxBody), formatBytes(openAIBodyBudget))
-	}
-	openAILimits.MaxBodyBytes = int64(openAIBodyBudget)
-	if err := daemon.CheckListenAddr("openai-addr", openAIAddr); err != nil {
+	err = flags.translate(o.serve(flags, stderr))
+	if errors.Is(err, daemon.ErrConfig) {
 		return usagef("%v", err)
 	}
-	var openAIKeyset *ingress.Keys
-	if enabledAddr(openAIAddr) {
-		if openAIKeyset, err = loadOpenAIKeys(openAIKeys, cfg.OrgSecrets); err != nil {
-			return err
-		}
+	return err
+}
+
+// serve completes the Config from what the flags name (files, lists),
+// checks the OpenAI endpoint's settings, and runs the daemon and the
+// endpoint until a signal or an error ends them. Its errors name Config
+// fields; runServe shows them as flags.
+func (o *serveOptions) serve(flags settings, stderr io.Writer) error {
+	if err := o.readFlags(); err != nil {
+		return err
 	}
-	logger, err := logFlags.logger(stderr)
+	keys, err := o.openAIKeyset()
 	if err != nil {
 		return err
 	}
-	cfg.Logger = logger
+	logger, err := o.log.logger(flags.logWriter(stderr))
+	if err != nil {
+		return err
+	}
+	o.cfg.Logger = logger
 	traces, err := startTraces("m2md-serve", logger)
 	if err != nil {
 		return err
 	}
 	defer traces.stop()
-	cfg.TracerProvider = traces.Provider
-
-	srv, err := daemon.New(cfg)
-	if errors.Is(err, daemon.ErrConfig) {
-		return usagef("%v", err)
-	}
+	o.cfg.TracerProvider = traces.Provider
+	srv, err := daemon.New(o.cfg)
 	if err != nil {
 		return err
 	}
@@ -191,11 +162,73 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	// SIGHUP (a service manager's reload) must never end the daemon: it
 	// reloads --openai-keys-file when one is given (watchKeys), and is
 	// otherwise logged as having nothing to reload.
-	reloadable := enabledAddr(openAIAddr) && openAIKeyset.Len() > 0
-	defer ignoreHUP(logger, reloadable)()
-	if !enabledAddr(openAIAddr) {
+	defer ignoreHUP(logger, enabledAddr(o.openAIAddr) && keys.Len() > 0)()
+	if !enabledAddr(o.openAIAddr) {
 		return srv.Run(ctx)
 	}
+	return o.runWithOpenAI(ctx, srv, keys, logger)
+}
+
+// readFlags sets the Config fields that flags name rather than hold: the
+// security mode, files to read, comma-separated lists.
+func (o *serveOptions) readFlags() error {
+	cfg := &o.cfg
+	var err error
+	if cfg.MinSecurity, err = parseSecurity("min-security", o.minSecurity); err != nil {
+		return err
+	}
+	if o.secretsFile != "" {
+		if cfg.OrgSecrets, err = readOrgSecrets(o.secretsFile); err != nil {
+			return err
+		}
+	}
+	for _, f := range splitList(o.disableFeat) {
+		cfg.DisableFeatures = append(cfg.DisableFeatures, negotiate.Feature(f))
+	}
+	cfg.Cluster.Routes = splitList(o.routes)
+	cfg.Cluster.URLs = splitList(o.natsURLs)
+	if o.clusterPwd != "" {
+		b, err := os.ReadFile(o.clusterPwd)
+		if err != nil {
+			return fmt.Errorf("--cluster-password-file: %w", err)
+		}
+		cfg.Cluster.Password = strings.TrimSpace(string(b))
+	}
+	if o.routeCert != "" || o.routeKey != "" || o.routeCA != "" {
+		if cfg.Cluster.Cert, cfg.Cluster.CA, err = cluster.LoadIdentity(o.routeCert, o.routeKey, o.routeCA); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openAIKeyset checks the OpenAI endpoint's flags and reads its keys; nil
+// when the endpoint is off or open.
+func (o *serveOptions) openAIKeyset() (*ingress.Keys, error) {
+	for _, f := range []struct {
+		name string
+		n    int
+	}{{"--openai-max-conns", o.openAILimits.MaxConns}, {"--openai-max-conns-per-ip", o.openAILimits.MaxConnsPerIP}, {"--openai-body-budget", o.openAIBodyBudget}} {
+		if f.n == 0 || f.n < -1 {
+			return nil, usagef("%s must be at least 1, or -1 for no bound, not %d", f.name, f.n)
+		}
+	}
+	if o.openAIBodyBudget > 0 && o.openAIBodyBudget < ingress.DefaultMaxBody {
+		return nil, usagef("--openai-body-budget must be at least %s (one request body of the largest size), or -1 for no bound, not %s", formatBytes(ingress.DefaultMaxBody), formatBytes(o.openAIBodyBudget))
+	}
+	o.openAILimits.MaxBodyBytes = int64(o.openAIBodyBudget)
+	if err := daemon.CheckListenAddr("--openai-addr", o.openAIAddr); err != nil {
+		return nil, err
+	}
+	if !enabledAddr(o.openAIAddr) {
+		return nil, nil
+	}
+	return loadOpenAIKeys(o.openAIKeys, o.cfg.OrgSecrets)
+}
+
+// runWithOpenAI runs the daemon and, once it is ready, the OpenAI endpoint
+// beside it, until ctx ends or the daemon stops.
+func (o *serveOptions) runWithOpenAI(ctx context.Context, srv *daemon.Server, keys *ingress.Keys, logger zerolog.Logger) error {
 	// The daemon runs until the ingress has let its requests finish, so
 	// they are not cut off by the daemon's own shutdown.
 	daemonCtx, stopDaemon := context.WithCancel(context.Background())
@@ -207,14 +240,14 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 	case err := <-done:
 		return err
 	}
-	edge, err := startOpenAI(ctx, srv, cfg, openAIAddr, openAIKeyset, openAILimits, conversationBudget(openAIHist), logger)
+	edge, err := startOpenAI(ctx, srv, o.cfg, o.openAIAddr, keys, o.openAILimits, conversationBudget(o.openAIHist), logger)
 	if err != nil {
 		stopDaemon()
 		<-done
 		return err
 	}
-	if openAIKeyset.Len() > 0 {
-		edge.watchKeys(openAIKeys, cfg.OrgSecrets, logger.With().Str("component", "openai").Logger())
+	if keys.Len() > 0 {
+		edge.watchKeys(o.openAIKeys, o.cfg.OrgSecrets, logger.With().Str("component", "openai").Logger())
 	}
 	select {
 	case <-ctx.Done():
@@ -222,7 +255,7 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 		edge.stop(time.Second)
 		return err
 	}
-	edge.stop(cfg.ShutdownGrace)
+	edge.stop(o.cfg.ShutdownGrace)
 	stopDaemon()
 	return <-done
 }

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"strings"
 	"sync/atomic"
 	"syscall"
 
@@ -29,16 +28,13 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	var (
 		cfg       upstream.Config
 		bases     int
-		models    = fs.String("models", "", "comma-separated `models` to serve (default: the server's GET /models)")
+		models    string
 		keyEnv    = fs.String("api-key-env", "", "environment `variable` holding the server's API key (sent as Bearer; never logged)")
 		adminAddr = fs.String("admin-addr", "", "TCP `address` for /healthz and /metrics (off when empty or \"-\")")
 		pprofOn   = fs.Bool("pprof", false, "serve Go's profiles under /debug/pprof/ on --admin-addr")
 	)
-	fs.StringVar(&cfg.BaseURL, "base-url", "http://127.0.0.1:11434/v1", "the server's OpenAI API root `URL`")
-	fs.IntVar(&cfg.Concurrency, "concurrency", upstream.DefaultConcurrency, "requests in flight at the server at most")
-	fs.DurationVar(&cfg.FirstByteTimeout, "first-byte-timeout", upstream.DefaultFirstByteTimeout, "wait this long at most for the server's response headers")
-	fs.DurationVar(&cfg.ChunkTimeout, "chunk-timeout", upstream.DefaultChunkTimeout, "wait this long at most for each next piece of an answer")
-	byteSizeVar(fs, &bases, "conversation-bases", client.DefaultConversationBases, 0, "bytes of requests and answers kept to rebuild the conversation deltas requesters send (docs/operations.md, \"What the agents keep\"); 0 keeps none: every delta is answered base_missing and sent again whole")
+	flags := upstreamSettings(&cfg, &models, &bases)
+	flags.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -55,7 +51,7 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 			return usagef("--api-key-env %s: the variable is empty or not set", *keyEnv)
 		}
 	}
-	logger, err := af.log.logger(stderr)
+	logger, err := af.log.logger(flags.logWriter(stderr))
 	if err != nil {
 		return err
 	}
@@ -66,16 +62,10 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	defer traces.stop()
 	cfg.TracerProvider = traces.Provider
-	if *models != "" {
-		for _, m := range strings.Split(*models, ",") {
-			if m = strings.TrimSpace(m); m != "" {
-				cfg.Models = append(cfg.Models, m)
-			}
-		}
-	}
+	cfg.Models = splitList(models)
 	up, err := upstream.New(cfg)
 	if err != nil {
-		return usagef("%v", err)
+		return usagef("%v", flags.translate(err))
 	}
 	defer up.Close()
 	opt, err := af.options()
@@ -94,7 +84,7 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	opt.Models = cfg.Models
 	if len(opt.Models) == 0 {
 		if opt.Models, err = up.Models(ctx); err != nil {
-			return err
+			return flags.translate(err)
 		}
 	}
 	var connected atomic.Pointer[client.Client]
@@ -154,4 +144,17 @@ func serveUpstreamAdmin(addr string, pprofOn bool, up *upstream.Upstream, opt *c
 	}
 	logger.Info().Str("admin", "http://"+bound.String()).Msg("admin endpoint listening")
 	return stop, nil
+}
+
+// upstreamSettings are m2md upstream's flags that set upstream.Config (and
+// the agent's conversation bases), each with the field it sets.
+func upstreamSettings(cfg *upstream.Config, models *string, bases *int) settings {
+	return settings{
+		{"upstream.Config.Models", "models", strVar(models, ""), "comma-separated `models` to serve (default: the server's GET /models)"},
+		{"upstream.Config.BaseURL", "base-url", strVar(&cfg.BaseURL, "http://127.0.0.1:11434/v1"), "the server's OpenAI API root `URL`"},
+		{"upstream.Config.Concurrency", "concurrency", intVar(&cfg.Concurrency, upstream.DefaultConcurrency), "requests in flight at the server at most"},
+		{"upstream.Config.FirstByteTimeout", "first-byte-timeout", durationVar(&cfg.FirstByteTimeout, upstream.DefaultFirstByteTimeout), "wait this long at most for the server's response headers"},
+		{"upstream.Config.ChunkTimeout", "chunk-timeout", durationVar(&cfg.ChunkTimeout, upstream.DefaultChunkTimeout), "wait this long at most for each next piece of an answer"},
+		{"", "conversation-bases", sizeVar(bases, client.DefaultConversationBases, 0), "bytes of requests and answers kept to rebuild the conversation deltas requesters send (docs/operations.md, \"What the agents keep\"); 0 keeps none: every delta is answered base_missing and sent again whole"},
+	}
 }

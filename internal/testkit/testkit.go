@@ -1,7 +1,8 @@
 // Package testkit holds the helpers that the tests of several packages
 // share, written once: hex dumps of wire bytes, the repository's corpus of
 // LLM API documents (testdata/corpus), and a context that ends with the
-// test. It imports nothing of m2md, so any package's tests may use it.
+// test. It imports nothing of m2md but the leaf internal/configerr, so any
+// package's tests may use it.
 package testkit
 
 import (

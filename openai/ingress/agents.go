@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/client"
+	"github.com/m2md/m2md/internal/configerr"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/security"
 )
@@ -94,7 +95,7 @@ func (in *Ingress) dialAll(ctx context.Context, ids []Identity) error {
 		}
 		mesh := NodeIdentity(id, in.cfg.Node)
 		if security.ValidateID(mesh.AgentID) != nil {
-			return fmt.Errorf("ingress: agent id %s-%s (the identity's id and the cluster node id) is longer than 128 characters: shorten the agent id in --openai-keys-file or --cluster-node", id.AgentID, in.cfg.Node)
+			return configerr.New(fieldKeys, "ingress: agent id %s-%s (the identity's id and the cluster node id) is longer than 128 characters: shorten the agent id in "+fieldKeys+" or "+fieldNode, id.AgentID, in.cfg.Node)
 		}
 		c, err := in.cfg.Dial(ctx, mesh)
 		if err != nil {
@@ -132,10 +133,10 @@ func (in *Ingress) SetKeys(ctx context.Context, k *Keys) error {
 	in.reloadMu.Lock()
 	defer in.reloadMu.Unlock()
 	if in.keys.Load().Len() == 0 {
-		return errors.New("ingress: the endpoint started without keys (open); restart it to add --openai-keys-file")
+		return configerr.New(fieldKeys, "ingress: the endpoint started without keys (open); restart it to add "+fieldKeys)
 	}
 	if k.Len() == 0 {
-		return errors.New("ingress: a keys file with no keys would open the endpoint; restart it without --openai-keys-file for that")
+		return configerr.New(fieldKeys, "ingress: "+fieldKeys+" with no key would open the endpoint; restart it without keys for that")
 	}
 	if err := in.dialAll(ctx, k.Identities()); err != nil {
 		return err

@@ -19,6 +19,7 @@ import (
 
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/configerr"
 	"github.com/m2md/m2md/internal/jsonscan"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/openai"
@@ -37,7 +38,23 @@ const (
 	OpenIdentity = "openai-ingress"
 )
 
-// Config configures an Ingress. Dial and Models are required.
+// ConfigError is the error New and SetKeys return for a Config value out of
+// its range or in conflict with another (errors.As finds it). Field names
+// the setting at fault, qualified as "ingress.Config.Keys" or
+// "ingress.Limits.MaxBodyBytes"; every other field its message names is
+// written the same way, so that a command can name its flags instead.
+type ConfigError = configerr.Error
+
+// Qualified names of the fields errors name.
+const (
+	fieldKeys         = "ingress.Config.Keys"
+	fieldNode         = "ingress.Config.Node"
+	fieldMaxBodyBytes = "ingress.Limits.MaxBodyBytes"
+)
+
+// Config configures an Ingress. Dial and Models are required. Zero means
+// the documented default; a negative number is an error (ConfigError),
+// except in Limits, whose every bound a negative value removes.
 type Config struct {
 	// Dial opens the mesh session of an identity (the daemon's cmd wires
 	// it to client.Dial on the daemon's own listener).
@@ -56,15 +73,16 @@ type Config struct {
 	// is its own agent: agent ids are unique across a cluster, and two
 	// nodes holding one id would refuse or replace each other.
 	Node string
-	// MaxBody bounds a request body. Default 16 MiB.
+	// MaxBody bounds a request body. Default 16 MiB; negative is an error.
 	MaxBody int
 	// Timeout bounds each wait for a reply: the answer, or a stream's
 	// first chunk and then each next one (a stream whose chunks keep
-	// coming runs as long as it lasts). Default 10 min.
+	// coming runs as long as it lasts). Default 10 min; negative is an
+	// error.
 	Timeout time.Duration
 	// Limits bound what clients hold at the endpoint (connections,
 	// deadlines, request bodies in flight); each zero field is its
-	// default.
+	// default, and a negative one removes its bound.
 	Limits Limits
 	// TracerProvider, when set, records a span per request to a model
 	// (trace.go); nil records none.
@@ -113,15 +131,15 @@ func New(ctx context.Context, cfg Config) (*Ingress, error) {
 	if cfg.Dial == nil || cfg.Models == nil {
 		return nil, errors.New("ingress: Dial and Models are required")
 	}
-	if cfg.MaxBody <= 0 {
-		cfg.MaxBody = DefaultMaxBody
+	if err := configerr.OrDefault("ingress.Config.MaxBody", &cfg.MaxBody, DefaultMaxBody); err != nil {
+		return nil, fmt.Errorf("ingress: %w", err)
 	}
-	if cfg.Timeout <= 0 {
-		cfg.Timeout = DefaultTimeout
+	if err := configerr.OrDefault("ingress.Config.Timeout", &cfg.Timeout, DefaultTimeout); err != nil {
+		return nil, fmt.Errorf("ingress: %w", err)
 	}
 	limits := cfg.Limits.withDefaults()
 	if limits.MaxBodyBytes > 0 && limits.MaxBodyBytes < int64(cfg.MaxBody) {
-		return nil, fmt.Errorf("ingress: Limits.MaxBodyBytes (%d) is below MaxBody (%d): a body of the largest size could never be read", limits.MaxBodyBytes, cfg.MaxBody)
+		return nil, configerr.New(fieldMaxBodyBytes, "ingress: "+fieldMaxBodyBytes+" (%d) is below ingress.Config.MaxBody (%d): a body of the largest size could never be read", limits.MaxBodyBytes, cfg.MaxBody)
 	}
 	in := &Ingress{cfg: cfg, limits: limits, agents: map[Identity]*agent{}, tracer: tracerOf(cfg.TracerProvider)}
 	in.bodies.max = limits.MaxBodyBytes

@@ -22,6 +22,7 @@ import (
 
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/configerr"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/openai"
 )
@@ -39,7 +40,20 @@ const (
 	maxErrorBody = 64 << 10
 )
 
-// Config configures an Upstream. Only BaseURL is required.
+// ConfigError is the error New (and Models, for a server that lists no
+// model) returns for a Config value that cannot work (errors.As finds it).
+// Field names the setting, qualified as "upstream.Config.BaseURL", so that a
+// command can name its flag instead.
+type ConfigError = configerr.Error
+
+// Qualified names of the fields errors name.
+const (
+	fieldBaseURL = "upstream.Config.BaseURL"
+	fieldModels  = "upstream.Config.Models"
+)
+
+// Config configures an Upstream. Only BaseURL is required. Zero means the
+// documented default; a negative number is an error (ConfigError).
 type Config struct {
 	// BaseURL is the server's OpenAI API root, e.g.
 	// http://127.0.0.1:11434/v1; requests go to BaseURL + "/chat/completions"
@@ -95,19 +109,25 @@ func New(cfg Config) (*Upstream, error) {
 	u, err := url.Parse(cfg.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		// Not quoted: it may hold credentials.
-		return nil, errors.New("upstream: --base-url: want http(s)://host[:port]/path")
+		return nil, configerr.New(fieldBaseURL, "upstream: "+fieldBaseURL+": want http(s)://host[:port]/path")
 	}
-	if cfg.Concurrency <= 0 {
-		cfg.Concurrency = DefaultConcurrency
+	for _, n := range []struct {
+		field string
+		p     *int
+		def   int
+	}{{"upstream.Config.Concurrency", &cfg.Concurrency, DefaultConcurrency}, {"upstream.Config.MaxResponse", &cfg.MaxResponse, DefaultMaxResponse}} {
+		if err := configerr.OrDefault(n.field, n.p, n.def); err != nil {
+			return nil, fmt.Errorf("upstream: %w", err)
+		}
 	}
-	if cfg.FirstByteTimeout <= 0 {
-		cfg.FirstByteTimeout = DefaultFirstByteTimeout
-	}
-	if cfg.ChunkTimeout <= 0 {
-		cfg.ChunkTimeout = DefaultChunkTimeout
-	}
-	if cfg.MaxResponse <= 0 {
-		cfg.MaxResponse = DefaultMaxResponse
+	for _, d := range []struct {
+		field string
+		p     *time.Duration
+		def   time.Duration
+	}{{"upstream.Config.FirstByteTimeout", &cfg.FirstByteTimeout, DefaultFirstByteTimeout}, {"upstream.Config.ChunkTimeout", &cfg.ChunkTimeout, DefaultChunkTimeout}} {
+		if err := configerr.OrDefault(d.field, d.p, d.def); err != nil {
+			return nil, fmt.Errorf("upstream: %w", err)
+		}
 	}
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	// Keep one idle connection per request that may be in flight, so a
@@ -205,7 +225,7 @@ func (u *Upstream) Models(ctx context.Context) ([]string, error) {
 		}
 	}
 	if len(ids) == 0 {
-		return nil, fmt.Errorf("upstream: GET %s/models lists no model; give --models", u.shown)
+		return nil, configerr.New(fieldModels, "upstream: GET %s/models lists no model; set "+fieldModels, u.shown)
 	}
 	if len(u.cfg.Models) == 0 {
 		u.serve(ids)
