@@ -59,132 +59,79 @@ func printBenchUsage(w io.Writer) {
 	fmt.Fprintln(w, "\nRun 'm2md bench SUBCOMMAND --help' for the flags.")
 }
 
+// loadOptions are what m2md bench load's flags set: the load's Config and
+// the flags read into it after parsing.
+type loadOptions struct {
+	cfg                                bench.LoadConfig
+	pin, caFile, payload, corpus, algo string
+	enc, security, jsonOut, plotOut    string
+	cpuProfile, memProfile             string
+	insecure                           bool
+}
+
+// settings are m2md bench load's flags, each with the LoadConfig field it
+// sets ("" for the command's own).
+func (o *loadOptions) settings() settings {
+	cfg := &o.cfg
+	return settings{
+		{"bench.LoadConfig.Target", "url", strVar(&cfg.Target, ""), "daemon `URL` (quic://host:port, ws://host:port/m2m, wss://…); empty: start one in-process"},
+		{"bench.LoadConfig.ProviderTarget", "provider-target", strVar(&cfg.ProviderTarget, ""), "daemon `URL` of another node of the --url daemon's cluster: the providers connect there, so every request crosses the cluster"},
+		{"bench.LoadConfig.Transport", "transport", strVar(&cfg.Transport, bench.TransportQUIC), "`transport` of the in-process daemon and the baseline: quic, ws or wss"},
+		{"bench.LoadConfig.TLS bench.LoadConfig.NATSTLS", "pin", strVar(&o.pin, ""), "SHA-256 `fingerprint` of the daemon's certificate (quic://, wss://); default: the development\ncertificate in ./certs when there is one, as the demo does"},
+		{"bench.LoadConfig.TLS bench.LoadConfig.NATSTLS", "ca-file", strVar(&o.caFile, ""), "PEM `file` of CAs to verify the daemon at --url against"},
+		{"bench.LoadConfig.TLS bench.LoadConfig.NATSTLS", "insecure", boolVar(&o.insecure), "accept any certificate from the daemon at --url (development only)"},
+		{"bench.LoadConfig.DaemonMetrics", "daemon-metrics", strVar(&cfg.DaemonMetrics, ""), "the daemon's Prometheus `URL` (http://127.0.0.1:9090/metrics): report its own CPU and allocations"},
+		{"bench.LoadConfig.ProviderDaemonMetrics", "provider-daemon-metrics", strVar(&cfg.ProviderDaemonMetrics, ""), "the --provider-target daemon's Prometheus `URL`: report that node's CPU too, and with --compare single-node\nthe cross/single ratio with a machine per node"},
+		{"bench.LoadConfig.Duration", "duration", durationVar(&cfg.Duration, bench.DefaultDuration), "measured time"},
+		{"bench.LoadConfig.Warmup", "warmup", durationVar(&cfg.Warmup, bench.DefaultWarmup), "load before measuring, not measured"},
+		{"bench.LoadConfig.Connections", "connections", intVar(&cfg.Connections, bench.DefaultConnections), "requester connections"},
+		{"bench.LoadConfig.Providers", "providers", intVar(&cfg.Providers, bench.DefaultProviders), "echo provider agents"},
+		{"bench.LoadConfig.Concurrency", "concurrency", intVar(&cfg.Concurrency, bench.DefaultConcurrency), "closed loop: requests in flight over all connections"},
+		{"bench.LoadConfig.Rate", "rate", floatVar(&cfg.Rate, 0), "open loop: `n` requests per second on a fixed schedule, latency from the intended send time (0: closed loop)"},
+		{"bench.LoadConfig.MaxInFlight", "max-in-flight", intVar(&cfg.MaxInFlight, bench.DefaultMaxInFlight), "open loop: most requests waiting for replies"},
+		{"bench.LoadConfig.ServiceTime", "service-time", durationVar(&cfg.ServiceTime, 0), "how long providers wait before echoing"},
+		{"bench.LoadConfig.Timeout", "timeout", durationVar(&cfg.Timeout, bench.DefaultTimeout), "give up on a request after this"},
+		{"bench.LoadConfig.Payloads", "payload", strVar(&o.payload, bench.Size1KB), "built-in payload `size`: " + strings.Join(bench.BuiltinSizes(), ", ")},
+		{"bench.LoadConfig.Payloads", "corpus", strVar(&o.corpus, ""), "`folder` of JSON documents to send in turn instead of the built-in payload"},
+		{"bench.LoadConfig.Algorithm", "algo", strVar(&o.algo, bench.AlgorithmM2M), "wire `form` of the frames sent: m2m or tokennative"},
+		{"bench.LoadConfig.Encoding", "encoding", strVar(&o.enc, "cl100k"), "TokenNative `tokenizer`: cl100k or o200k"},
+		{"bench.LoadConfig.Security", "security", strVar(&o.security, "none"), "frame security `mode`: none, hmac or aead"},
+		{"bench.LoadConfig.Traced", "traced", boolVar(&cfg.Traced), "every M2M request carries a sampled trace context of its own (feature trace): with a daemon run with OTEL_* set, what tracing every request costs"},
+		{"bench.LoadConfig.Baseline", "baseline", boolVar(&cfg.Baseline), "also run the same load through a bare relay on the same transport (no M2M protocol) and report the ratio"},
+		{"bench.LoadConfig.Compare", "compare", strVar(&cfg.Compare, ""), "`system`: also run the same load through another system and report the ratio: nats (embedded nats-server in this process unless --nats-url,\nnats.go request/reply, queue-group responders; TLS when --transport is quic or wss), or single-node (with --provider-target:\nthe providers on the --url daemon too, so the cross-node run is compared with a single-node one)"},
+		{"bench.LoadConfig.NATSURL", "nats-url", strVar(&cfg.NATSURL, ""), "with --compare nats: the `URL` of a nats-server of yours (nats://host:port, tls://…) instead of an embedded one;\nwith --url, both servers run in processes of their own, as deployed (--pin, --ca-file, --insecure verify tls://)"},
+		{"bench.LoadConfig.Echo", "echo", boolVar(&cfg.Echo), "also run the load generator against a target that echoes at once (the generator's own limit)"},
+		{"", "json", strVar(&o.jsonOut, ""), "write every figure to this JSON `file`"},
+		{"", "plot", strVar(&o.plotOut, ""), "draw latency percentiles and throughput over time into this `file` (.svg or .png)"},
+		{"bench.LoadConfig.CPUProfile", "cpuprofile", strVar(&o.cpuProfile, ""), "write a CPU profile of the measurement window to `file` (goroutines labelled role=daemon|loadgen)"},
+		{"bench.LoadConfig.MemProfile", "memprofile", strVar(&o.memProfile, ""), "write an allocation profile to `file` at the end of the profiled run"},
+		{"bench.LoadConfig.ProfileRun", "profile-run", strVar(&cfg.ProfileRun, bench.RunM2M), "the `run` --cpuprofile and --memprofile cover: m2m, relay, echo or nats"},
+		{"bench.LoadConfig.Repeat", "repeat", intVar(&cfg.Repeat, 1), "run everything this many times, interleaved, and report medians"},
+	}
+}
+
 func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	fs := newFlagSet("bench load", "bench load [flags]\n\nSends request/response round trips through the M2M daemon from its own requester\nconnections to its own echo providers, and prints a table. Without --url it starts\na daemon in this process (loopback only).", stderr)
-	var (
-		cfg                                bench.LoadConfig
-		pin, caFile, payload, corpus, algo string
-		enc, security, jsonOut, plotOut    string
-		cpuProfile, memProfile             string
-		insecure                           bool
-	)
-	fs.StringVar(&cfg.Target, "url", "", "daemon `URL` (quic://host:port, ws://host:port/m2m, wss://…); empty: start one in-process")
-	fs.StringVar(&cfg.ProviderTarget, "provider-target", "", "daemon `URL` of another node of the --url daemon's cluster: the providers connect there, so every request crosses the cluster")
-	fs.StringVar(&cfg.Transport, "transport", bench.TransportQUIC, "`transport` of the in-process daemon and the baseline: quic, ws or wss")
-	fs.StringVar(&pin, "pin", "", "SHA-256 `fingerprint` of the daemon's certificate (quic://, wss://); default: the development\ncertificate in ./certs when there is one, as the demo does")
-	fs.StringVar(&caFile, "ca-file", "", "PEM `file` of CAs to verify the daemon at --url against")
-	fs.BoolVar(&insecure, "insecure", false, "accept any certificate from the daemon at --url (development only)")
-	fs.StringVar(&cfg.DaemonMetrics, "daemon-metrics", "", "the daemon's Prometheus `URL` (http://127.0.0.1:9090/metrics): report its own CPU and allocations")
-	fs.StringVar(&cfg.ProviderDaemonMetrics, "provider-daemon-metrics", "", "the --provider-target daemon's Prometheus `URL`: report that node's CPU too, and with --compare single-node\nthe cross/single ratio with a machine per node")
-	fs.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "measured time")
-	fs.DurationVar(&cfg.Warmup, "warmup", bench.DefaultWarmup, "load before measuring, not measured")
-	fs.IntVar(&cfg.Connections, "connections", bench.DefaultConnections, "requester connections")
-	fs.IntVar(&cfg.Providers, "providers", bench.DefaultProviders, "echo provider agents")
-	fs.IntVar(&cfg.Concurrency, "concurrency", bench.DefaultConcurrency, "closed loop: requests in flight over all connections")
-	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: `n` requests per second on a fixed schedule, latency from the intended send time (0: closed loop)")
-	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", bench.DefaultMaxInFlight, "open loop: most requests waiting for replies")
-	fs.DurationVar(&cfg.ServiceTime, "service-time", 0, "how long providers wait before echoing")
-	fs.DurationVar(&cfg.Timeout, "timeout", bench.DefaultTimeout, "give up on a request after this")
-	fs.StringVar(&payload, "payload", bench.Size1KB, "built-in payload `size`: "+strings.Join(bench.BuiltinSizes(), ", "))
-	fs.StringVar(&corpus, "corpus", "", "`folder` of JSON documents to send in turn instead of the built-in payload")
-	fs.StringVar(&algo, "algo", bench.AlgorithmM2M, "wire `form` of the frames sent: m2m or tokennative")
-	fs.StringVar(&enc, "encoding", "cl100k", "TokenNative `tokenizer`: cl100k or o200k")
-	fs.StringVar(&security, "security", "none", "frame security `mode`: none, hmac or aead")
-	fs.BoolVar(&cfg.Traced, "traced", false, "every M2M request carries a sampled trace context of its own (feature trace): with a daemon run with OTEL_* set, what tracing every request costs")
-	fs.BoolVar(&cfg.Baseline, "baseline", false, "also run the same load through a bare relay on the same transport (no M2M protocol) and report the ratio")
-	fs.StringVar(&cfg.Compare, "compare", "", "`system`: also run the same load through another system and report the ratio: nats (embedded nats-server in this process unless --nats-url,\nnats.go request/reply, queue-group responders; TLS when --transport is quic or wss), or single-node (with --provider-target:\nthe providers on the --url daemon too, so the cross-node run is compared with a single-node one)")
-	fs.StringVar(&cfg.NATSURL, "nats-url", "", "with --compare nats: the `URL` of a nats-server of yours (nats://host:port, tls://…) instead of an embedded one;\nwith --url, both servers run in processes of their own, as deployed (--pin, --ca-file, --insecure verify tls://)")
-	fs.BoolVar(&cfg.Echo, "echo", false, "also run the load generator against a target that echoes at once (the generator's own limit)")
-	fs.StringVar(&jsonOut, "json", "", "write every figure to this JSON `file`")
-	fs.StringVar(&plotOut, "plot", "", "draw latency percentiles and throughput over time into this `file` (.svg or .png)")
-	fs.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the measurement window to `file` (goroutines labelled role=daemon|loadgen)")
-	fs.StringVar(&memProfile, "memprofile", "", "write an allocation profile to `file` at the end of the profiled run")
-	fs.StringVar(&cfg.ProfileRun, "profile-run", bench.RunM2M, "the `run` --cpuprofile and --memprofile cover: m2m, relay, echo or nats")
-	fs.IntVar(&cfg.Repeat, "repeat", 1, "run everything this many times, interleaved, and report medians")
+	var o loadOptions
+	flags := o.settings()
+	flags.register(fs)
 	alias(fs, "target", "url")
 	alias(fs, "algorithm", "algo")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-
-	mode, err := parseSecurity("security", security)
+	if err := o.readFlags(); err != nil {
+		return err
+	}
+	closeProfiles, err := o.openProfiles()
 	if err != nil {
 		return err
 	}
-	cfg.Security = mode
-	switch enc {
-	case "cl100k", "cl100k_base":
-		cfg.Encoding = tokennative.Cl100k
-	case "o200k", "o200k_base":
-		cfg.Encoding = tokennative.O200k
-	default:
-		return usagef("--encoding must be cl100k or o200k, not %q", enc)
-	}
-	if algo != bench.AlgorithmM2M && algo != bench.AlgorithmTokenNative {
-		return usagef("--algo must be m2m or tokennative, not %q", algo)
-	}
-	cfg.Algorithm = algo
-	if plotOut != "" && !strings.HasSuffix(plotOut, ".svg") && !strings.HasSuffix(plotOut, ".png") {
-		return usagef("--plot file must end in .svg or .png")
-	}
-	if (cpuProfile != "" || memProfile != "") && cfg.Target != "" && cfg.ProfileRun == bench.RunM2M {
-		return usagef("--cpuprofile and --memprofile profile this process; the daemon at --url is elsewhere")
-	}
-	if err := checkWritable(map[string]string{"json": jsonOut, "plot": plotOut, "cpuprofile": cpuProfile, "memprofile": memProfile}); err != nil {
-		return err
-	}
-	if cfg.Target != "" {
-		if cfg.TLS, err = targetTLS("url", cfg.Target, pin, caFile, insecure); err != nil {
-			return err
-		}
-	}
-	if strings.HasPrefix(cfg.NATSURL, "tls://") {
-		if cfg.NATSTLS, err = targetTLS("nats-url", cfg.NATSURL, pin, caFile, insecure); err != nil {
-			return err
-		}
-	}
-	if corpus != "" {
-		if cfg.Payloads, err = bench.LoadCorpus(corpus); err != nil {
-			return err
-		}
-	} else {
-		p, err := bench.BuiltinPayload(payload)
-		if err != nil {
-			return usagef("%v", err)
-		}
-		cfg.Payloads = []bench.Payload{p}
-	}
-	if cpuProfile != "" {
-		f, err := os.Create(cpuProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		cfg.CPUProfile = f
-	}
-	if memProfile != "" {
-		f, err := os.Create(memProfile)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		cfg.MemProfile = f
-	}
+	defer closeProfiles()
+	cfg := o.cfg
 	cfg.CommandLine = "m2md bench load " + strings.Join(args, " ")
-
-	runs := 1
-	if cfg.Baseline {
-		runs++
-	}
-	if cfg.Echo {
-		runs++
-	}
-	if cfg.Compare != "" {
-		runs++
-	}
-	runs *= max(cfg.Repeat, 1)
-	per := cfg.Warmup + cfg.Duration
-	if bar := newBar(stderr, int64(runs)*per.Milliseconds(), "load"); bar != nil {
+	if bar := newBar(stderr, loadRuns(cfg)*(cfg.Warmup+cfg.Duration).Milliseconds(), "load"); bar != nil {
+		per := cfg.Warmup + cfg.Duration
 		cfg.Progress = func(p bench.Progress) {
 			_ = bar.Set64(int64(p.RunIndex-1)*per.Milliseconds() + p.Elapsed.Milliseconds())
 			bar.Describe(fmt.Sprintf("%-5s %-7s %9.0f rt/s  %d errors", p.Run, p.Phase, p.RoundTripsPerSec, p.Errors))
@@ -196,23 +143,13 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	defer stop()
 	rep, err := bench.RunLoad(ctx, cfg)
 	if err != nil {
-		return err
+		return flags.translate(err)
 	}
 	if cfg.Progress != nil {
 		fmt.Fprint(stderr, "\r\033[K")
 	}
-	if err := rep.WriteTable(stdout); err != nil {
+	if err := o.writeReport(rep, stdout); err != nil {
 		return err
-	}
-	if jsonOut != "" {
-		if err := writeFileWith(jsonOut, rep.WriteJSON); err != nil {
-			return err
-		}
-	}
-	if plotOut != "" {
-		if err := rep.PlotLoad(plotOut); err != nil {
-			return err
-		}
 	}
 	if err := ctx.Err(); err != nil {
 		return err
@@ -220,6 +157,113 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	// Figures of a run where most requests failed measure the failure.
 	if err := rep.Check(); err != nil {
 		return err // "m2md bench: most requests failed: …"
+	}
+	return nil
+}
+
+// readFlags checks the flags bench.RunLoad does not, and sets the
+// LoadConfig fields they name rather than hold: modes, TLS, payloads.
+func (o *loadOptions) readFlags() error {
+	cfg := &o.cfg
+	mode, err := parseSecurity("security", o.security)
+	if err != nil {
+		return err
+	}
+	cfg.Security = mode
+	switch o.enc {
+	case "cl100k", "cl100k_base":
+		cfg.Encoding = tokennative.Cl100k
+	case "o200k", "o200k_base":
+		cfg.Encoding = tokennative.O200k
+	default:
+		return usagef("--encoding must be cl100k or o200k, not %q", o.enc)
+	}
+	if o.algo != bench.AlgorithmM2M && o.algo != bench.AlgorithmTokenNative {
+		return usagef("--algo must be m2m or tokennative, not %q", o.algo)
+	}
+	cfg.Algorithm = o.algo
+	if o.plotOut != "" && !strings.HasSuffix(o.plotOut, ".svg") && !strings.HasSuffix(o.plotOut, ".png") {
+		return usagef("--plot file must end in .svg or .png")
+	}
+	if (o.cpuProfile != "" || o.memProfile != "") && cfg.Target != "" && cfg.ProfileRun == bench.RunM2M {
+		return usagef("--cpuprofile and --memprofile profile this process; the daemon at --url is elsewhere")
+	}
+	if err := checkWritable(map[string]string{"json": o.jsonOut, "plot": o.plotOut, "cpuprofile": o.cpuProfile, "memprofile": o.memProfile}); err != nil {
+		return err
+	}
+	if cfg.Target != "" {
+		if cfg.TLS, err = targetTLS("url", cfg.Target, o.pin, o.caFile, o.insecure); err != nil {
+			return err
+		}
+	}
+	if strings.HasPrefix(cfg.NATSURL, "tls://") {
+		if cfg.NATSTLS, err = targetTLS("nats-url", cfg.NATSURL, o.pin, o.caFile, o.insecure); err != nil {
+			return err
+		}
+	}
+	if o.corpus != "" {
+		cfg.Payloads, err = bench.LoadCorpus(o.corpus)
+		return err
+	}
+	p, err := bench.BuiltinPayload(o.payload)
+	if err != nil {
+		return usagef("%v", err)
+	}
+	cfg.Payloads = []bench.Payload{p}
+	return nil
+}
+
+// openProfiles creates the --cpuprofile and --memprofile files; closeAll
+// closes those it opened.
+func (o *loadOptions) openProfiles() (closeAll func(), err error) {
+	var files []*os.File
+	closeAll = func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	for _, p := range []struct {
+		path string
+		w    *io.Writer
+	}{{o.cpuProfile, &o.cfg.CPUProfile}, {o.memProfile, &o.cfg.MemProfile}} {
+		if p.path == "" {
+			continue
+		}
+		f, err := os.Create(p.path)
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		files = append(files, f)
+		*p.w = f
+	}
+	return closeAll, nil
+}
+
+// loadRuns is how many runs cfg asks for: the M2M run and each it is
+// compared with, as many times as it is repeated.
+func loadRuns(cfg bench.LoadConfig) int64 {
+	runs := 1
+	for _, on := range []bool{cfg.Baseline, cfg.Echo, cfg.Compare != ""} {
+		if on {
+			runs++
+		}
+	}
+	return int64(runs * max(cfg.Repeat, 1))
+}
+
+// writeReport prints rep's table and writes the --json and --plot files.
+func (o *loadOptions) writeReport(rep *bench.LoadReport, stdout io.Writer) error {
+	if err := rep.WriteTable(stdout); err != nil {
+		return err
+	}
+	if o.jsonOut != "" {
+		if err := writeFileWith(o.jsonOut, rep.WriteJSON); err != nil {
+			return err
+		}
+	}
+	if o.plotOut != "" {
+		return rep.PlotLoad(o.plotOut)
 	}
 	return nil
 }

@@ -123,3 +123,7 @@ func (f flagNamesWriter) Write(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+func floatVar(p *float64, def float64) binder {
+	return func(fs *flag.FlagSet, name, usage string) { fs.Float64Var(p, name, def, usage) }
+}

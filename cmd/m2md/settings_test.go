@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/m2md/m2md/bench"
 	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/openai/ingress"
@@ -21,14 +22,20 @@ import (
 // flag; and no flag is declared twice.
 func TestSettingsNameConfigFields(t *testing.T) {
 	types := map[string]reflect.Type{
-		"daemon.Config":   reflect.TypeFor[daemon.Config](),
-		"cluster.Config":  reflect.TypeFor[cluster.Config](),
-		"ingress.Config":  reflect.TypeFor[ingress.Config](),
-		"ingress.Limits":  reflect.TypeFor[ingress.Limits](),
-		"upstream.Config": reflect.TypeFor[upstream.Config](),
+		"daemon.Config":    reflect.TypeFor[daemon.Config](),
+		"cluster.Config":   reflect.TypeFor[cluster.Config](),
+		"ingress.Config":   reflect.TypeFor[ingress.Config](),
+		"ingress.Limits":   reflect.TypeFor[ingress.Limits](),
+		"upstream.Config":  reflect.TypeFor[upstream.Config](),
+		"bench.LoadConfig": reflect.TypeFor[bench.LoadConfig](),
 	}
-	var o serveOptions
-	tables := map[string]settings{"serve": o.settings(), "upstream": upstreamSettings(new(upstream.Config), new(string), new(int))}
+	var serve serveOptions
+	var load loadOptions
+	tables := map[string]settings{
+		"serve":      serve.settings(),
+		"upstream":   upstreamSettings(new(upstream.Config), new(string), new(int)),
+		"bench load": load.settings(),
+	}
 	for cmd, table := range tables {
 		seen := map[string]bool{}
 		for _, s := range table {
