@@ -87,7 +87,7 @@ const (
 // for the limits that can be turned off (MaxHandshakes, MaxHandshakesPerIP,
 // MaxSessionsPerIP, NewSessionsPerMinute, MessagesPerMinute,
 // BytesPerSecond, FailoverBytes), where -1 (any negative value) means
-// unlimited (for FailoverBytes: off). Each field says which it is.
+// unlimited (for FailoverBytes: off), as each of them says.
 type Config struct {
 	// QUICAddr is the UDP address for QUIC. "-" disables QUIC.
 	QUICAddr string
@@ -137,7 +137,7 @@ type Config struct {
 	DisableFeatures []negotiate.Feature
 
 	// MaxSessions bounds concurrent sessions; beyond it HELLO gets
-	// REJECT SERVER_BUSY.
+	// REJECT SERVER_BUSY. Default 10,000.
 	MaxSessions int
 	// MaxPayload is the largest DATA message the daemon accepts, 1 KiB to
 	// 16 MiB. Default negotiate.MaxPayloadLimit (16 MiB).
@@ -151,6 +151,7 @@ type Config struct {
 	AffinityEntries int
 	// MaxOutstanding bounds a session's requests in flight, as requester and
 	// as provider. It is also how many QUIC streams an agent may open.
+	// Default 1,024.
 	MaxOutstanding int
 	// ReceiveBudget bounds, in bytes, what one connection's received
 	// messages may hold while they are read and wait to be routed. A QUIC
@@ -243,7 +244,8 @@ type Config struct {
 	// gets queue_full) and, if it stays full for SlowConsumerGrace, closes the
 	// slow session. A write during which the connection takes no byte for
 	// SlowConsumerGrace (the agent has stopped reading) closes it too,
-	// queue full or not; a slow but live reader is not closed.
+	// queue full or not; a slow but live reader is not closed. Defaults
+	// 8,192 messages and 5 s.
 	SendQueueLen      int
 	SlowConsumerGrace time.Duration
 
