@@ -164,9 +164,8 @@ func TestNkeyJoin(t *testing.T) {
 	}
 }
 
-// FuzzCheckLinks: any --cluster-listen, --cluster-routes and --nats-url is
-// accepted or refused with an error, never a panic, and an error never
-// shows a URL's password.
+// FuzzCheckLinks: any Listen, Routes and URLs is accepted or refused with
+// a ConfigError, never a panic, and an error never shows a URL's password.
 func FuzzCheckLinks(f *testing.F) {
 	f.Add("10.0.0.1:6222", "nats://u:hunter2@10.0.0.2:6222", "", false)
 	f.Add("", "", "tls://u:hunter2@10.0.0.9:4222", true)
@@ -181,6 +180,9 @@ func FuzzCheckLinks(f *testing.F) {
 			c.Cert, c.CA = &tls.Certificate{}, x509.NewCertPool()
 		}
 		err := c.Check()
+		if ce := (*ConfigError)(nil); err != nil && !errors.As(err, &ce) {
+			t.Fatalf("%v is not a ConfigError", err)
+		}
 		// A password the inputs hold only as one URL's userinfo.
 		inUserinfo := strings.Count(listen+route+natsURL, "hunter2") == 1 && strings.Contains(route+natsURL, ":hunter2@")
 		if err != nil && inUserinfo && strings.Contains(err.Error(), "hunter2") {
