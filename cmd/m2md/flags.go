@@ -27,6 +27,10 @@ import (
 //     `address`, `URL`, `n`, `size`. Durations take Go syntax (10s, 1m30s).
 //   - Byte sizes are byteSizeVar flags (limitSizeVar for a limit -1 turns
 //     off): 65536, 64KiB, 16MiB or 1MB.
+//   - A flag that sets a library's Config field is a row of the command's
+//     settings table (settings.go: serve, upstream, bench load) naming the
+//     field; the library's errors and log lines, which name the field, then
+//     reach the user naming the flag (settings.translate, logWriter).
 //   - A renamed flag stays accepted under its old name through alias, hidden
 //     from help, so scripts and documented commands keep working.
 //   - A long-running command takes --log-level and --log-format through
