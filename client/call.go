@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/conversation"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
 )
@@ -232,8 +233,8 @@ type Stream struct {
 	pending [][]byte
 	call    call // cl points here: one allocation per request
 
-	to   string // the To address, for a resend
-	turn *turn  // the request's extension block, when it has one
+	to   string             // the To address, for a resend
+	turn *conversation.Turn // the request's extension block, when it has one
 	// wantHeaders: the request asked for a headers reply (ResponseHeaders),
 	// held in headers once it came.
 	wantHeaders bool
@@ -266,7 +267,7 @@ func (st *Stream) recv() (body []byte, end bool, err error) {
 		st.pending[0] = nil
 		st.pending = st.pending[1:]
 		if st.turn != nil {
-			st.turn.reply(st.cl.s.c, body, false)
+			st.turn.Reply(body, false)
 		}
 		return body, false, nil
 	}
@@ -286,7 +287,7 @@ func (st *Stream) recv() (body []byte, end bool, err error) {
 			continue
 		}
 		body, err = st.cl.s.decodeReply(r, st.lim(), st.turn)
-		if err != nil && st.turn != nil && st.turn.resendable(err) {
+		if err != nil && st.turn != nil && resendable(st.turn, err) {
 			// The provider or the daemon lacks the delta's base: the same
 			// document again, in full, transparently (docs/protocol.md §4.3).
 			if err = st.resend(); err == nil {
@@ -307,7 +308,7 @@ func (st *Stream) recv() (body []byte, end bool, err error) {
 			st.finish(err)
 			return nil, false, err
 		case st.turn != nil:
-			st.turn.reply(st.cl.s.c, body, r.end)
+			st.turn.Reply(body, r.end)
 		}
 		if r.end {
 			st.finish(io.EOF)
@@ -363,7 +364,7 @@ func (st *Stream) finish(err error) {
 // decodeReply turns a queued reply into JSON, or into the error it carries,
 // and releases its buffer. t is the request's turn, nil when it carried no
 // extension block: only such a request may be answered by a reply delta.
-func (s *session) decodeReply(r reply, lim frame.Limits, t *turn) ([]byte, error) {
+func (s *session) decodeReply(r reply, lim frame.Limits, t *conversation.Turn) ([]byte, error) {
 	defer r.msg.Release()
 	if r.err != nil {
 		return nil, r.err
@@ -378,7 +379,7 @@ func (s *session) decodeReply(r reply, lim frame.Limits, t *turn) ([]byte, error
 	if errors.Is(err, frame.ErrDelta) {
 		// A reply delta (docs/protocol.md §4.3): rebuilt against the
 		// request it answers; a failure is the provider's, not resent.
-		if body, err = t.decodeReplyDelta(r.frame, lim); err == nil {
+		if body, err = decodeReplyDelta(t, r.frame, lim); err == nil {
 			s.c.stats.replyDeltasReceived.Add(1)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/rs/zerolog"
 
+	"github.com/m2md/m2md/internal/conversation"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
 )
@@ -34,9 +35,8 @@ type Client struct {
 	// Conversations (docs/protocol.md §4.3): the requester's history and
 	// the provider's bases; nil when feature delta is off or their budget
 	// is negative.
-	nextDoc atomic.Uint64
-	hist    *history
-	bases   *bases
+	hist  *conversation.History
+	bases *conversation.Bases
 
 	// life ends with Close; handler contexts derive from it.
 	life       context.Context
@@ -118,10 +118,10 @@ func newClient(cfg *config) *Client {
 	c.life, c.lifeCancel = context.WithCancel(context.Background())
 	if slices.Contains(cfg.hello.Features, negotiate.FeatureDelta) {
 		if cfg.ConversationHistory > 0 {
-			c.hist = newHistory(cfg.ConversationHistory)
+			c.hist = conversation.NewHistory(cfg.ConversationHistory)
 		}
 		if cfg.ConversationBases > 0 {
-			c.bases = newBases(cfg.ConversationBases)
+			c.bases = conversation.NewBases(cfg.ConversationBases)
 		}
 	}
 	return c

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/conversation"
 	"github.com/m2md/m2md/negotiate"
 )
 
@@ -75,17 +76,17 @@ func (ch *chatter) answered() [][]byte {
 	return slices.Clone(ch.finals)
 }
 
-// conversation plays turns of a conversation the way an SDK user does: each
+// dialog plays turns of a conversation the way an SDK user does: each
 // request is the previous one's messages, the answer's assistant message
 // re-serialised (members reordered, extra members dropped), and a new user
 // message. Every turn streams when stream is set.
-type conversation struct {
+type dialog struct {
 	model    string
 	stream   bool
 	messages []map[string]any
 }
 
-func (cv *conversation) next(t *testing.T, prev *Response, user string) []byte {
+func (cv *dialog) next(t *testing.T, prev *Response, user string) []byte {
 	t.Helper()
 	if prev != nil {
 		var content string
@@ -136,7 +137,7 @@ func userText(i int) string {
 // play runs turns of cv from req and checks that the provider's handler
 // got every request byte for byte, and the caller every final reply (a
 // reply delta's included).
-func play(t *testing.T, req *Client, prov *chatter, cv *conversation, turns int) {
+func play(t *testing.T, req *Client, prov *chatter, cv *dialog, turns int) {
 	t.Helper()
 	before := len(prov.received())
 	answeredBefore := len(prov.answered())
@@ -200,7 +201,7 @@ func TestConversationDeltas(t *testing.T) {
 						t.Fatal("delta not negotiated")
 					}
 					const turns = 5
-					play(t, r, prov, &conversation{model: model, stream: stream}, turns)
+					play(t, r, prov, &dialog{model: model, stream: stream}, turns)
 					rs, ps := r.Stats(), p.Stats()
 					if rs.DeltasSent != turns-1 || rs.DeltaResends != 0 || ps.DeltasReceived != turns-1 || ps.BasesMissing != 0 {
 						t.Fatalf("requester %+v\nprovider %+v", rs, ps)
@@ -307,26 +308,12 @@ func TestConversationBaseMissing(t *testing.T) {
 	p := dial(t, d, "quic", Options{AgentID: "forgetful", Models: []string{"forget"}, Handler: prov, ConversationBases: -1})
 	r := dial(t, d, "quic", Options{AgentID: "asker"})
 	const turns = 17
-	play(t, r, prov, &conversation{model: "forget"}, turns)
+	play(t, r, prov, &dialog{model: "forget"}, turns)
 	// Deltas, each base_missing and resent, at turns 2, 3, 5, 9 and 17;
 	// turns 4, 6-8 and 10-16 in full.
 	rs, ps := r.Stats(), p.Stats()
 	if rs.DeltasSent != 5 || rs.DeltaResends != 5 || ps.BasesMissing != 5 || ps.DeltasReceived != 0 || rs.Requests != turns+5 {
 		t.Fatalf("requester %+v\nprovider %+v", rs, ps)
-	}
-}
-
-// A delta that arrives ends the backoff: after one miss (the provider lost
-// that one base) the very next turn is a delta again.
-func TestDeltaBackoff(t *testing.T) {
-	var b deltaBackoff
-	var fulls []uint8
-	for range 6 {
-		b = b.missed()
-		fulls = append(fulls, b.full)
-	}
-	if want := []uint8{0, 1, 3, 7, 7, 7}; !slices.Equal(fulls, want) {
-		t.Fatalf("full turns after each miss: %v, want %v", fulls, want)
 	}
 }
 
@@ -337,7 +324,7 @@ func TestConversationProviderLeaves(t *testing.T) {
 	first, second := &chatter{}, &chatter{}
 	p1 := dial(t, d, "ws", Options{AgentID: "first", Models: []string{"leave"}, Handler: first})
 	r := dial(t, d, "ws", Options{AgentID: "stays"})
-	cv := &conversation{model: "leave"}
+	cv := &dialog{model: "leave"}
 	var resp *Response
 	var err error
 	for i := range 3 {
@@ -385,7 +372,7 @@ func TestConversationWithoutDelta(t *testing.T) {
 			tc.prov.Security, tc.req.Security = frame.SecurityHMAC, frame.SecurityHMAC
 			p := dial(t, d, "ws", tc.prov)
 			r := dial(t, d, "ws", tc.req)
-			play(t, r, prov, &conversation{model: model}, 4)
+			play(t, r, prov, &dialog{model: model}, 4)
 			if rs := r.Stats(); rs.DeltasSent != tc.deltas || rs.DeltaResends != tc.resent {
 				t.Fatalf("requester %+v", rs)
 			}
@@ -407,12 +394,12 @@ func TestConversationBudgetEviction(t *testing.T) {
 	const budget = 1100
 	p := dial(t, d, "ws", Options{AgentID: "small", Models: []string{"budget"}, Handler: prov, ConversationBases: budget})
 	r := dial(t, d, "ws", Options{AgentID: "two-chats"})
-	a, b := &conversation{model: "budget"}, &conversation{model: "budget"}
+	a, b := &dialog{model: "budget"}, &dialog{model: "budget"}
 	var ra, rb *Response
 	var sent [][]byte
 	for i := range 2 {
 		for _, cv := range []struct {
-			c    *conversation
+			c    *dialog
 			resp **Response
 		}{{a, &ra}, {b, &rb}} {
 			body := cv.c.next(t, *cv.resp, userText(i))
@@ -421,7 +408,7 @@ func TestConversationBudgetEviction(t *testing.T) {
 			if err != nil {
 				t.Fatalf("turn %d: %v", i+1, err)
 			}
-			if size := len(body) + len(resp.Body) + entryOverhead; size > budget || 2*size <= budget {
+			if size := len(body) + len(resp.Body) + conversation.EntryOverhead; size > budget || 2*size <= budget {
 				t.Fatalf("a base of %d bytes: the budget %d must hold one, not two", size, budget)
 			}
 			*cv.resp = resp

@@ -8,6 +8,7 @@ import (
 	"sync"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/conversation"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
 )
@@ -105,9 +106,9 @@ type delivery struct {
 	batch bool
 
 	mu    sync.Mutex
-	wrote bool       // a reply was sent: too late for headers
-	done  bool       // the final reply was sent
-	rec   *recording // kept as a base once answered (feature delta)
+	wrote bool                    // a reply was sent: too late for headers
+	done  bool                    // the final reply was sent
+	rec   *conversation.Recording // kept as a base once answered (feature delta)
 	// reply is what a reply delta is encoded against, when the request
 	// came with an extension block (feature delta); nil otherwise.
 	reply *replyDict

@@ -4,83 +4,30 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sync"
 
 	"github.com/m2md/m2md/delta"
 	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/internal/bufpool"
+	"github.com/m2md/m2md/internal/conversation"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/transport"
 )
-
-// turn is a request sent with an extension block (docs/protocol.md §4.3):
-// what the requester needs to keep it in its history once its reply has
-// arrived, and to send it again in full after base_missing.
-type turn struct {
-	docID, baseID uint64
-	last          uint64 // messageKeys' key of all its messages
-	d             []byte // the request, then its replies' JSON appended
-	reqLen        int
-	delta         bool        // sent as a delta
-	base          *delta.Base // the base of the delta, for its reply's D_r
-	replies       int         // reply bodies returned to the caller
-	recording     bool        // d still holds every reply (within the budget)
-	resent        bool
-	miss          deltaBackoff // kept with it in the history
-}
-
-// deltaBackoff is what a conversation's base_missing answers have taught its
-// requester: after a delta comes back base_missing (and is resent in full),
-// the next 0, 1, 3, then 7 turns go in full (naming their base, for
-// affinity) as misses follow each other, and a delta that arrives resets
-// it. A provider that lost one base, or left, keeps the base of the resend
-// (the daemon routes the next turn to whichever provider took it), so it
-// costs one resend; a provider without feature delta never keeps a base
-// and would cost a round trip per turn, so it costs one try in eight once
-// the misses have doubled up to the cap.
-type deltaBackoff struct {
-	full   uint8 // turns still to send in full
-	misses uint8 // base_missing answers in a row, at most maxMisses
-}
-
-const maxMisses = 4 // full turns after a miss: 0, 1, 3, 7 (2^(misses-1) - 1)
-
-// missed is the deltaBackoff after one more base_missing.
-func (b deltaBackoff) missed() deltaBackoff {
-	if b.misses < maxMisses {
-		b.misses++
-	}
-	b.full = 1<<(b.misses-1) - 1
-	return b
-}
-
-var keyBufs = sync.Pool{New: func() any { return new([]uint64) }}
 
 // encodeRequest appends the frame of a JSON request. In a session with
 // feature delta a chat request carries an extension block naming it, and
 // travels as a delta against the kept request it continues when that is
 // smaller; the turn returned keeps it for the history. Other requests, or
 // without the feature, get a plain frame and no turn.
-func (s *session) encodeRequest(o outgoing, payload []byte) (*turn, error) {
+func (s *session) encodeRequest(o outgoing, payload []byte) (*conversation.Turn, error) {
 	c := s.c
 	if c.hist == nil || !s.info.Params.Has(negotiate.FeatureDelta) {
 		return nil, o.encodeJSON(payload, s.encLim)
 	}
-	kb := keyBufs.Get().(*[]uint64)
-	defer keyBufs.Put(kb)
-	keys, ok := messageKeys(c.hist.seed, payload, (*kb)[:0])
-	*kb = keys
-	if !ok {
+	t := c.hist.Begin(payload)
+	if t == nil {
 		return nil, o.encodeJSON(payload, s.encLim)
 	}
-	t := &turn{docID: c.newDocID(), last: keys[len(keys)-1], reqLen: len(payload), recording: true}
-	var base *delta.Base
-	t.baseID, base, t.miss = c.hist.find(keys)
-	if t.miss.full > 0 {
-		base = nil
-		t.miss.full--
-	}
-	b, isDelta, err := delta.AppendEncodeFrame(*o.buf, payload, frame.Extension{DocID: t.docID, BaseID: t.baseID}, base, s.encLim)
+	b, isDelta, err := delta.AppendEncodeFrame(*o.buf, payload, t.Extension(), t.Base(), s.encLim)
 	switch {
 	case errors.Is(err, frame.ErrSchema):
 		// Messages, but classified as a response: no extension block.
@@ -91,67 +38,34 @@ func (s *session) encodeRequest(o outgoing, payload []byte) (*turn, error) {
 		return nil, fmt.Errorf("client: encode: %w", err)
 	}
 	*o.buf = b
-	t.delta = isDelta
+	t.Sent(payload, isDelta)
 	if isDelta {
-		t.base = base
 		c.stats.deltasSent.Add(1)
 	}
-	t.d = append(make([]byte, 0, len(payload)+len(payload)/8+512), payload...)
 	return t, nil
-}
-
-// reply records a reply body returned to the caller; at the final one the
-// request and its response join the history.
-func (t *turn) reply(c *Client, body []byte, end bool) {
-	t.replies++
-	if t.recording {
-		if len(t.d)+len(body) > c.cfg.ConversationHistory {
-			// The request itself stays until the end: a reply delta's
-			// dictionary holds it.
-			t.recording = false
-			t.d = t.d[:t.reqLen:t.reqLen]
-		} else {
-			t.d = append(t.d, body...)
-		}
-	}
-	if !end || !t.recording {
-		return
-	}
-	if t.delta && !t.resent {
-		t.miss = deltaBackoff{} // the provider had the base
-	}
-	reply, ok := replyKey(c.hist.seed, t.d[t.reqLen:], t.replies > 1)
-	if ok {
-		c.hist.add(t.docID, t.last, reply, delta.MakeBase(t.d, t.reqLen), t.miss)
-	}
-	t.d = nil
 }
 
 // decodeReplyDelta rebuilds a reply delta to t's request against its
 // dictionary D_r (docs/protocol.md §4.3, "Reply deltas"): the base's
 // response when the request travelled as a delta (not its resend in
 // full), then the request.
-func (t *turn) decodeReplyDelta(fr []byte, lim frame.Limits) ([]byte, error) {
-	if t == nil || len(t.d) < t.reqLen {
+func decodeReplyDelta(t *conversation.Turn, fr []byte, lim frame.Limits) ([]byte, error) {
+	req := t.Request()
+	if req == nil {
 		return nil, errors.New("client: a reply delta to a request that carried no extension block")
 	}
-	var base *delta.Base
-	if t.delta && !t.resent {
-		base = t.base
-	}
-	dict := bufpool.Get(t.reqLen + 4096)
+	dict := bufpool.Get(len(req) + 4096)
 	defer bufpool.Put(dict)
-	*dict = delta.AppendReplyDict((*dict)[:0], base, t.d[:t.reqLen])
+	*dict = delta.AppendReplyDict((*dict)[:0], t.ReplyBase(), req)
 	return delta.AppendDecodeReply(nil, fr, *dict, lim)
 }
 
-// resendable reports whether err, the request's reply, is base_missing for
-// a delta that can still be sent again in full: once, and only if nothing
-// was returned to the caller yet.
-func (t *turn) resendable(err error) bool {
+// resendable reports whether err, the reply to t's request, is
+// base_missing for a delta that can still be sent again in full: once,
+// and only if nothing was returned to the caller yet.
+func resendable(t *conversation.Turn, err error) bool {
 	var re *RemoteError
-	return t.delta && !t.resent && t.replies == 0 && len(t.d) >= t.reqLen &&
-		errors.As(err, &re) && re.Code == negotiate.CodeBaseMissing
+	return t.CanResend() && errors.As(err, &re) && re.Code == negotiate.CodeBaseMissing
 }
 
 // resend sends the stream's request again as a full frame naming the same
@@ -159,13 +73,13 @@ func (t *turn) resendable(err error) bool {
 // new request's replies.
 func (st *Stream) resend() error {
 	t := st.turn
-	t.resent, t.miss = true, t.miss.missed()
+	t.Resent()
 	c := st.cl.s.c
 	s, err := c.current(st.ctx)
 	if err != nil {
 		return err
 	}
-	doc := t.d[:t.reqLen]
+	doc := t.Request()
 	id := c.newRequestID()
 	var tb [negotiate.MaxTraceLen]byte
 	o, err := newTracedOutgoing(0, id, st.to, s.appendTrace(tb[:0], st.ctx), len(doc))
@@ -173,7 +87,7 @@ func (st *Stream) resend() error {
 		return err
 	}
 	defer o.free()
-	b, err := frame.AppendEncodeExt(*o.buf, doc, frame.Extension{DocID: t.docID, BaseID: t.baseID}, s.encLim)
+	b, err := frame.AppendEncodeExt(*o.buf, doc, t.Extension(), s.encLim)
 	if err != nil {
 		return fmt.Errorf("client: encode: %w", err)
 	}
@@ -204,24 +118,6 @@ func (st *Stream) resend() error {
 	return nil
 }
 
-// newDocID returns the next doc_id: per client, from 1 (docs/protocol.md
-// §4.3: ids under 128 take one byte), never 0.
-func (c *Client) newDocID() uint64 {
-	for {
-		if id := c.nextDoc.Add(1); id != 0 {
-			return id
-		}
-	}
-}
-
-// recording is what a provider keeps of a delivery that carried an
-// extension block, to store it as a base once answered.
-type recording struct {
-	docID  uint64
-	d      []byte // the request, then the replies' JSON
-	reqLen int
-}
-
 // decodeDelivery decodes a delivered M2M v1 frame whose header h has been
 // read: a delta against the base this provider keeps, or a full document.
 // A frame with an extension block is recorded for d. The code is what to
@@ -240,7 +136,7 @@ func (s *session) decodeDelivery(d *delivery, plain []byte, h *frame.Header) ([]
 	var base *delta.Base
 	if h.Ext.Delta {
 		if c.bases != nil {
-			base = c.bases.get(d.from, h.Ext.BaseID)
+			base = c.bases.Get(d.from, h.Ext.BaseID)
 		}
 		body, err = delta.AppendDecodeFrame(nil, plain, base, s.decLim)
 		switch {
@@ -256,9 +152,7 @@ func (s *session) decodeDelivery(d *delivery, plain []byte, h *frame.Header) ([]
 	} else if body, err = frame.AppendDecode(nil, plain, s.decLim); err != nil {
 		return nil, negotiate.CodeBadFrame, err
 	}
-	if c.bases != nil && len(body) < c.cfg.ConversationBases {
-		d.rec = &recording{docID: h.Ext.DocID, d: append(make([]byte, 0, len(body)+len(body)/8+512), body...), reqLen: len(body)}
-	}
+	d.rec = c.bases.Record(d.from, h.Ext.DocID, body)
 	// A reply delta is tried only for a request that continues a
 	// conversation (its block names a base). The answer to a first or
 	// single turn shares too little with its request: on the corpus those
@@ -270,7 +164,7 @@ func (s *session) decodeDelivery(d *delivery, plain []byte, h *frame.Header) ([]
 		// handler gets it, and the base it was rebuilt from.
 		r := &replyDict{base: base}
 		if d.rec != nil {
-			r.req = d.rec.d[:len(body):len(body)] // never written after
+			r.req = d.rec.Request()
 		} else {
 			r.req = slices.Clone(body) // the handler owns body
 		}
@@ -317,19 +211,11 @@ func (s *session) sendFinal(ch transport.ChannelID, id uint64, json []byte, r *r
 	return nil
 }
 
-// record adds a reply the provider is sending to its recording; the final
-// one stores the base (a base whose reply then fails to leave is never
-// named by a requester). Called with d.mu held.
+// record adds a reply the provider is sending to its recording, which
+// ends (the base stored, or dropped) at the final one. Called with d.mu
+// held.
 func (d *delivery) record(json []byte, code negotiate.ErrorCode, end bool) {
-	r := d.rec
-	c := d.s.c
-	if code != "" || len(r.d)+len(json) > c.cfg.ConversationBases {
-		d.rec = nil
-		return
-	}
-	r.d = append(r.d, json...)
-	if end {
-		c.bases.put(d.from, r.docID, delta.MakeBase(r.d, r.reqLen))
+	if !d.rec.Reply(json, code != "", end) {
 		d.rec = nil
 	}
 }

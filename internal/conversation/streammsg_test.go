@@ -1,4 +1,4 @@
-package client
+package conversation
 
 import (
 	"bytes"
@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 // streamMessageReflect is streamMessage as it was written first, on
@@ -82,7 +84,11 @@ func streamMessageReflect(resp []byte) (_ []byte, ok bool) {
 // turn), concatenated as a turn records them, then "[DONE]".
 func corpusStream(tb testing.TB, n int) []byte {
 	tb.Helper()
-	files, err := filepath.Glob("../testdata/corpus/stream-chunk-*.json")
+	root, err := testkit.CorpusDir()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	files, err := filepath.Glob(filepath.Join(root, "stream-chunk-*.json"))
 	if err != nil || len(files) == 0 {
 		tb.Fatalf("corpus stream chunks: %v", err)
 	}

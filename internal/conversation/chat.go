@@ -1,4 +1,4 @@
-package client
+package conversation
 
 import (
 	"encoding/binary"
@@ -7,18 +7,11 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/m2md/m2md/delta"
 	"github.com/m2md/m2md/internal/jsonscan"
 )
 
-// Conversations (docs/protocol.md §4.3, feature delta). A requester keeps
-// the requests it sent with the responses it received, and finds among
-// them the base of a new request: the kept request whose messages, followed
-// by its response's assistant message, begin the new request's messages.
-// Messages are compared by what they say (role, content, tool calls), not
-// by their bytes: SDKs re-serialise the assistant message they send back.
-// A wrong match costs compression, never correctness: the delta is encoded
-// against the bytes the requester holds, and the provider checks the CRC.
+// The OpenAI Chat Completions schema: what a conversation's messages say,
+// as keys that the same message written differently shares.
 
 // messageKeys reads the "messages" of a chat request and returns, for each
 // i, a key of messages[0..i] (keys[i] depends on every message up to i).
@@ -189,163 +182,4 @@ func member(p *jsonscan.Doc, n jsonscan.Node, name string) jsonscan.Node {
 		}
 	}
 	return found
-}
-
-// lru holds bases within a byte budget, least recently used first out.
-type lru[K comparable] struct {
-	budget, used int
-	m            map[K]*lruEntry[K]
-	head         lruEntry[K] // sentinel: head.next is the most recent
-	evicted      func(*lruEntry[K])
-}
-
-type lruEntry[K comparable] struct {
-	key        K
-	base       *delta.Base
-	tag        uint64       // the requester's index key
-	miss       deltaBackoff // the requester's: what base_missing answers taught it
-	prev, next *lruEntry[K]
-}
-
-// entryOverhead approximates what an entry costs besides its base.
-const entryOverhead = 128
-
-func (l *lru[K]) init(budget int, evicted func(*lruEntry[K])) {
-	l.budget, l.evicted = budget, evicted
-	l.m = make(map[K]*lruEntry[K])
-	l.head.next, l.head.prev = &l.head, &l.head
-}
-
-func (l *lru[K]) unlink(e *lruEntry[K]) {
-	e.prev.next, e.next.prev = e.next, e.prev
-}
-
-func (l *lru[K]) front(e *lruEntry[K]) {
-	e.prev, e.next = &l.head, l.head.next
-	l.head.next.prev = e
-	l.head.next = e
-}
-
-// get returns the entry under k and marks it recently used.
-func (l *lru[K]) get(k K) *lruEntry[K] {
-	e := l.m[k]
-	if e == nil {
-		return nil
-	}
-	l.unlink(e)
-	l.front(e)
-	return e
-}
-
-// put keeps b under k, evicting the least recently used beyond the
-// budget; a base larger than the whole budget is not kept.
-func (l *lru[K]) put(k K, b *delta.Base, tag uint64, miss deltaBackoff) {
-	size := b.Size() + entryOverhead
-	if size > l.budget {
-		return
-	}
-	if old := l.m[k]; old != nil {
-		l.remove(old)
-	}
-	e := &lruEntry[K]{key: k, base: b, tag: tag, miss: miss}
-	l.m[k] = e
-	l.front(e)
-	l.used += size
-	for l.used > l.budget {
-		l.remove(l.head.prev)
-	}
-}
-
-func (l *lru[K]) remove(e *lruEntry[K]) {
-	l.unlink(e)
-	delete(l.m, e.key)
-	l.used -= e.base.Size() + entryOverhead
-	if l.evicted != nil {
-		l.evicted(e)
-	}
-}
-
-// history is a requester's kept documents: doc_id → base, and the index
-// from the key of "its messages plus its assistant message" to doc_id.
-type history struct {
-	mu    sync.Mutex
-	seed  maphash.Seed
-	docs  lru[uint64]
-	index map[uint64]uint64
-}
-
-func newHistory(budget int) *history {
-	h := &history{seed: maphash.MakeSeed(), index: make(map[uint64]uint64)}
-	h.docs.init(budget, func(e *lruEntry[uint64]) {
-		if h.index[e.tag] == e.key {
-			delete(h.index, e.tag)
-		}
-	})
-	return h
-}
-
-// find returns the kept document whose messages and answer begin the
-// messages keyed by keys, preferring the longest; id 0 when none. miss is
-// its conversation's deltaBackoff after base_missing.
-func (h *history) find(keys []uint64) (id uint64, base *delta.Base, miss deltaBackoff) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for i := len(keys) - 1; i >= 0; i-- {
-		if id := h.index[keys[i]]; id != 0 {
-			if e := h.docs.get(id); e != nil {
-				return id, e.base, e.miss
-			}
-		}
-	}
-	return 0, nil, deltaBackoff{}
-}
-
-// add keeps document id, whose messages are keyed by last (the last key
-// messageKeys returned) and whose response's assistant message by reply.
-func (h *history) add(id, last, reply uint64, b *delta.Base, miss deltaBackoff) {
-	tag := chain(h.seed, last, reply)
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if old := h.docs.m[h.index[tag]]; old != nil {
-		// The same messages answered alike (a request repeated): one base
-		// for both is enough, the newest.
-		h.docs.remove(old)
-	}
-	h.docs.put(id, b, tag, miss)
-	if _, kept := h.docs.m[id]; kept {
-		h.index[tag] = id
-	}
-}
-
-// baseKey names a provider's base: the requester and its doc_id.
-type baseKey struct {
-	from string
-	doc  uint64
-}
-
-// bases is a provider's kept documents.
-type bases struct {
-	mu sync.Mutex
-	l  lru[baseKey]
-}
-
-func newBases(budget int) *bases {
-	b := &bases{}
-	b.l.init(budget, nil)
-	return b
-}
-
-func (b *bases) get(from string, doc uint64) *delta.Base {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if e := b.l.get(baseKey{from, doc}); e != nil {
-		return e.base
-	}
-	return nil
-}
-
-func (b *bases) put(from string, doc uint64, base *delta.Base) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.l.put(baseKey{from, doc}, base, 0, deltaBackoff{})
 }

@@ -1,12 +1,12 @@
-package client
+package conversation
 
 import (
 	"hash/maphash"
-	"os"
 	"slices"
 	"testing"
 
 	"github.com/m2md/m2md/delta"
+	"github.com/m2md/m2md/internal/testkit"
 )
 
 func keysOf(t *testing.T, seed maphash.Seed, doc string) []uint64 {
@@ -103,7 +103,7 @@ func testBase(n int) *delta.Base {
 // The base of a request is the kept request its messages continue, the
 // longest when several do; least recently used documents leave first.
 func TestHistory(t *testing.T) {
-	h := newHistory(3 * (1000 + entryOverhead))
+	h := NewHistory(3 * (1000 + EntryOverhead))
 	turn1 := `{"messages":[{"role":"user","content":"one"}]}`
 	turn2 := `{"messages":[{"role":"user","content":"one"},{"role":"assistant","content":"A1"},{"role":"user","content":"two"}]}`
 	turn3 := `{"messages":[{"role":"user","content":"one"},{"role":"assistant","content":"A1"},{"role":"user","content":"two"},{"role":"assistant","content":"A2"},{"role":"user","content":"three"}]}`
@@ -120,12 +120,12 @@ func TestHistory(t *testing.T) {
 		t.Fatalf("empty history found %d", id)
 	}
 	b1 := testBase(1000)
-	h.add(1, last(turn1), reply("A1"), b1, deltaBackoff{})
+	h.add(1, last(turn1), reply("A1"), b1, backoff{})
 	if id, b, _ := h.find(keysOf(t, h.seed, turn2)); id != 1 || b != b1 {
 		t.Fatalf("turn 2: base %d", id)
 	}
-	h.add(2, last(turn2), reply("A2"), testBase(1000), deltaBackoff{full: 3, misses: 3})
-	if id, _, miss := h.find(keysOf(t, h.seed, turn3)); id != 2 || miss != (deltaBackoff{full: 3, misses: 3}) {
+	h.add(2, last(turn2), reply("A2"), testBase(1000), backoff{full: 3, misses: 3})
+	if id, _, miss := h.find(keysOf(t, h.seed, turn3)); id != 2 || miss != (backoff{full: 3, misses: 3}) {
 		t.Fatalf("turn 3: base %d, backoff %+v; want the longest, 2, and its backoff", id, miss)
 	}
 	// Another answer to turn 1 continues nothing kept.
@@ -136,42 +136,42 @@ func TestHistory(t *testing.T) {
 
 	// Budget: three bases fit. Using 1 makes 2 the least recent.
 	h.find(keysOf(t, h.seed, turn2))
-	h.add(3, last(`{"messages":[{"role":"user","content":"x"}]}`), reply("X"), testBase(1000), deltaBackoff{})
-	h.add(4, last(`{"messages":[{"role":"user","content":"y"}]}`), reply("Y"), testBase(1000), deltaBackoff{})
+	h.add(3, last(`{"messages":[{"role":"user","content":"x"}]}`), reply("X"), testBase(1000), backoff{})
+	h.add(4, last(`{"messages":[{"role":"user","content":"y"}]}`), reply("Y"), testBase(1000), backoff{})
 	if id, _, _ := h.find(keysOf(t, h.seed, turn3)); id != 1 {
 		t.Fatalf("after eviction turn 3 finds %d, want 1 (2 was evicted)", id)
 	}
-	if len(h.index) != 3 || len(h.docs.m) != 3 || h.docs.used != 3*(1000+entryOverhead) {
+	if len(h.index) != 3 || len(h.docs.m) != 3 || h.docs.used != 3*(1000+EntryOverhead) {
 		t.Fatalf("index %d, docs %d, used %d", len(h.index), len(h.docs.m), h.docs.used)
 	}
 	// A base larger than the budget is not kept, and evicts nothing.
-	h.add(5, last(`{"messages":[{"role":"user","content":"z"}]}`), reply("Z"), testBase(4000), deltaBackoff{})
+	h.add(5, last(`{"messages":[{"role":"user","content":"z"}]}`), reply("Z"), testBase(4000), backoff{})
 	if len(h.docs.m) != 3 || h.docs.m[5] != nil {
 		t.Fatalf("oversized base kept: %d docs", len(h.docs.m))
 	}
 	// Keeping a document again replaces it.
-	h.add(4, last(`{"messages":[{"role":"user","content":"y"}]}`), reply("Y"), testBase(500), deltaBackoff{})
-	if h.docs.used != 2*(1000+entryOverhead)+500+entryOverhead {
+	h.add(4, last(`{"messages":[{"role":"user","content":"y"}]}`), reply("Y"), testBase(500), backoff{})
+	if h.docs.used != 2*(1000+EntryOverhead)+500+EntryOverhead {
 		t.Fatalf("used %d after replacing", h.docs.used)
 	}
 	// The same request answered alike again (a load test repeating one
 	// body) replaces the older document instead of filling the budget.
-	h.add(6, last(`{"messages":[{"role":"user","content":"y"}]}`), reply("Y"), testBase(500), deltaBackoff{})
+	h.add(6, last(`{"messages":[{"role":"user","content":"y"}]}`), reply("Y"), testBase(500), backoff{})
 	if len(h.docs.m) != 3 || h.docs.m[4] != nil || h.docs.m[6] == nil {
 		t.Fatalf("repeated request: docs %v", h.docs.m)
 	}
 }
 
 func TestBases(t *testing.T) {
-	b := newBases(2 * (100 + entryOverhead))
+	b := NewBases(2 * (100 + EntryOverhead))
 	b1, b2, b3 := testBase(100), testBase(100), testBase(100)
 	b.put("alice", 1, b1)
 	b.put("bob", 1, b2)
-	if b.get("alice", 1) != b1 || b.get("bob", 1) != b2 || b.get("alice", 2) != nil {
+	if b.Get("alice", 1) != b1 || b.Get("bob", 1) != b2 || b.Get("alice", 2) != nil {
 		t.Fatal("lookup by requester and doc_id")
 	}
 	b.put("alice", 2, b3) // evicts alice/1, the least recently used
-	if b.get("alice", 1) != nil || b.get("bob", 1) != b2 || b.get("alice", 2) != b3 {
+	if b.Get("alice", 1) != nil || b.Get("bob", 1) != b2 || b.Get("alice", 2) != b3 {
 		t.Fatal("eviction")
 	}
 }
@@ -179,12 +179,9 @@ func TestBases(t *testing.T) {
 // BenchmarkMessageKeys is what finding a base costs a requester per chat
 // request, on the corpus's longest conversation turn:
 //
-//	go test ./client -run '^$' -bench MessageKeys
+//	go test ./internal/conversation -run '^$' -bench MessageKeys
 func BenchmarkMessageKeys(b *testing.B) {
-	doc, err := os.ReadFile("../testdata/corpus/conversations/conv-01/turn-12.json")
-	if err != nil {
-		b.Fatal(err)
-	}
+	doc := testkit.CorpusFile(b, "conversations/conv-01/turn-12.json")
 	seed := maphash.MakeSeed()
 	keys := make([]uint64, 0, 64)
 	b.SetBytes(int64(len(doc)))
@@ -217,4 +214,18 @@ func FuzzConversationKeys(f *testing.F) {
 			t.Fatalf("reply key %x %v, then %x %v", k1, ok1, k2, ok2)
 		}
 	})
+}
+
+// A delta that arrives ends the backoff: after one miss (the provider lost
+// that one base) the very next turn is a delta again.
+func TestBackoff(t *testing.T) {
+	var b backoff
+	var fulls []uint8
+	for range 6 {
+		b = b.missed()
+		fulls = append(fulls, b.full)
+	}
+	if want := []uint8{0, 1, 3, 7, 7, 7}; !slices.Equal(fulls, want) {
+		t.Fatalf("full turns after each miss: %v, want %v", fulls, want)
+	}
 }

@@ -1,0 +1,100 @@
+package conversation
+
+import (
+	"hash/maphash"
+	"sync"
+	"sync/atomic"
+
+	"github.com/m2md/m2md/delta"
+)
+
+// History is a requester's kept documents: doc_id → base, and the index
+// from the key of "its messages plus its assistant message" to doc_id.
+type History struct {
+	mu      sync.Mutex
+	seed    maphash.Seed
+	budget  int
+	docs    lru[uint64]
+	index   map[uint64]uint64
+	nextDoc atomic.Uint64
+}
+
+// NewHistory returns a History that keeps at most budget bytes of
+// requests and their responses (a turn larger than that is not kept).
+func NewHistory(budget int) *History {
+	h := &History{seed: maphash.MakeSeed(), budget: budget, index: make(map[uint64]uint64)}
+	h.docs.init(budget, func(e *lruEntry[uint64]) {
+		if h.index[e.tag] == e.key {
+			delete(h.index, e.tag)
+		}
+	})
+	return h
+}
+
+// newDocID returns the next doc_id: per requester, from 1 (docs/protocol.md
+// §4.3: ids under 128 take one byte), never 0.
+func (h *History) newDocID() uint64 {
+	for {
+		if id := h.nextDoc.Add(1); id != 0 {
+			return id
+		}
+	}
+}
+
+// find returns the kept document whose messages and answer begin the
+// messages keyed by keys, preferring the longest; id 0 when none. miss is
+// its conversation's backoff after base_missing.
+func (h *History) find(keys []uint64) (id uint64, base *delta.Base, miss backoff) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for i := len(keys) - 1; i >= 0; i-- {
+		if id := h.index[keys[i]]; id != 0 {
+			if e := h.docs.get(id); e != nil {
+				return id, e.base, e.miss
+			}
+		}
+	}
+	return 0, nil, backoff{}
+}
+
+// add keeps document id, whose messages are keyed by last (the last key
+// messageKeys returned) and whose response's assistant message by reply.
+func (h *History) add(id, last, reply uint64, b *delta.Base, miss backoff) {
+	tag := chain(h.seed, last, reply)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if old := h.docs.m[h.index[tag]]; old != nil {
+		// The same messages answered alike (a request repeated): one base
+		// for both is enough, the newest.
+		h.docs.remove(old)
+	}
+	h.docs.put(id, b, tag, miss)
+	if _, kept := h.docs.m[id]; kept {
+		h.index[tag] = id
+	}
+}
+
+// backoff is what a conversation's base_missing answers have taught its
+// requester: after a delta comes back base_missing (and is resent in full),
+// the next 0, 1, 3, then 7 turns go in full (naming their base, for
+// affinity) as misses follow each other, and a delta that arrives resets
+// it. A provider that lost one base, or left, keeps the base of the resend
+// (the daemon routes the next turn to whichever provider took it), so it
+// costs one resend; a provider without feature delta never keeps a base
+// and would cost a round trip per turn, so it costs one try in eight once
+// the misses have doubled up to the cap.
+type backoff struct {
+	full   uint8 // turns still to send in full
+	misses uint8 // base_missing answers in a row, at most maxMisses
+}
+
+const maxMisses = 4 // full turns after a miss: 0, 1, 3, 7 (2^(misses-1) - 1)
+
+// missed is the backoff after one more base_missing.
+func (b backoff) missed() backoff {
+	if b.misses < maxMisses {
+		b.misses++
+	}
+	b.full = 1<<(b.misses-1) - 1
+	return b
+}
