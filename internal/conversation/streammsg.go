@@ -39,14 +39,7 @@ type streamedCall struct {
 // the last of duplicates counts, as everywhere in jsonscan; the message is
 // then written by encoding/json, so its bytes are encoding/json's.
 func streamMessage(resp []byte) (_ []byte, ok bool) {
-	var msg streamedMessage
-	// The pieces, appended as they come; strings only at the end.
-	type callParts struct{ id, typ, name, args []byte }
-	var (
-		role, content []byte
-		hasContent    bool
-		calls         []callParts
-	)
+	var parts streamParts
 	p := docs.Get().(*jsonscan.Doc)
 	defer func() { p.Release(); docs.Put(p) }()
 	for rest := resp; ; {
@@ -54,103 +47,148 @@ func streamMessage(resp []byte) (_ []byte, ok bool) {
 		if v, rest = nextValue(rest); v == nil {
 			break
 		}
-		root, err := p.Parse(v, jsonscan.Limits{})
-		if err != nil {
-			return nil, false
-		}
-		if root.Kind != jsonscan.KindObject {
-			continue // a relay's end marker ("[DONE]"), not a chunk
-		}
-		choices, ok := typed(p, root, "choices", jsonscan.KindArray)
+		whole, ok := parts.addChunk(p, v)
 		if !ok {
 			return nil, false
 		}
-		if len(p.Children(choices)) == 0 {
-			continue
-		}
-		choice := p.Children(choices)[0]
-		switch choice.Kind {
-		case jsonscan.KindNull:
-			continue
-		case jsonscan.KindObject:
-		default:
-			return nil, false
-		}
-		if m := member(p, choice, "message"); m.Kind != jsonscan.KindNone && m.Kind != jsonscan.KindNull {
-			// A stream that ends with a whole response: its message is
-			// the answer.
-			return p.Text(m), true
-		}
-		d, ok := typed(p, choice, "delta", jsonscan.KindObject)
-		if !ok {
-			return nil, false
-		}
-		if r, ok := typed(p, d, "role", jsonscan.KindString); !ok {
-			return nil, false
-		} else if len(role) == 0 {
-			role = p.Str(r).AppendDecoded(role)
-		}
-		if c, ok := typed(p, d, "content", jsonscan.KindString); !ok {
-			return nil, false
-		} else if c.Kind == jsonscan.KindString {
-			content, hasContent = p.Str(c).AppendDecoded(content), true
-		}
-		tcs, ok := typed(p, d, "tool_calls", jsonscan.KindArray)
-		if !ok {
-			return nil, false
-		}
-		for _, tc := range p.Children(tcs) {
-			if tc.Kind == jsonscan.KindNull {
-				tc = jsonscan.Node{} // a call at index 0 with nothing in it
-			} else if tc.Kind != jsonscan.KindObject {
-				return nil, false
-			}
-			index := 0
-			if n, ok := typed(p, tc, "index", jsonscan.KindNumber); !ok {
-				return nil, false
-			} else if n.Kind == jsonscan.KindNumber {
-				if _, integer := n.Number(); !integer {
-					return nil, false
-				}
-				if index, err = strconv.Atoi(string(p.Text(n))); err != nil {
-					return nil, false
-				}
-			}
-			if index < 0 || index > len(calls) {
-				return nil, false
-			}
-			if index == len(calls) {
-				calls = append(calls, callParts{})
-			}
-			c := &calls[index]
-			fn, ok := typed(p, tc, "function", jsonscan.KindObject)
-			if !ok {
-				return nil, false
-			}
-			for _, f := range [...]struct {
-				obj  jsonscan.Node
-				name string
-				dst  *[]byte
-			}{{tc, "id", &c.id}, {tc, "type", &c.typ}, {fn, "name", &c.name}, {fn, "arguments", &c.args}} {
-				s, ok := typed(p, f.obj, f.name, jsonscan.KindString)
-				if !ok {
-					return nil, false
-				}
-				if s.Kind == jsonscan.KindString {
-					*f.dst = p.Str(s).AppendDecoded(*f.dst)
-				}
-			}
+		if whole != nil {
+			return whole, true
 		}
 	}
-	if len(role) == 0 {
+	return parts.message()
+}
+
+// streamParts are the pieces of the message a stream's chunks bring,
+// appended as they come; strings only at the end.
+type streamParts struct {
+	role, content []byte
+	hasContent    bool
+	calls         []callParts
+}
+
+type callParts struct{ id, typ, name, args []byte }
+
+// addChunk adds the pieces of chunk v, parsed with p. whole is the message
+// of a chunk that carries a whole one (a stream that ends with a whole
+// response: its message is the answer). ok is false when v is not JSON or
+// a field has the wrong type.
+func (s *streamParts) addChunk(p *jsonscan.Doc, v []byte) (whole []byte, ok bool) {
+	root, err := p.Parse(v, jsonscan.Limits{})
+	if err != nil {
 		return nil, false
 	}
-	msg.Role = string(role)
-	if hasContent {
-		s := string(content)
-		msg.Content = &s
+	if root.Kind != jsonscan.KindObject {
+		return nil, true // a relay's end marker ("[DONE]"), not a chunk
 	}
-	for _, c := range calls {
+	choices, ok := typed(p, root, "choices", jsonscan.KindArray)
+	if !ok {
+		return nil, false
+	}
+	if len(p.Children(choices)) == 0 {
+		return nil, true
+	}
+	choice := p.Children(choices)[0]
+	switch choice.Kind {
+	case jsonscan.KindNull:
+		return nil, true
+	case jsonscan.KindObject:
+	default:
+		return nil, false
+	}
+	if m := member(p, choice, "message"); m.Kind != jsonscan.KindNone && m.Kind != jsonscan.KindNull {
+		return p.Text(m), true
+	}
+	d, ok := typed(p, choice, "delta", jsonscan.KindObject)
+	if !ok {
+		return nil, false
+	}
+	return nil, s.addDelta(p, d)
+}
+
+// addDelta adds a chunk's choices[0].delta: the first role, the content
+// appended, and its tool calls' pieces.
+func (s *streamParts) addDelta(p *jsonscan.Doc, d jsonscan.Node) bool {
+	if r, ok := typed(p, d, "role", jsonscan.KindString); !ok {
+		return false
+	} else if len(s.role) == 0 {
+		s.role = p.Str(r).AppendDecoded(s.role)
+	}
+	if c, ok := typed(p, d, "content", jsonscan.KindString); !ok {
+		return false
+	} else if c.Kind == jsonscan.KindString {
+		s.content, s.hasContent = p.Str(c).AppendDecoded(s.content), true
+	}
+	tcs, ok := typed(p, d, "tool_calls", jsonscan.KindArray)
+	if !ok {
+		return false
+	}
+	for _, tc := range p.Children(tcs) {
+		if !s.addToolCall(p, tc) {
+			return false
+		}
+	}
+	return true
+}
+
+// addToolCall appends the pieces of one tool call delta to the call its
+// index names: the next one starts a call, a later one is refused.
+func (s *streamParts) addToolCall(p *jsonscan.Doc, tc jsonscan.Node) bool {
+	if tc.Kind == jsonscan.KindNull {
+		tc = jsonscan.Node{} // a call at index 0 with nothing in it
+	} else if tc.Kind != jsonscan.KindObject {
+		return false
+	}
+	index := 0
+	if n, ok := typed(p, tc, "index", jsonscan.KindNumber); !ok {
+		return false
+	} else if n.Kind == jsonscan.KindNumber {
+		if _, integer := n.Number(); !integer {
+			return false
+		}
+		var err error
+		if index, err = strconv.Atoi(string(p.Text(n))); err != nil {
+			return false
+		}
+	}
+	if index < 0 || index > len(s.calls) {
+		return false
+	}
+	if index == len(s.calls) {
+		s.calls = append(s.calls, callParts{})
+	}
+	c := &s.calls[index]
+	fn, ok := typed(p, tc, "function", jsonscan.KindObject)
+	if !ok {
+		return false
+	}
+	for _, f := range [...]struct {
+		obj  jsonscan.Node
+		name string
+		dst  *[]byte
+	}{{tc, "id", &c.id}, {tc, "type", &c.typ}, {fn, "name", &c.name}, {fn, "arguments", &c.args}} {
+		v, ok := typed(p, f.obj, f.name, jsonscan.KindString)
+		if !ok {
+			return false
+		}
+		if v.Kind == jsonscan.KindString {
+			*f.dst = p.Str(v).AppendDecoded(*f.dst)
+		}
+	}
+	return true
+}
+
+// message writes the message the pieces add up to with encoding/json; ok
+// is false when no chunk named a role.
+func (s *streamParts) message() (_ []byte, ok bool) {
+	if len(s.role) == 0 {
+		return nil, false
+	}
+	msg := streamedMessage{Role: string(s.role)}
+	if s.hasContent {
+		c := string(s.content)
+		msg.Content = &c
+	}
+	for _, c := range s.calls {
 		var out streamedCall
 		out.ID, out.Type, out.Function.Name, out.Function.Arguments = string(c.id), string(c.typ), string(c.name), string(c.args)
 		msg.ToolCalls = append(msg.ToolCalls, out)
