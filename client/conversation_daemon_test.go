@@ -427,3 +427,51 @@ func TestConversationBudgetEviction(t *testing.T) {
 		t.Fatalf("requester %+v\nprovider %+v", rs, ps)
 	}
 }
+
+// A request sent again and answered alike (a load test, a client's retry)
+// shares, at both ends, the bytes kept of the first exchange; the
+// conversation then continues as a delta against the newest of them (the
+// requester's budget holds one), and the provider rebuilds it byte for
+// byte.
+func TestConversationRepeated(t *testing.T) {
+	d := startDaemon(t)
+	var (
+		mu  sync.Mutex
+		got [][]byte
+	)
+	const answer = `{"id":"chatcmpl-1","object":"chat.completion","choices":[{"index":0,"message":{"role":"assistant","content":"Sixty-three, since f(n) counts the calls."},"finish_reason":"stop"}]}`
+	p := dial(t, d, "ws", Options{AgentID: "p-repeat", Models: []string{"repeat"}, Handler: HandlerFunc(func(_ context.Context, req *Request, w ResponseWriter) {
+		mu.Lock()
+		got = append(got, req.Body)
+		mu.Unlock()
+		w.Respond([]byte(answer))
+	})})
+	system, _ := json.Marshal(userText(1))
+	first := []byte(`{"model":"repeat","messages":[{"role":"system","content":` + string(system) + `},{"role":"user","content":"What is f(6)?"}]}`)
+	r := dial(t, d, "ws", Options{AgentID: "r-repeat", ConversationHistory: len(first) + len(answer) + conversation.EntryOverhead})
+	next := []byte(`{"model":"repeat","messages":[{"role":"system","content":` + string(system) + `},{"role":"user","content":"What is f(6)?"},` +
+		`{"role":"assistant","content":"Sixty-three, since f(n) counts the calls."},{"role":"user","content":"And f(7)?"}]}`)
+	sent := [][]byte{first, first, first, next}
+	for i, body := range sent {
+		resp, err := r.Do(testCtx(t), body)
+		if err != nil {
+			t.Fatalf("request %d: %v", i+1, err)
+		}
+		if string(resp.Body) != answer {
+			t.Fatalf("request %d: answer %s", i+1, resp.Body)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(got) != len(sent) {
+		t.Fatalf("the handler got %d requests for %d", len(got), len(sent))
+	}
+	for i := range got {
+		if !bytes.Equal(got[i], sent[i]) {
+			t.Fatalf("request %d: the handler got\n%s\nwant\n%s", i+1, got[i], sent[i])
+		}
+	}
+	if rs, ps := r.Stats(), p.Stats(); rs.DeltasSent != 1 || rs.DeltaResends != 0 || ps.DeltasReceived != 1 || ps.BasesMissing != 0 {
+		t.Fatalf("requester %+v\nprovider %+v", rs, ps)
+	}
+}

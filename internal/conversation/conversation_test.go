@@ -120,11 +120,11 @@ func TestHistory(t *testing.T) {
 		t.Fatalf("empty history found %d", id)
 	}
 	b1 := testBase(1000)
-	h.add(1, last(turn1), reply("A1"), b1, backoff{})
+	h.add(1, last(turn1), reply("A1"), b1, false, backoff{})
 	if id, b, _ := h.find(keysOf(t, h.seed, turn2)); id != 1 || b != b1 {
 		t.Fatalf("turn 2: base %d", id)
 	}
-	h.add(2, last(turn2), reply("A2"), testBase(1000), backoff{full: 3, misses: 3})
+	h.add(2, last(turn2), reply("A2"), testBase(1000), false, backoff{full: 3, misses: 3})
 	if id, _, miss := h.find(keysOf(t, h.seed, turn3)); id != 2 || miss != (backoff{full: 3, misses: 3}) {
 		t.Fatalf("turn 3: base %d, backoff %+v; want the longest, 2, and its backoff", id, miss)
 	}
@@ -136,8 +136,8 @@ func TestHistory(t *testing.T) {
 
 	// Budget: three bases fit. Using 1 makes 2 the least recent.
 	h.find(keysOf(t, h.seed, turn2))
-	h.add(3, last(`{"messages":[{"role":"user","content":"x"}]}`), reply("X"), testBase(1000), backoff{})
-	h.add(4, last(`{"messages":[{"role":"user","content":"y"}]}`), reply("Y"), testBase(1000), backoff{})
+	h.add(3, last(`{"messages":[{"role":"user","content":"x"}]}`), reply("X"), testBase(1000), false, backoff{})
+	h.add(4, last(`{"messages":[{"role":"user","content":"y"}]}`), reply("Y"), testBase(1000), false, backoff{})
 	if id, _, _ := h.find(keysOf(t, h.seed, turn3)); id != 1 {
 		t.Fatalf("after eviction turn 3 finds %d, want 1 (2 was evicted)", id)
 	}
@@ -145,18 +145,18 @@ func TestHistory(t *testing.T) {
 		t.Fatalf("index %d, docs %d, used %d", len(h.index), len(h.docs.m), h.docs.used)
 	}
 	// A base larger than the budget is not kept, and evicts nothing.
-	h.add(5, last(`{"messages":[{"role":"user","content":"z"}]}`), reply("Z"), testBase(4000), backoff{})
+	h.add(5, last(`{"messages":[{"role":"user","content":"z"}]}`), reply("Z"), testBase(4000), false, backoff{})
 	if len(h.docs.m) != 3 || h.docs.m[5] != nil {
 		t.Fatalf("oversized base kept: %d docs", len(h.docs.m))
 	}
 	// Keeping a document again replaces it.
-	h.add(4, last(`{"messages":[{"role":"user","content":"y"}]}`), reply("Y"), testBase(500), backoff{})
+	h.add(4, last(`{"messages":[{"role":"user","content":"y"}]}`), reply("Y"), testBase(500), false, backoff{})
 	if h.docs.used != 2*(1000+EntryOverhead)+500+EntryOverhead {
 		t.Fatalf("used %d after replacing", h.docs.used)
 	}
 	// The same request answered alike again (a load test repeating one
 	// body) replaces the older document instead of filling the budget.
-	h.add(6, last(`{"messages":[{"role":"user","content":"y"}]}`), reply("Y"), testBase(500), backoff{})
+	h.add(6, last(`{"messages":[{"role":"user","content":"y"}]}`), reply("Y"), testBase(500), false, backoff{})
 	if len(h.docs.m) != 3 || h.docs.m[4] != nil || h.docs.m[6] == nil {
 		t.Fatalf("repeated request: docs %v", h.docs.m)
 	}
@@ -165,12 +165,12 @@ func TestHistory(t *testing.T) {
 func TestBases(t *testing.T) {
 	b := NewBases(2 * (100 + EntryOverhead))
 	b1, b2, b3 := testBase(100), testBase(100), testBase(100)
-	b.put("alice", 1, b1)
-	b.put("bob", 1, b2)
+	b.put("alice", 1, b1, 1)
+	b.put("bob", 1, b2, 2)
 	if b.Get("alice", 1) != b1 || b.Get("bob", 1) != b2 || b.Get("alice", 2) != nil {
 		t.Fatal("lookup by requester and doc_id")
 	}
-	b.put("alice", 2, b3) // evicts alice/1, the least recently used
+	b.put("alice", 2, b3, 3) // evicts alice/1, the least recently used
 	if b.Get("alice", 1) != nil || b.Get("bob", 1) != b2 || b.Get("alice", 2) != b3 {
 		t.Fatal("eviction")
 	}

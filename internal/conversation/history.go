@@ -1,6 +1,7 @@
 package conversation
 
 import (
+	"bytes"
 	"hash/maphash"
 	"sync"
 	"sync/atomic"
@@ -8,24 +9,30 @@ import (
 	"github.com/m2md/m2md/delta"
 )
 
-// History is a requester's kept documents: doc_id → base, and the index
-// from the key of "its messages plus its assistant message" to doc_id.
+// History is a requester's kept documents: doc_id → base, the index from
+// the key of "its messages plus its assistant message" to doc_id, and from
+// the key of its messages alone to the newest doc_id (to find a request
+// sent again).
 type History struct {
 	mu      sync.Mutex
 	seed    maphash.Seed
 	budget  int
 	docs    lru[uint64]
 	index   map[uint64]uint64
+	byLast  map[uint64]uint64
 	nextDoc atomic.Uint64
 }
 
 // NewHistory returns a History that keeps at most budget bytes of
 // requests and their responses (a turn larger than that is not kept).
 func NewHistory(budget int) *History {
-	h := &History{seed: maphash.MakeSeed(), budget: budget, index: make(map[uint64]uint64)}
+	h := &History{seed: maphash.MakeSeed(), budget: budget, index: make(map[uint64]uint64), byLast: make(map[uint64]uint64)}
 	h.docs.init(budget, func(e *lruEntry[uint64]) {
 		if h.index[e.tag] == e.key {
 			delete(h.index, e.tag)
+		}
+		if h.byLast[e.last] == e.key {
+			delete(h.byLast, e.last)
 		}
 	})
 	return h
@@ -58,9 +65,14 @@ func (h *History) find(keys []uint64) (id uint64, base *delta.Base, miss backoff
 }
 
 // add keeps document id, whose messages are keyed by last (the last key
-// messageKeys returned) and whose response's assistant message by reply.
-func (h *History) add(id, last, reply uint64, b *delta.Base, miss backoff) {
-	tag := chain(h.seed, last, reply)
+// messageKeys returned) and whose response's assistant message by reply;
+// stream says whether the response came in several replies.
+func (h *History) add(id, last, reply uint64, b *delta.Base, stream bool, miss backoff) {
+	h.addTagged(id, last, chain(h.seed, last, reply), b, stream, miss)
+}
+
+// addTagged is add with the index key, chain(last, reply), known.
+func (h *History) addTagged(id, last, tag uint64, b *delta.Base, stream bool, miss backoff) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	if old := h.docs.m[h.index[tag]]; old != nil {
@@ -68,10 +80,32 @@ func (h *History) add(id, last, reply uint64, b *delta.Base, miss backoff) {
 		// for both is enough, the newest.
 		h.docs.remove(old)
 	}
-	h.docs.put(id, b, tag, miss)
-	if _, kept := h.docs.m[id]; kept {
+	if e := h.docs.put(id, b, tag, miss); e != nil {
+		e.last, e.stream = last, stream
 		h.index[tag] = id
+		h.byLast[last] = id
 	}
+}
+
+// kept is what a requester holds of a kept document that a new request
+// repeats: the new turn shares its bytes for as long as it repeats them.
+type kept struct {
+	base   *delta.Base
+	tag    uint64
+	stream bool
+}
+
+// repeated returns the newest kept document whose messages are keyed by
+// last and whose request is request, byte for byte; ok is false when there
+// is none. It does not count as a use of the document.
+func (h *History) repeated(last uint64, request []byte) (k kept, ok bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	e := h.docs.m[h.byLast[last]]
+	if e == nil || !bytes.Equal(e.base.Request(), request) {
+		return kept{}, false
+	}
+	return kept{base: e.base, tag: e.tag, stream: e.stream}, true
 }
 
 // backoff is what a conversation's base_missing answers have taught its

@@ -11,10 +11,17 @@ type lru[K comparable] struct {
 }
 
 type lruEntry[K comparable] struct {
-	key        K
-	base       *delta.Base
-	tag        uint64  // the requester's index key
-	miss       backoff // the requester's: what base_missing answers taught it
+	key  K
+	base *delta.Base
+	// tag is the requester's index key, or the provider's key of the
+	// request's bytes (0: none).
+	tag uint64
+	// The requester's: the key of the request's messages, whether its
+	// answer was streamed (several replies), and what base_missing
+	// answers taught it.
+	last       uint64
+	stream     bool
+	miss       backoff
 	prev, next *lruEntry[K]
 }
 
@@ -50,11 +57,12 @@ func (l *lru[K]) get(k K) *lruEntry[K] {
 }
 
 // put keeps b under k, evicting the least recently used beyond the
-// budget; a base larger than the whole budget is not kept.
-func (l *lru[K]) put(k K, b *delta.Base, tag uint64, miss backoff) {
+// budget, and returns its entry; a base larger than the whole budget is
+// not kept (nil).
+func (l *lru[K]) put(k K, b *delta.Base, tag uint64, miss backoff) *lruEntry[K] {
 	size := b.Size() + EntryOverhead
 	if size > l.budget {
-		return
+		return nil
 	}
 	if old := l.m[k]; old != nil {
 		l.remove(old)
@@ -66,6 +74,7 @@ func (l *lru[K]) put(k K, b *delta.Base, tag uint64, miss backoff) {
 	for l.used > l.budget {
 		l.remove(l.head.prev)
 	}
+	return e // never evicted here: it is the most recent, and fits
 }
 
 func (l *lru[K]) remove(e *lruEntry[K]) {

@@ -1,6 +1,7 @@
 package conversation
 
 import (
+	"bytes"
 	"sync"
 
 	"github.com/m2md/m2md/delta"
@@ -16,13 +17,20 @@ type Turn struct {
 	docID, baseID uint64
 	last          uint64      // messageKeys' key of all its messages
 	base          *delta.Base // the base to try, then the delta's (when sent as one)
-	d             []byte      // the request, then its replies' JSON appended
+	req           []byte      // the request as sent, until its answer is in
+	d             []byte      // a copy of the request, then its replies' JSON appended
 	reqLen        int
-	delta         bool // sent as a delta
-	replies       int  // reply bodies returned to the caller
-	recording     bool // d still holds every reply (within the budget)
-	resent        bool
-	miss          backoff // kept with it in the history
+	// A request that repeats a kept one byte for byte shares its bytes
+	// instead of a copy in d, as long as its replies repeat the kept
+	// answer's (the first off bytes so far): a repeated exchange adds
+	// nothing a later request could use that the kept one does not hold.
+	same      *kept
+	off       int
+	delta     bool // sent as a delta
+	replies   int  // reply bodies returned to the caller
+	recording bool // every reply is held (within the budget)
+	resent    bool
+	miss      backoff // kept with it in the history
 }
 
 var keyBufs = sync.Pool{New: func() any { return new([]uint64) }}
@@ -42,6 +50,9 @@ func (h *History) Begin(request []byte) *Turn {
 	}
 	t := &Turn{h: h, docID: h.newDocID(), last: keys[len(keys)-1], reqLen: len(request), recording: true}
 	t.baseID, t.base, t.miss = h.find(keys)
+	if k, ok := h.repeated(t.last, request); ok {
+		t.same = &k
+	}
 	if t.miss.full > 0 {
 		t.base = nil
 		t.miss.full--
@@ -61,19 +72,24 @@ func (t *Turn) Extension() frame.Extension {
 func (t *Turn) Base() *delta.Base { return t.base }
 
 // Sent records that request left, as a delta against Base or in full, and
-// keeps a copy of it.
+// keeps a copy of it (unless it repeats a kept request).
 func (t *Turn) Sent(request []byte, asDelta bool) {
 	t.delta = asDelta
+	if t.same != nil {
+		t.req = t.same.base.Request()
+		return
+	}
 	t.d = append(make([]byte, 0, len(request)+len(request)/8+512), request...)
+	t.req = t.d[:t.reqLen]
 }
 
 // Request is the request as sent, nil once its answer is in (or before it
 // was sent).
 func (t *Turn) Request() []byte {
-	if t == nil || len(t.d) < t.reqLen {
+	if t == nil {
 		return nil
 	}
-	return t.d[:t.reqLen]
+	return t.req
 }
 
 // ReplyBase is the base a reply delta's dictionary starts with (D_r, docs/
@@ -90,7 +106,7 @@ func (t *Turn) ReplyBase() *delta.Base {
 // again in full: a delta, not resent yet, and nothing returned to the
 // caller.
 func (t *Turn) CanResend() bool {
-	return t.delta && !t.resent && t.replies == 0 && len(t.d) >= t.reqLen
+	return t.delta && !t.resent && t.replies == 0 && t.req != nil
 }
 
 // Resent records that the request went again in full after base_missing.
@@ -101,24 +117,64 @@ func (t *Turn) Resent() { t.resent, t.miss = true, t.miss.missed() }
 func (t *Turn) Reply(body []byte, end bool) {
 	t.replies++
 	if t.recording {
-		if len(t.d)+len(body) > t.h.budget {
+		switch {
+		case t.held()+len(body) > t.h.budget:
 			// The request itself stays until the end: a reply delta's
 			// dictionary holds it.
 			t.recording = false
-			t.d = t.d[:t.reqLen:t.reqLen]
-		} else {
+			if t.same == nil {
+				t.d = t.d[:t.reqLen:t.reqLen]
+			}
+		case t.same != nil && bytes.HasPrefix(t.same.base.Response()[t.off:], body):
+			t.off += len(body)
+		default:
+			t.copyShared()
 			t.d = append(t.d, body...)
 		}
 	}
-	if !end || !t.recording {
+	if end {
+		t.answered()
+	}
+}
+
+// held is the bytes of the request and the replies held so far.
+func (t *Turn) held() int {
+	if t.same != nil {
+		return t.reqLen + t.off
+	}
+	return len(t.d)
+}
+
+// copyShared ends the sharing of a repeated exchange whose replies now
+// differ (or end early): d gets a copy of what was shared.
+func (t *Turn) copyShared() {
+	if t.same == nil {
+		return
+	}
+	resp := t.same.base.Response()[:t.off]
+	t.d = append(append(make([]byte, 0, t.reqLen+len(resp)+t.reqLen/8+512), t.req...), resp...)
+	t.req, t.same = t.d[:t.reqLen], nil
+}
+
+// answered adds the request and its response to the history, once the
+// final reply is in: a repeated exchange under the kept one's index key
+// with its bytes, another with the key of its answer's message.
+func (t *Turn) answered() {
+	defer func() { t.req, t.d, t.same = nil, nil, nil }()
+	if !t.recording {
 		return
 	}
 	if t.delta && !t.resent {
 		t.miss = backoff{} // the provider had the base
 	}
-	reply, ok := replyKey(t.h.seed, t.d[t.reqLen:], t.replies > 1)
-	if ok {
-		t.h.add(t.docID, t.last, reply, delta.MakeBase(t.d, t.reqLen), t.miss)
+	stream := t.replies > 1
+	if s := t.same; s != nil && t.off == s.base.Size()-t.reqLen && stream == s.stream {
+		t.h.addTagged(t.docID, t.last, s.tag, s.base, stream, t.miss)
+		return
 	}
-	t.d = nil
+	t.copyShared()
+	reply, ok := replyKey(t.h.seed, t.d[t.reqLen:], stream)
+	if ok {
+		t.h.add(t.docID, t.last, reply, delta.MakeBase(t.d, t.reqLen), stream, t.miss)
+	}
 }
