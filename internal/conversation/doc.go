@@ -19,6 +19,14 @@
 // extension block and its answers (Bases.Record), under the requester's
 // agent id and the request's doc_id, to rebuild the deltas that name them.
 //
+// Either end copies a request it keeps, since its caller or handler owns
+// the request's bytes, and appends the answer to the copy; but an exchange
+// that repeats a kept one byte for byte (a load test repeating one body, a
+// retry) shares the kept bytes for as long as its answer repeats the kept
+// answer: it adds no base a later request could use that the kept one does
+// not hold, and what is kept, so every later delta, stays byte for byte the
+// same.
+//
 // Both are bounded by a byte budget, least recently used out first; memory
 // is taken only as conversations come. History and Bases are safe for
 // concurrent use; a Turn and a Recording belong to one request and its
