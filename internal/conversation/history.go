@@ -96,16 +96,16 @@ type kept struct {
 }
 
 // repeated returns the newest kept document whose messages are keyed by
-// last and whose request is request, byte for byte; ok is false when there
-// is none. It does not count as a use of the document.
-func (h *History) repeated(last uint64, request []byte) (k kept, ok bool) {
+// last and whose request is request, byte for byte (base nil when there is
+// none). It does not count as a use of the document.
+func (h *History) repeated(last uint64, request []byte) kept {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	e := h.docs.m[h.byLast[last]]
 	if e == nil || !bytes.Equal(e.base.Request(), request) {
-		return kept{}, false
+		return kept{}
 	}
-	return kept{base: e.base, tag: e.tag, stream: e.stream}, true
+	return kept{base: e.base, tag: e.tag, stream: e.stream}
 }
 
 // backoff is what a conversation's base_missing answers have taught its

@@ -24,7 +24,7 @@ type Turn struct {
 	// instead of a copy in d, as long as its replies repeat the kept
 	// answer's (the first off bytes so far): a repeated exchange adds
 	// nothing a later request could use that the kept one does not hold.
-	same      *kept
+	same      kept // same.base nil: not sharing
 	off       int
 	delta     bool // sent as a delta
 	replies   int  // reply bodies returned to the caller
@@ -50,9 +50,7 @@ func (h *History) Begin(request []byte) *Turn {
 	}
 	t := &Turn{h: h, docID: h.newDocID(), last: keys[len(keys)-1], reqLen: len(request), recording: true}
 	t.baseID, t.base, t.miss = h.find(keys)
-	if k, ok := h.repeated(t.last, request); ok {
-		t.same = &k
-	}
+	t.same = h.repeated(t.last, request)
 	if t.miss.full > 0 {
 		t.base = nil
 		t.miss.full--
@@ -75,7 +73,7 @@ func (t *Turn) Base() *delta.Base { return t.base }
 // keeps a copy of it (unless it repeats a kept request).
 func (t *Turn) Sent(request []byte, asDelta bool) {
 	t.delta = asDelta
-	if t.same != nil {
+	if t.same.base != nil {
 		t.req = t.same.base.Request()
 		return
 	}
@@ -122,10 +120,10 @@ func (t *Turn) Reply(body []byte, end bool) {
 			// The request itself stays until the end: a reply delta's
 			// dictionary holds it.
 			t.recording = false
-			if t.same == nil {
+			if t.same.base == nil {
 				t.d = t.d[:t.reqLen:t.reqLen]
 			}
-		case t.same != nil && bytes.HasPrefix(t.same.base.Response()[t.off:], body):
+		case t.same.base != nil && bytes.HasPrefix(t.same.base.Response()[t.off:], body):
 			t.off += len(body)
 		default:
 			t.copyShared()
@@ -139,7 +137,7 @@ func (t *Turn) Reply(body []byte, end bool) {
 
 // held is the bytes of the request and the replies held so far.
 func (t *Turn) held() int {
-	if t.same != nil {
+	if t.same.base != nil {
 		return t.reqLen + t.off
 	}
 	return len(t.d)
@@ -148,19 +146,19 @@ func (t *Turn) held() int {
 // copyShared ends the sharing of a repeated exchange whose replies now
 // differ (or end early): d gets a copy of what was shared.
 func (t *Turn) copyShared() {
-	if t.same == nil {
+	if t.same.base == nil {
 		return
 	}
 	resp := t.same.base.Response()[:t.off]
 	t.d = append(append(make([]byte, 0, t.reqLen+len(resp)+t.reqLen/8+512), t.req...), resp...)
-	t.req, t.same = t.d[:t.reqLen], nil
+	t.req, t.same = t.d[:t.reqLen], kept{}
 }
 
 // answered adds the request and its response to the history, once the
 // final reply is in: a repeated exchange under the kept one's index key
 // with its bytes, another with the key of its answer's message.
 func (t *Turn) answered() {
-	defer func() { t.req, t.d, t.same = nil, nil, nil }()
+	defer func() { t.req, t.d, t.same = nil, nil, kept{} }()
 	if !t.recording {
 		return
 	}
@@ -168,7 +166,7 @@ func (t *Turn) answered() {
 		t.miss = backoff{} // the provider had the base
 	}
 	stream := t.replies > 1
-	if s := t.same; s != nil && t.off == s.base.Size()-t.reqLen && stream == s.stream {
+	if s := t.same; s.base != nil && t.off == s.base.Size()-t.reqLen && stream == s.stream {
 		t.h.addTagged(t.docID, t.last, s.tag, s.base, stream, t.miss)
 		return
 	}
