@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -203,11 +205,7 @@ func (cs *clusterMember) requestersOf(node string) []*nodeRequester {
 	}
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	reqs := make([]*nodeRequester, 0, len(n.requesters))
-	for _, r := range n.requesters {
-		reqs = append(reqs, r)
-	}
-	return reqs
+	return slices.Collect(maps.Values(n.requesters))
 }
 
 // orgAnnounceKeys is cluster.Config.OrgKey for the daemon's org secrets:

@@ -3,8 +3,10 @@ package ingress
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -63,11 +65,7 @@ func (qs *quotas) get(name string) *quota {
 func (qs *quotas) all() []*quota {
 	qs.mu.Lock()
 	defer qs.mu.Unlock()
-	out := make([]*quota, 0, len(qs.byName))
-	for _, q := range qs.byName {
-		out = append(out, q)
-	}
-	return out
+	return slices.Collect(maps.Values(qs.byName))
 }
 
 func (q *quota) set(l KeyLimits) {
