@@ -105,8 +105,8 @@ type Options struct {
 	// agent compresses (requests, answers, stream chunks of 100 bytes and
 	// more; frame.Limits.Quality). Default 5, the wire reference's. An agent
 	// whose CPU is what bounds it takes 1: on 1 KB chat documents a third of
-	// quality 5's CPU for about 12 % more bytes, on 100 KB ones a sixth for
-	// about 20 % more (the OpenAI edges do, openai.CompressionQuality).
+	// quality 5's CPU for about 12 % more bytes, on 16 KB and more a quarter
+	// for about 20 % more (the OpenAI edges do, openai.CompressionQuality).
 	// Receivers accept any quality.
 	CompressionQuality int
 

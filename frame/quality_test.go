@@ -2,6 +2,7 @@ package frame
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/m2md/m2md/internal/testkit"
@@ -53,5 +54,26 @@ func TestQualityRoundTrip(t *testing.T) {
 	}
 	if larger == 0 || larger < 4*smaller {
 		t.Errorf("quality 1 frames: %d larger than quality 5's, %d smaller; want most larger", larger, smaller)
+	}
+}
+
+// BenchmarkQuality: what each Brotli quality costs a frame's encoder, and
+// the frame's size as a share of the document (docs/benchmarks.md, "The
+// OpenAI edges").
+func BenchmarkQuality(b *testing.B) {
+	for _, name := range []string{"req-chat-1k-01.json", "req-tools-4k-01.json", "req-multiturn-16k-01.json", "req-long-100k-01.json"} {
+		doc := testkit.CorpusFile(b, name)
+		for _, q := range []int{1, 5} {
+			b.Run(fmt.Sprintf("%s/q%d", name, q), func(b *testing.B) {
+				var fr []byte
+				var err error
+				for b.Loop() {
+					if fr, err = AppendEncode(fr[:0], doc, Limits{Quality: q}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				b.ReportMetric(100*float64(len(fr))/float64(len(doc)), "%-of-JSON")
+			})
+		}
 	}
 }
