@@ -7,8 +7,8 @@ import (
 
 	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/router"
 	"github.com/m2md/m2md/negotiate"
-	"github.com/m2md/m2md/router"
 	"github.com/m2md/m2md/transport"
 )
 

@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/router"
 	"github.com/m2md/m2md/negotiate"
-	"github.com/m2md/m2md/router"
 	"github.com/m2md/m2md/transport"
 )
 

@@ -7,8 +7,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/m2md/m2md/internal/admin"
+	"github.com/m2md/m2md/internal/router"
 	"github.com/m2md/m2md/negotiate"
-	"github.com/m2md/m2md/router"
 )
 
 // Algorithm labels: the two frame kinds DATA can carry.

@@ -4,8 +4,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/m2md/m2md/internal/router"
 	"github.com/m2md/m2md/negotiate"
-	"github.com/m2md/m2md/router"
 	"github.com/m2md/m2md/transport"
 )
 

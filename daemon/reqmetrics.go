@@ -8,7 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/m2md/m2md/frame"
-	"github.com/m2md/m2md/router"
+	"github.com/m2md/m2md/internal/router"
 )
 
 // Per-model request metrics: how long each (model, provider) pair takes to

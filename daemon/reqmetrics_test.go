@@ -9,7 +9,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/m2md/m2md/frame"
-	"github.com/m2md/m2md/router"
+	"github.com/m2md/m2md/internal/router"
 )
 
 // TestModelMetricsDocumented: the per-model metrics of a provider's models

@@ -12,8 +12,8 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/m2md/m2md/internal/bufpool"
+	"github.com/m2md/m2md/internal/router"
 	"github.com/m2md/m2md/negotiate"
-	"github.com/m2md/m2md/router"
 	"github.com/m2md/m2md/transport"
 )
 

@@ -9,9 +9,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/m2md/m2md/internal/buildinfo"
+	"github.com/m2md/m2md/internal/router"
 	"github.com/m2md/m2md/internal/tracectx"
 	"github.com/m2md/m2md/negotiate"
-	"github.com/m2md/m2md/router"
 )
 
 // Traces (docs/protocol.md §4.8, docs/operations.md "Traces"): a request

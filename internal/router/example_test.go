@@ -4,7 +4,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/m2md/m2md/router"
+	"github.com/m2md/m2md/internal/router"
 )
 
 // conn stands for the daemon's session; the router hands it back.
