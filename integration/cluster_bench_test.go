@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2md/m2md/bench"
 	"github.com/m2md/m2md/certs"
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/bench"
 )
 
 // TestClusterBenchProviderTarget: m2md bench load with --provider-target

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2md/m2md/bench"
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/bench"
 	"github.com/m2md/m2md/negotiate"
 )
 

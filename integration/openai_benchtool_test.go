@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2md/m2md/bench"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/bench"
 )
 
 // TestBenchOpenAIEndpoint: `m2md bench openai`'s generator against the

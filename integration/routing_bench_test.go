@@ -4,8 +4,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2md/m2md/bench"
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/bench"
 )
 
 // BenchmarkRoutingLoad is `m2md bench load` against one in-process daemon

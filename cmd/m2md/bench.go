@@ -17,8 +17,8 @@ import (
 
 	"github.com/schollz/progressbar/v3"
 
-	"github.com/m2md/m2md/bench"
 	"github.com/m2md/m2md/certs"
+	"github.com/m2md/m2md/internal/bench"
 	"github.com/m2md/m2md/tokennative"
 )
 

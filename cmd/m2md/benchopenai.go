@@ -10,7 +10,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/m2md/m2md/bench"
+	"github.com/m2md/m2md/internal/bench"
 )
 
 // openAIFlags names the flag of each OpenAIConfig field, for its errors.

@@ -13,7 +13,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"github.com/m2md/m2md/bench"
+	"github.com/m2md/m2md/internal/bench"
 )
 
 // openAIStub answers chat completions, streamed when asked, and counts the

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/m2md/m2md/bench"
 	"github.com/m2md/m2md/cluster"
 	"github.com/m2md/m2md/daemon"
+	"github.com/m2md/m2md/internal/bench"
 	"github.com/m2md/m2md/openai/ingress"
 	"github.com/m2md/m2md/openai/upstream"
 )

@@ -14,7 +14,7 @@ import (
 	"github.com/m2md/m2md/internal/daemontest"
 )
 
-const conversationCorpus = "../testdata/corpus/conversations"
+const conversationCorpus = "../../testdata/corpus/conversations"
 
 // The corpus replayed through an in-process daemon: every turn arrives byte
 // for byte both ways, deltas make the requests far smaller than without,

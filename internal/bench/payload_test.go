@@ -11,7 +11,7 @@ import (
 	"github.com/m2md/m2md/internal/testkit"
 )
 
-const corpusDir = "../testdata/corpus"
+const corpusDir = "../../testdata/corpus"
 
 func TestBuiltinPayloads(t *testing.T) {
 	for _, tc := range []struct {

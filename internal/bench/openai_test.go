@@ -108,7 +108,7 @@ func runOpenAI(t *testing.T, cfg OpenAIConfig) *OpenAIReport {
 }
 
 func TestOpenAIClosedLoop(t *testing.T) {
-	leakcheck.Check(t, "github.com/m2md/m2md/bench")
+	leakcheck.Check(t, "github.com/m2md/m2md/internal/bench")
 	srv := newChatServer(t, nil)
 	cfg := quickOpenAI(srv.base())
 	cfg.APIKey = "sk-bench-test"
@@ -137,7 +137,7 @@ func TestOpenAIClosedLoop(t *testing.T) {
 // TestOpenAIOpenLoop: at a fixed rate the measured window holds exactly
 // rate × duration requests, whatever the server does.
 func TestOpenAIOpenLoop(t *testing.T) {
-	leakcheck.Check(t, "github.com/m2md/m2md/bench")
+	leakcheck.Check(t, "github.com/m2md/m2md/internal/bench")
 	srv := newChatServer(t, nil)
 	cfg := quickOpenAI(srv.base())
 	cfg.Rate, cfg.Duration = 200, 500*time.Millisecond
@@ -157,7 +157,7 @@ func TestOpenAIOpenLoop(t *testing.T) {
 // TestOpenAIStream: the time to the first chunk is measured to the first
 // chunk, held back by the server, and the time to the last to [DONE].
 func TestOpenAIStream(t *testing.T) {
-	leakcheck.Check(t, "github.com/m2md/m2md/bench")
+	leakcheck.Check(t, "github.com/m2md/m2md/internal/bench")
 	const first, last = 30 * time.Millisecond, 40 * time.Millisecond
 	srv := newChatServer(t, func(s *chatServer) { s.firstDelay, s.lastDelay = first, last })
 	cfg := quickOpenAI(srv.base())
@@ -193,7 +193,7 @@ func TestOpenAIStream(t *testing.T) {
 // TestOpenAICompare: both endpoints are loaded, in turns that never
 // overlap, and the report has both and their ratios.
 func TestOpenAICompare(t *testing.T) {
-	leakcheck.Check(t, "github.com/m2md/m2md/bench")
+	leakcheck.Check(t, "github.com/m2md/m2md/internal/bench")
 	a := newChatServer(t, nil)
 	b := newChatServer(t, func(s *chatServer) { s.firstDelay = 2 * time.Millisecond })
 	cfg := quickOpenAI(a.base())
@@ -255,7 +255,7 @@ func TestOpenAICompare(t *testing.T) {
 // TestOpenAIErrors: an answer that is not a full, well-formed chat
 // completion is an error, counted by its kind.
 func TestOpenAIErrors(t *testing.T) {
-	leakcheck.Check(t, "github.com/m2md/m2md/bench")
+	leakcheck.Check(t, "github.com/m2md/m2md/internal/bench")
 	closed := httptest.NewServer(http.NotFoundHandler())
 	closed.Close()
 	for _, tc := range []struct {
@@ -311,7 +311,7 @@ func TestOpenAIErrors(t *testing.T) {
 // TestOpenAIJSON: the report decodes into the structure docs/benchmarks.md
 // documents, and back into the same report.
 func TestOpenAIJSON(t *testing.T) {
-	leakcheck.Check(t, "github.com/m2md/m2md/bench")
+	leakcheck.Check(t, "github.com/m2md/m2md/internal/bench")
 	a, b := newChatServer(t, nil), newChatServer(t, nil)
 	cfg := quickOpenAI(a.base())
 	cfg.Compare, cfg.Slice, cfg.Stream, cfg.Rate = b.base(), 100*time.Millisecond, true, 100
@@ -432,7 +432,7 @@ func TestOpenAIRequestBodies(t *testing.T) {
 			t.Errorf("%s (stream %v, model %q) = %s, want %s", tc.in, tc.stream, tc.model, got, tc.want)
 		}
 	}
-	corpus, err := LoadCorpus(filepath.Join("..", "testdata", "corpus"))
+	corpus, err := LoadCorpus(filepath.Join("..", "..", "testdata", "corpus"))
 	if err != nil {
 		t.Fatal(err)
 	}
