@@ -89,6 +89,35 @@ func newForms() ([]form, error) {
 		}
 		return append(dst, scratch.Bytes()...), nil
 	}
+	// compressedBase64 is the form of a general compressor's output in
+	// Base64, as text protocols carry it.
+	compressedBase64 := func(name string, w resettableWriter, r resettableReader) form {
+		return form{
+			name: name, text: true,
+			enc: func(dst, json []byte) ([]byte, error) {
+				scratch.Reset()
+				w.Reset(&scratch)
+				if _, err := w.Write(json); err != nil {
+					return nil, err
+				}
+				if err := w.Close(); err != nil {
+					return nil, err
+				}
+				return base64.StdEncoding.AppendEncode(dst, scratch.Bytes()), nil
+			},
+			dec: func(dst, wire []byte) ([]byte, error) {
+				var err error
+				if raw, err = base64.StdEncoding.AppendDecode(raw[:0], wire); err != nil {
+					return nil, err
+				}
+				rd.Reset(raw)
+				if err := r.Reset(&rd); err != nil {
+					return nil, err
+				}
+				return readAll(dst, r)
+			},
+		}
+	}
 	m2m := func(name string, binary bool, algo codec.Algorithm, enc tokennative.Encoding) form {
 		return form{
 			name: name,
@@ -109,56 +138,8 @@ func newForms() ([]form, error) {
 			enc: func(dst, json []byte) ([]byte, error) { return append(dst, json...), nil },
 			dec: func(dst, wire []byte) ([]byte, error) { return append(dst, wire...), nil },
 		},
-		{
-			name: formGzipBase64, text: true,
-			enc: func(dst, json []byte) ([]byte, error) {
-				scratch.Reset()
-				gzw.Reset(&scratch)
-				if _, err := gzw.Write(json); err != nil {
-					return nil, err
-				}
-				if err := gzw.Close(); err != nil {
-					return nil, err
-				}
-				return base64.StdEncoding.AppendEncode(dst, scratch.Bytes()), nil
-			},
-			dec: func(dst, wire []byte) ([]byte, error) {
-				var err error
-				if raw, err = base64.StdEncoding.AppendDecode(raw[:0], wire); err != nil {
-					return nil, err
-				}
-				rd.Reset(raw)
-				if err := gzr.Reset(&rd); err != nil {
-					return nil, err
-				}
-				return readAll(dst, &gzr)
-			},
-		},
-		{
-			name: formBrotliBase64, text: true,
-			enc: func(dst, json []byte) ([]byte, error) {
-				scratch.Reset()
-				brw.Reset(&scratch)
-				if _, err := brw.Write(json); err != nil {
-					return nil, err
-				}
-				if err := brw.Close(); err != nil {
-					return nil, err
-				}
-				return base64.StdEncoding.AppendEncode(dst, scratch.Bytes()), nil
-			},
-			dec: func(dst, wire []byte) ([]byte, error) {
-				var err error
-				if raw, err = base64.StdEncoding.AppendDecode(raw[:0], wire); err != nil {
-					return nil, err
-				}
-				rd.Reset(raw)
-				if err := brr.Reset(&rd); err != nil {
-					return nil, err
-				}
-				return readAll(dst, brr)
-			},
-		},
+		compressedBase64(formGzipBase64, gzw, &gzr),
+		compressedBase64(formBrotliBase64, brw, brr),
 		{
 			name: formZstd,
 			enc:  func(dst, json []byte) ([]byte, error) { return zenc.EncodeAll(json, dst), nil },
@@ -198,4 +179,16 @@ func (t *tokenCounter) count(text []byte) (int, error) {
 	var err error
 	t.ids, err = t.tk.Encode(t.ids[:0], text)
 	return len(t.ids), err
+}
+
+// resettableWriter and resettableReader are the compressors' writers and
+// readers that are reused across documents.
+type resettableWriter interface {
+	io.WriteCloser
+	Reset(io.Writer)
+}
+
+type resettableReader interface {
+	io.Reader
+	Reset(io.Reader) error
 }
