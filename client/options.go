@@ -106,8 +106,10 @@ type Options struct {
 	// more; frame.Limits.Quality). Default 5, the wire reference's. An agent
 	// whose CPU is what bounds it takes 1: on 1 KB chat documents a third of
 	// quality 5's CPU for about 12 % more bytes, on 16 KB and more a quarter
-	// for about 20 % more (the OpenAI edges do, openai.CompressionQuality).
-	// Receivers accept any quality.
+	// for about 20 % more. Negative (frame.NoCompression) sends every
+	// payload uncompressed: no compression CPU for about twice the bytes,
+	// what the OpenAI edges choose (openai.CompressionQuality). Receivers
+	// accept any quality and uncompressed payloads.
 	CompressionQuality int
 
 	// Org, with AgentKey or OrgSecret, authenticates the agent when the
@@ -318,8 +320,10 @@ func newConfigFor(targets []target, o Options) (*config, error) {
 	switch {
 	case c.CompressionQuality == 0:
 		c.CompressionQuality = DefaultCompressionQuality
-	case c.CompressionQuality < 1 || c.CompressionQuality > 11:
-		return nil, fmt.Errorf("client: CompressionQuality %d: want 1-11, or 0 for %d", c.CompressionQuality, DefaultCompressionQuality)
+	case c.CompressionQuality < 0:
+		c.CompressionQuality = frame.NoCompression
+	case c.CompressionQuality > 11:
+		return nil, fmt.Errorf("client: CompressionQuality %d: want 1-11, 0 for %d, or negative for none", c.CompressionQuality, DefaultCompressionQuality)
 	}
 	c.Models = slices.Clone(c.Models)
 	c.Algorithms = slices.Clone(c.Algorithms)

@@ -21,8 +21,8 @@ func payload(t *testing.T, fr []byte) []byte {
 }
 
 // The payloads a client compresses use Options.CompressionQuality, the
-// reference's quality 5 unless it is set: the bytes on the wire are those of
-// the encoder at that quality.
+// reference's quality 5 unless it is set, none when it is negative: the
+// bytes on the wire are those of the encoder at that quality.
 func TestCompressionQuality(t *testing.T) {
 	leakCheck(t)
 	d := newFakeDaemon(t, fakeConfig{})
@@ -33,7 +33,7 @@ func TestCompressionQuality(t *testing.T) {
 	body = bytes.Replace(body, []byte(`"model"`), []byte(`"model":"echo","original_model"`), 1)
 	for _, tc := range []struct {
 		set, want int
-	}{{0, 5}, {1, 1}, {11, 11}} {
+	}{{0, 5}, {1, 1}, {11, 11}, {-1, frame.NoCompression}, {-3, frame.NoCompression}} {
 		c := dial(t, d, "ws", Options{CompressionQuality: tc.set})
 		if _, err := c.Do(testCtx(t), body); err != nil {
 			t.Fatal(err)
@@ -50,7 +50,7 @@ func TestCompressionQuality(t *testing.T) {
 		}
 		c.Close()
 	}
-	for _, q := range []int{-1, 12} {
+	for _, q := range []int{12, 100} {
 		if _, err := Dial(testCtx(t), d.url("ws"), Options{CompressionQuality: q}); err == nil || !strings.Contains(err.Error(), "CompressionQuality") {
 			t.Errorf("CompressionQuality %d: %v, want an error naming the option", q, err)
 		}

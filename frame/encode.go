@@ -145,7 +145,7 @@ func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byt
 		out = appendExtension(out, *ext)
 		flags |= FlagHasExtensions
 	}
-	if len(json) >= compressThreshold && (ext == nil || !ext.Delta) && !stored {
+	if len(json) >= compressThreshold && (ext == nil || !ext.Delta) && !stored && lim.Quality != NoCompression {
 		flags |= FlagCompressed
 	}
 	fixed := out[start+PrefixLen:]

@@ -205,6 +205,15 @@ func FuzzEncodeRoundTrip(f *testing.F) {
 			t.Fatalf("binary encodes, text does not: %v", err)
 		}
 		checkRoundTrip(t, string(doc), bin, text)
+		// Stored (NoCompression): the same frame but for the flag and the
+		// payload, which decodes to the document.
+		stored, err := AppendEncode(nil, doc, Limits{Quality: NoCompression})
+		if err != nil {
+			t.Fatalf("encodes compressed, not stored: %v", err)
+		}
+		if got, err := AppendDecode(nil, stored, Limits{}); err != nil || !bytes.Equal(got, doc) {
+			t.Fatalf("stored frame decodes to %q, %v", got, err)
+		}
 		var hb, ht Header
 		if err := ReadHeader(bin, &hb); err != nil {
 			t.Fatal(err)

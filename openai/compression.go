@@ -1,10 +1,15 @@
 package openai
 
-// CompressionQuality is the Brotli quality the OpenAI edges compress
-// payloads with: the endpoint of m2md serve its requests, m2md upstream its
-// answers (client.Options.CompressionQuality, frame.Limits.Quality). An
-// edge's CPU bounds its throughput, and on 1 KB chat documents quality 1
-// costs about a third of the CPU of the wire reference's quality 5 for about
-// 12 % more bytes (docs/benchmarks.md, "The OpenAI edges"). Receivers accept
-// any quality.
-const CompressionQuality = 1
+import "github.com/m2md/m2md/frame"
+
+// CompressionQuality is how the OpenAI edges compress payloads, the
+// endpoint of m2md serve its requests and m2md upstream its answers
+// (client.Options.CompressionQuality, frame.Limits.Quality): not at all.
+// An edge's CPU bounds its throughput and its own work is most of the
+// latency it adds, and Brotli, even at quality 1, was the largest part of
+// both: about a third of each edge's CPU, and 150 µs of the time a 1 KB
+// chat request spends in the mesh at 100 req/s (docs/benchmarks.md, "The
+// OpenAI edges"). The bytes saved are those the HTTP legs carry as plain
+// JSON anyway; a conversation's later turns still travel as deltas.
+// Receivers accept uncompressed payloads of any length.
+const CompressionQuality = frame.NoCompression

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
@@ -13,6 +14,7 @@ import (
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/daemon"
 	"github.com/m2md/m2md/internal/daemontest"
+	"github.com/m2md/m2md/internal/testkit"
 	"github.com/m2md/m2md/openai/ingress"
 )
 
@@ -116,5 +118,46 @@ func TestServeOpenAIConversationHistory(t *testing.T) {
 		if got != tc.want {
 			t.Errorf("--openai-conversation-history %s: the provider got %d deltas, want %d", tc.flag, got, tc.want)
 		}
+	}
+}
+
+// The endpoint sends its requests uncompressed (openai.CompressionQuality):
+// the frame a 1,215-byte chat request becomes carries all of its bytes,
+// where the reference's Brotli would carry 694.
+func TestServeOpenAIStoresPayloads(t *testing.T) {
+	d := daemontest.Start(t, nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	body := bytes.Replace(testkit.CorpusFile(t, "req-chat-1k-01.json"), []byte(`"model"`), []byte(`"model":"stored","original_model"`), 1)
+	got := make(chan []byte, 1)
+	prov, err := client.Dial(ctx, d.URL("ws"), client.Options{AgentID: "stored-provider", Models: []string{"stored"},
+		Handler: client.HandlerFunc(func(_ context.Context, r *client.Request, w client.ResponseWriter) {
+			got <- r.Body
+			w.Respond(testkit.CorpusFile(t, "resp-chat-01.json"))
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prov.Close()
+	e, err := startOpenAI(ctx, d.Server, daemon.Config{WSPath: daemon.DefaultWSPath}, "127.0.0.1:0", nil, ingress.Limits{}, -1, zerolog.New(io.Discard))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.stop(time.Second)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+e.Addr().String()+"/v1/chat/completions", bytes.NewReader(body))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("HTTP %d", resp.StatusCode)
+	}
+	if b := <-got; !bytes.Equal(b, body) {
+		t.Fatalf("the provider got %d bytes, not the %d sent", len(b), len(body))
+	}
+	if n := d.Metric(t, "m2md_bytes_in_total", "transport=inproc"); n < float64(len(body)) {
+		t.Errorf("the endpoint's request came in %v bytes, fewer than the %d of its JSON: its payload was compressed", n, len(body))
 	}
 }

@@ -29,7 +29,8 @@ type Limits struct {
 	// Zero or negative: no bound but the input's size.
 	MaxMembers int
 	// Quality is the Brotli quality, 1–11, of the payloads the frame
-	// encoder compresses. Zero or out of range means DefaultQuality.
+	// encoder compresses. Negative (NoCompression) stores them as they
+	// are; zero or above 11 means DefaultQuality.
 	Quality int
 }
 
@@ -44,11 +45,16 @@ const (
 	// DefaultQuality is the wire reference's Brotli quality for frame
 	// payloads (§2.4).
 	DefaultQuality = 5
+
+	// NoCompression, as Quality, has the frame encoder store every
+	// payload uncompressed (COMPRESSED clear), whatever its length.
+	NoCompression = -1
 )
 
 // Effective returns l with zero fields set to their defaults and every field
-// clamped to at most its default, and Quality set to DefaultQuality when it
-// is not one. MaxMembers, which has no default, is returned as given.
+// clamped to at most its default, and Quality set to NoCompression when it
+// is negative and to DefaultQuality when it is not a Brotli quality.
+// MaxMembers, which has no default, is returned as given.
 func (l Limits) Effective() Limits {
 	return Limits{
 		MaxMessage:      clampLimit(l.MaxMessage, DefaultMaxMessage),
@@ -62,9 +68,12 @@ func (l Limits) Effective() Limits {
 }
 
 // quality returns q when it is a Brotli quality an encoder may be asked for,
-// else the reference's.
+// NoCompression for any negative q, else the reference's.
 func quality(q int) int {
-	if q < 1 || q > 11 {
+	switch {
+	case q < 0:
+		return NoCompression
+	case q < 1 || q > 11:
 		return DefaultQuality
 	}
 	return q
