@@ -33,7 +33,7 @@ func TestSettingsNameConfigFields(t *testing.T) {
 	var load loadOptions
 	tables := map[string]settings{
 		"serve":      serve.settings(),
-		"upstream":   upstreamSettings(new(upstream.Config), new(string), new(int)),
+		"upstream":   new(upstreamFlags).settings("", defaultUpstreamBaseURL),
 		"bench load": load.settings(),
 	}
 	for cmd, table := range tables {

@@ -26,30 +26,22 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	fs := newFlagSet("upstream", "upstream --base-url URL [flags]\n\nA provider agent in front of an OpenAI-compatible server (vLLM, llama.cpp, Ollama,\nLM Studio, OpenRouter, OpenAI): requests routed to its models are POSTed to the\nserver's /chat/completions or /embeddings and its answers relayed byte for byte.", stderr)
 	af := registerAgentFlags(fs, "upstream", "info")
 	var (
-		cfg       upstream.Config
-		bases     int
-		models    string
-		keyEnv    = fs.String("api-key-env", "", "environment `variable` holding the server's API key (sent as Bearer; never logged)")
+		uf        upstreamFlags
 		adminAddr = fs.String("admin-addr", "", "TCP `address` for /healthz and /metrics (off when empty or \"-\")")
 		pprofOn   = fs.Bool("pprof", false, "serve Go's profiles under /debug/pprof/ on --admin-addr")
 	)
-	flags := upstreamSettings(&cfg, &models, &bases)
+	flags := uf.settings("", defaultUpstreamBaseURL)
 	flags.register(fs)
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if cfg.Concurrency <= 0 {
-		return usagef("--concurrency must be at least 1, not %d", cfg.Concurrency)
+	cfg, err := uf.config()
+	if err != nil {
+		return err
 	}
 	adminOn := *adminAddr != "" && *adminAddr != "-"
 	if *pprofOn && !adminOn {
 		return usagef("--pprof serves the profiles on --admin-addr, which is off")
-	}
-	if *keyEnv != "" {
-		cfg.APIKey = os.Getenv(*keyEnv)
-		if cfg.APIKey == "" {
-			return usagef("--api-key-env %s: the variable is empty or not set", *keyEnv)
-		}
 	}
 	logger, err := af.log.logger(flags.logWriter(stderr))
 	if err != nil {
@@ -62,33 +54,23 @@ func runUpstream(args []string, _ io.Reader, stdout, stderr io.Writer) error {
 	}
 	defer traces.stop()
 	cfg.TracerProvider = traces.Provider
-	cfg.Models = splitList(models)
-	up, err := upstream.New(cfg)
+	up, err := uf.upstream(cfg, flags)
 	if err != nil {
-		return usagef("%v", flags.translate(err))
+		return err
 	}
 	defer up.Close()
 	opt, err := af.options()
 	if err != nil {
 		return err
 	}
-	opt.Reconnect, opt.WaitForDaemon, opt.Logger = true, true, logger
-	opt.MaxConcurrentHandlers = max(client.DefaultMaxConcurrentHandlers, cfg.Concurrency)
-	// A provider only: it keeps bases for the deltas it is sent, and no
-	// history of requests, which it never sends.
-	opt.ConversationBases, opt.ConversationHistory = conversationBudget(bases), -1
-	opt.CompressionQuality = openai.CompressionQuality
+	opt.WaitForDaemon, opt.Logger = true, logger
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	opt.Models = cfg.Models
-	if len(opt.Models) == 0 {
-		if opt.Models, err = up.Models(ctx); err != nil {
-			return flags.translate(err)
-		}
+	if opt, err = uf.agentOptions(ctx, up, cfg, opt, flags); err != nil {
+		return err
 	}
 	var connected atomic.Pointer[client.Client]
-	opt.Handler = up
 	if adminOn {
 		stopAdmin, err := serveUpstreamAdmin(*adminAddr, *pprofOn, up, &opt, &connected, logger)
 		if err != nil {
@@ -146,15 +128,95 @@ func serveUpstreamAdmin(addr string, pprofOn bool, up *upstream.Upstream, opt *c
 	return stop, nil
 }
 
-// upstreamSettings are m2md upstream's flags that set upstream.Config (and
-// the agent's conversation bases), each with the field it sets.
-func upstreamSettings(cfg *upstream.Config, models *string, bases *int) settings {
-	return settings{
-		{"upstream.Config.Models", "models", strVar(models, ""), "comma-separated `models` to serve (default: the server's GET /models)"},
-		{"upstream.Config.BaseURL", "base-url", strVar(&cfg.BaseURL, "http://127.0.0.1:11434/v1"), "the server's OpenAI API root `URL`"},
-		{"upstream.Config.Concurrency", "concurrency", intVar(&cfg.Concurrency, upstream.DefaultConcurrency), "requests in flight at the server at most"},
-		{"upstream.Config.FirstByteTimeout", "first-byte-timeout", durationVar(&cfg.FirstByteTimeout, upstream.DefaultFirstByteTimeout), "wait this long at most for the server's response headers"},
-		{"upstream.Config.ChunkTimeout", "chunk-timeout", durationVar(&cfg.ChunkTimeout, upstream.DefaultChunkTimeout), "wait this long at most for each next piece of an answer"},
-		{"", "conversation-bases", sizeVar(bases, client.DefaultConversationBases, 0), "bytes of requests and answers kept to rebuild the conversation deltas requesters send (docs/operations.md, \"What the agents keep\"); 0 keeps none: every delta is answered base_missing and sent again whole"},
+// defaultUpstreamBaseURL is m2md upstream's --base-url: Ollama's API on
+// this machine.
+const defaultUpstreamBaseURL = "http://127.0.0.1:11434/v1"
+
+// upstreamFlags are the flags of a provider agent in front of an
+// OpenAI-compatible server: m2md upstream's, and m2md serve's for the one
+// it runs in process (the same flags, prefixed "upstream-"). Written once,
+// so the flags, their help, their checks and the translation of the
+// upstream's Config errors agree in both commands.
+type upstreamFlags struct {
+	prefix string // set by settings
+	cfg    upstream.Config
+	models string
+	bases  int
+	keyEnv string
+}
+
+// settings are the flags, each with the upstream.Config field it sets,
+// named with prefix; defaultBaseURL is --base-url's default (empty: the
+// flag turns the agent on).
+func (u *upstreamFlags) settings(prefix, defaultBaseURL string) settings {
+	u.prefix = prefix
+	baseURL := "the server's OpenAI API root `URL`"
+	if defaultBaseURL == "" {
+		baseURL += "; when set, a provider agent for the server's models runs in this process (docs/openai.md)"
 	}
+	s := settings{
+		{"upstream.Config.Models", "models", strVar(&u.models, ""), "comma-separated `models` to serve (default: the server's GET /models)"},
+		{"upstream.Config.BaseURL", "base-url", strVar(&u.cfg.BaseURL, defaultBaseURL), baseURL},
+		{"", "api-key-env", strVar(&u.keyEnv, ""), "environment `variable` holding the server's API key (sent as Bearer; never logged)"},
+		{"upstream.Config.Concurrency", "concurrency", intVar(&u.cfg.Concurrency, upstream.DefaultConcurrency), "requests in flight at the server at most"},
+		{"upstream.Config.FirstByteTimeout", "first-byte-timeout", durationVar(&u.cfg.FirstByteTimeout, upstream.DefaultFirstByteTimeout), "wait this long at most for the server's response headers"},
+		{"upstream.Config.ChunkTimeout", "chunk-timeout", durationVar(&u.cfg.ChunkTimeout, upstream.DefaultChunkTimeout), "wait this long at most for each next piece of an answer"},
+		{"", "conversation-bases", sizeVar(&u.bases, client.DefaultConversationBases, 0), "bytes of requests and answers kept to rebuild the conversation deltas requesters send (docs/operations.md, \"What the agents keep\"); 0 keeps none: every delta is answered base_missing and sent again whole"},
+	}
+	for i := range s {
+		s[i].flag = prefix + s[i].flag
+	}
+	return s
+}
+
+// name is the flag f as the user writes it.
+func (u *upstreamFlags) name(f string) string { return "--" + u.prefix + f }
+
+// config is the upstream.Config the parsed flags describe, the API key
+// read from the variable --api-key-env names. Its errors name the flags.
+func (u *upstreamFlags) config() (upstream.Config, error) {
+	cfg := u.cfg
+	if cfg.Concurrency <= 0 {
+		return cfg, usagef("%s must be at least 1, not %d", u.name("concurrency"), cfg.Concurrency)
+	}
+	if u.keyEnv != "" {
+		cfg.APIKey = os.Getenv(u.keyEnv)
+		if cfg.APIKey == "" {
+			return cfg, usagef("%s %s: the variable is empty or not set", u.name("api-key-env"), u.keyEnv)
+		}
+	}
+	cfg.Models = splitList(u.models)
+	return cfg, nil
+}
+
+// upstream makes the upstream cfg describes; its errors name the flags
+// of flags, the command's table.
+func (u *upstreamFlags) upstream(cfg upstream.Config, flags settings) (*upstream.Upstream, error) {
+	up, err := upstream.New(cfg)
+	if err != nil {
+		return nil, usagef("%v", flags.translate(err))
+	}
+	return up, nil
+}
+
+// agentOptions are the options of the provider agent that serves up (made
+// of cfg): opt (who the agent is and how it reaches the daemon) with up as
+// Handler, its models (cfg's, or else the server's GET /models, asked with
+// ctx), reconnection, and the budgets of a provider.
+func (u *upstreamFlags) agentOptions(ctx context.Context, up *upstream.Upstream, cfg upstream.Config, opt client.Options, flags settings) (client.Options, error) {
+	opt.Handler = up
+	opt.Reconnect = true
+	opt.MaxConcurrentHandlers = max(client.DefaultMaxConcurrentHandlers, cfg.Concurrency)
+	// A provider only: it keeps bases for the deltas it is sent, and no
+	// history of requests, which it never sends.
+	opt.ConversationBases, opt.ConversationHistory = conversationBudget(u.bases), -1
+	opt.CompressionQuality = openai.CompressionQuality
+	opt.Models = cfg.Models
+	if len(opt.Models) == 0 {
+		var err error
+		if opt.Models, err = up.Models(ctx); err != nil {
+			return opt, fmt.Errorf("%s not set, and the server did not list its models: %w", u.name("models"), flags.translate(err))
+		}
+	}
+	return opt, nil
 }
