@@ -113,8 +113,11 @@ func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, add
 func (e *openAIEdge) Addr() net.Addr { return e.ln.Addr() }
 
 // stop lets requests in flight finish (at most grace), then ends the
-// ingress's sessions.
+// ingress's sessions. A nil edge (the endpoint off) has nothing to stop.
 func (e *openAIEdge) stop(grace time.Duration) {
+	if e == nil {
+		return
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
 	if e.unwatch != nil {

@@ -27,7 +27,8 @@ import (
 )
 
 // serveOptions are what m2md serve's flags set: the daemon's Config, the
-// values read into it after parsing, and the OpenAI endpoint's settings.
+// values read into it after parsing, the OpenAI endpoint's settings and
+// those of the provider agent serve may run in process (--upstream-*).
 type serveOptions struct {
 	cfg                                   daemon.Config
 	minSecurity, secretsFile, disableFeat string
@@ -36,6 +37,8 @@ type serveOptions struct {
 	openAIAddr, openAIKeys                string
 	openAIHist, openAIBodyBudget          int
 	openAILimits                          ingress.Limits
+	upstream                              upstreamFlags
+	upstreamOrg                           string
 	log                                   *logFlags
 }
 
@@ -43,7 +46,7 @@ type serveOptions struct {
 func (o *serveOptions) settings() settings {
 	cfg, cl := &o.cfg, &o.cfg.Cluster
 	defaultCertDir, _ := certs.DefaultDevDir() // empty: daemon.New says why
-	return settings{
+	s := settings{
 		{"daemon.Config.QUICAddr", "quic-addr", strVar(&cfg.QUICAddr, daemon.DefaultQUICAddr), "UDP `address` for QUIC (\"-\" disables)"},
 		{"daemon.Config.WSAddr", "ws-addr", strVar(&cfg.WSAddr, daemon.DefaultWSAddr), "TCP `address` for ws:// (\"-\" disables)"},
 		{"daemon.Config.WSSAddr", "wss-addr", strVar(&cfg.WSSAddr, ""), "TCP `address` for wss:// (TLS); off when empty"},
@@ -102,7 +105,9 @@ func (o *serveOptions) settings() settings {
 		{"cluster.Config.CredsFile", "nats-creds", strVar(&cl.CredsFile, ""), "NATS credentials `file` for --nats-url"},
 		{"cluster.Config.NkeyFile", "nats-nkey", strVar(&cl.NkeyFile, ""), "`file` holding this node's NATS nkey seed (SU…), for --nats-url"},
 		{"cluster.Config.CAFile", "nats-ca", strVar(&cl.CAFile, ""), "CA `file` (PEM) trusted for --nats-url's TLS certificates"},
+		{"", "upstream-org", strVar(&o.upstreamOrg, ""), "`org` of --org-secrets-file the in-process upstream agent (--upstream-base-url) authenticates with; required with both"},
 	}
+	return append(s, o.upstream.settings(upstreamPrefix, "")...)
 }
 
 func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
@@ -131,14 +136,18 @@ func runServe(args []string, _ io.Reader, _ io.Writer, stderr io.Writer) error {
 }
 
 // serve completes the Config from what the flags name (files, lists),
-// checks the OpenAI endpoint's settings, and runs the daemon and the
-// endpoint until a signal or an error ends them. Its errors name Config
-// fields; runServe shows them as flags.
+// checks the OpenAI endpoint's and the upstream agent's settings, and runs
+// the daemon and the parts beside it until a signal or an error ends them.
+// Its errors name Config fields; runServe shows them as flags.
 func (o *serveOptions) serve(flags settings, stderr io.Writer) error {
 	if err := o.readFlags(); err != nil {
 		return err
 	}
 	keys, err := o.openAIKeyset()
+	if err != nil {
+		return err
+	}
+	upCfg, upOn, err := o.upstreamConfig()
 	if err != nil {
 		return err
 	}
@@ -153,20 +162,29 @@ func (o *serveOptions) serve(flags settings, stderr io.Writer) error {
 	}
 	defer traces.stop()
 	o.cfg.TracerProvider = traces.Provider
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	var prov *servedUpstream
+	if upOn {
+		// Before the daemon: a server that cannot say its models fails
+		// the start before any port is bound.
+		if prov, err = o.newServedUpstream(ctx, upCfg, flags, logger); err != nil {
+			return err
+		}
+		defer prov.stop()
+	}
 	srv, err := daemon.New(o.cfg)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 	// SIGHUP (a service manager's reload) must never end the daemon: it
 	// reloads --openai-keys-file when one is given (watchKeys), and is
 	// otherwise logged as having nothing to reload.
 	defer ignoreHUP(logger, enabledAddr(o.openAIAddr) && keys.Len() > 0)()
-	if !enabledAddr(o.openAIAddr) {
+	if !enabledAddr(o.openAIAddr) && prov == nil {
 		return srv.Run(ctx)
 	}
-	return o.runWithOpenAI(ctx, srv, keys, logger)
+	return o.runWithParts(ctx, srv, keys, prov, logger)
 }
 
 // readFlags sets the Config fields that flags name rather than hold: the
@@ -226,38 +244,65 @@ func (o *serveOptions) openAIKeyset() (*ingress.Keys, error) {
 	return loadOpenAIKeys(o.openAIKeys, o.cfg.OrgSecrets)
 }
 
-// runWithOpenAI runs the daemon and, once it is ready, the OpenAI endpoint
-// beside it, until ctx ends or the daemon stops.
-func (o *serveOptions) runWithOpenAI(ctx context.Context, srv *daemon.Server, keys *ingress.Keys, logger zerolog.Logger) error {
+// runWithParts runs the daemon and, once it is ready, the parts of serve
+// attached to it in process: the upstream agent (prov; nil without
+// --upstream-base-url) first, so that the endpoint's first requests find
+// its models, then the OpenAI endpoint (unless --openai-addr is off),
+// until ctx ends, the daemon stops or the agent ends for good.
+func (o *serveOptions) runWithParts(ctx context.Context, srv *daemon.Server, keys *ingress.Keys, prov *servedUpstream, logger zerolog.Logger) error {
 	// The daemon runs until the ingress has let its requests finish, so
 	// they are not cut off by the daemon's own shutdown.
 	daemonCtx, stopDaemon := context.WithCancel(context.Background())
 	defer stopDaemon()
-	done := make(chan error, 1)
-	go func() { done <- srv.Run(daemonCtx) }()
+	done, over := make(chan error, 1), make(chan struct{})
+	go func() {
+		done <- srv.Run(daemonCtx)
+		close(over)
+	}()
 	select {
 	case <-srv.Ready():
 	case err := <-done:
 		return err
 	}
-	edge, err := startOpenAI(ctx, srv, o.cfg, o.openAIAddr, keys, o.openAILimits, conversationBudget(o.openAIHist), logger)
-	if err != nil {
+	// stopDaemonWith stops the daemon and waits for it; err, a part's
+	// failure, wins over what the daemon's Run returns.
+	stopDaemonWith := func(err error) error {
 		stopDaemon()
-		<-done
+		if derr := <-done; err == nil {
+			return derr
+		}
 		return err
 	}
-	if keys.Len() > 0 {
-		edge.watchKeys(o.openAIKeys, o.cfg.OrgSecrets, logger.With().Str("component", "openai").Logger())
+	if prov != nil {
+		if err := prov.attach(ctx, srv, over); err != nil {
+			return stopDaemonWith(err)
+		}
+	}
+	var edge *openAIEdge
+	if enabledAddr(o.openAIAddr) {
+		var err error
+		if edge, err = startOpenAI(ctx, srv, o.cfg, o.openAIAddr, keys, o.openAILimits, conversationBudget(o.openAIHist), logger); err != nil {
+			return stopDaemonWith(err)
+		}
+		if keys.Len() > 0 {
+			edge.watchKeys(o.openAIKeys, o.cfg.OrgSecrets, logger.With().Str("component", "openai").Logger())
+		}
 	}
 	select {
 	case <-ctx.Done():
 	case err := <-done:
 		edge.stop(time.Second)
 		return err
+	case <-prov.done():
+		edge.stop(time.Second)
+		return stopDaemonWith(prov.ended())
 	}
+	// The endpoint's requests finish first, served by the agent still
+	// attached; then the daemon lets the requests routed to the agent
+	// finish (ShutdownGrace) before it closes the agent's session.
+	// serve's deferred prov.stop closes its client after that.
 	edge.stop(o.cfg.ShutdownGrace)
-	stopDaemon()
-	return <-done
+	return stopDaemonWith(nil)
 }
 
 func enabledAddr(a string) bool { return a != "" && a != "-" }
