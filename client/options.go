@@ -106,11 +106,16 @@ type Options struct {
 	// more; frame.Limits.Quality). Default 5, the wire reference's. An agent
 	// whose CPU is what bounds it takes 1: on 1 KB chat documents a third of
 	// quality 5's CPU for about 12 % more bytes, on 16 KB and more a quarter
-	// for about 20 % more. Negative (frame.NoCompression) sends every
-	// payload uncompressed: no compression CPU for about twice the bytes,
-	// what the OpenAI edges choose (openai.CompressionQuality). Receivers
-	// accept any quality and uncompressed payloads.
+	// for about 20 % more (the OpenAI edges do, openai.CompressionQuality).
+	// Receivers accept any quality.
 	CompressionQuality int
+	// CompressFrom is the length in bytes from which this agent's
+	// documents go compressed (frame.Limits.CompressFrom); shorter ones go
+	// stored, at no compression CPU for about twice the bytes. Default
+	// 100, the wire reference's; negative: never. The OpenAI edges store
+	// documents under 4 KiB (openai.CompressFrom). Receivers accept stored
+	// payloads of any length.
+	CompressFrom int
 
 	// Org, with AgentKey or OrgSecret, authenticates the agent when the
 	// daemon requires it (docs/protocol.md §5.2). AgentKey is the 32-byte
@@ -320,10 +325,8 @@ func newConfigFor(targets []target, o Options) (*config, error) {
 	switch {
 	case c.CompressionQuality == 0:
 		c.CompressionQuality = DefaultCompressionQuality
-	case c.CompressionQuality < 0:
-		c.CompressionQuality = frame.NoCompression
-	case c.CompressionQuality > 11:
-		return nil, fmt.Errorf("client: CompressionQuality %d: want 1-11, 0 for %d, or negative for none", c.CompressionQuality, DefaultCompressionQuality)
+	case c.CompressionQuality < 1 || c.CompressionQuality > 11:
+		return nil, fmt.Errorf("client: CompressionQuality %d: want 1-11, or 0 for %d", c.CompressionQuality, DefaultCompressionQuality)
 	}
 	c.Models = slices.Clone(c.Models)
 	c.Algorithms = slices.Clone(c.Algorithms)

@@ -21,8 +21,8 @@ func payload(t *testing.T, fr []byte) []byte {
 }
 
 // The payloads a client compresses use Options.CompressionQuality, the
-// reference's quality 5 unless it is set, none when it is negative: the
-// bytes on the wire are those of the encoder at that quality.
+// reference's quality 5 unless it is set: the bytes on the wire are those of
+// the encoder at that quality.
 func TestCompressionQuality(t *testing.T) {
 	leakCheck(t)
 	d := newFakeDaemon(t, fakeConfig{})
@@ -33,7 +33,7 @@ func TestCompressionQuality(t *testing.T) {
 	body = bytes.Replace(body, []byte(`"model"`), []byte(`"model":"echo","original_model"`), 1)
 	for _, tc := range []struct {
 		set, want int
-	}{{0, 5}, {1, 1}, {11, 11}, {-1, frame.NoCompression}, {-3, frame.NoCompression}} {
+	}{{0, 5}, {1, 1}, {11, 11}} {
 		c := dial(t, d, "ws", Options{CompressionQuality: tc.set})
 		if _, err := c.Do(testCtx(t), body); err != nil {
 			t.Fatal(err)
@@ -50,9 +50,42 @@ func TestCompressionQuality(t *testing.T) {
 		}
 		c.Close()
 	}
-	for _, q := range []int{12, 100} {
+	for _, q := range []int{-1, 12} {
 		if _, err := Dial(testCtx(t), d.url("ws"), Options{CompressionQuality: q}); err == nil || !strings.Contains(err.Error(), "CompressionQuality") {
 			t.Errorf("CompressionQuality %d: %v, want an error naming the option", q, err)
 		}
+	}
+}
+
+// Options.CompressFrom: a document shorter than it goes stored, as the
+// encoder stores it; the reference's 100 bytes unless it is set; never
+// compressed when it is negative.
+func TestCompressFrom(t *testing.T) {
+	leakCheck(t)
+	d := newFakeDaemon(t, fakeConfig{})
+	body, err := os.ReadFile(filepath.Join("..", "testdata", "corpus", "req-chat-1k-01.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body = bytes.Replace(body, []byte(`"model"`), []byte(`"model":"echo","original_model"`), 1)
+	for _, tc := range []struct {
+		set        int
+		compressed bool
+	}{{0, true}, {len(body), true}, {len(body) + 1, false}, {4 << 10, false}, {-1, false}} {
+		c := dial(t, d, "ws", Options{CompressFrom: tc.set})
+		if _, err := c.Do(testCtx(t), body); err != nil {
+			t.Fatal(err)
+		}
+		d.mu.Lock()
+		sent := d.echoed
+		d.mu.Unlock()
+		var h frame.Header
+		if err := frame.ReadHeader(sent, &h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Flags.Compressed() != tc.compressed || (!tc.compressed && !bytes.Equal(payload(t, sent), body)) {
+			t.Errorf("CompressFrom %d, a %d-byte document: compressed %v, want %v", tc.set, len(body), h.Flags.Compressed(), tc.compressed)
+		}
+		c.Close()
 	}
 }

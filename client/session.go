@@ -266,7 +266,7 @@ func (c *Client) accept(conn transport.Conn, m *negotiate.Machine, hs *negotiate
 		return nil, fmt.Errorf("client: %w", err)
 	}
 	// A frame this side encodes must still fit max_payload once protected.
-	s.encLim = frame.Limits{MaxMessage: s.maxPayload - s.send.Overhead(), Quality: c.cfg.CompressionQuality}
+	s.encLim = frame.Limits{MaxMessage: s.maxPayload - s.send.Overhead(), Quality: c.cfg.CompressionQuality, CompressFrom: c.cfg.CompressFrom}
 	s.decLim = frame.Limits{MaxMessage: s.maxPayload}
 	conn.SetReadLimit(int64(s.maxPayload) + 512)
 	if ns.Params.Has(negotiate.FeatureSharedStream) {

@@ -10,9 +10,10 @@ import (
 	"github.com/m2md/m2md/internal/jsonscan"
 )
 
-// compressThreshold is the JSON length from which a frame's payload is
-// Brotli-compressed (FlagCompressed), whether or not that makes it smaller.
-const compressThreshold = 100
+// compressThreshold is the reference's JSON length from which a frame's
+// payload is Brotli-compressed (FlagCompressed), whether or not that makes
+// it smaller; Limits.CompressFrom moves it.
+const compressThreshold = jsonscan.DefaultCompressFrom
 
 // maxField is the longest model or id a header's length byte can describe.
 const maxField = 255
@@ -145,7 +146,7 @@ func appendFrameExt(dst, json []byte, schema Schema, ext *Extension, delta []byt
 		out = appendExtension(out, *ext)
 		flags |= FlagHasExtensions
 	}
-	if len(json) >= compressThreshold && (ext == nil || !ext.Delta) && !stored && lim.Quality != NoCompression {
+	if lim.CompressFrom >= 0 && len(json) >= lim.CompressFrom && (ext == nil || !ext.Delta) && !stored {
 		flags |= FlagCompressed
 	}
 	fixed := out[start+PrefixLen:]

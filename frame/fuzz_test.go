@@ -205,9 +205,9 @@ func FuzzEncodeRoundTrip(f *testing.F) {
 			t.Fatalf("binary encodes, text does not: %v", err)
 		}
 		checkRoundTrip(t, string(doc), bin, text)
-		// Stored (NoCompression): the same frame but for the flag and the
-		// payload, which decodes to the document.
-		stored, err := AppendEncode(nil, doc, Limits{Quality: NoCompression})
+		// Stored (CompressFrom -1): the same frame but for the flag and
+		// the payload, which decodes to the document.
+		stored, err := AppendEncode(nil, doc, Limits{CompressFrom: -1})
 		if err != nil {
 			t.Fatalf("encodes compressed, not stored: %v", err)
 		}

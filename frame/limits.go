@@ -16,16 +16,16 @@ import "github.com/m2md/m2md/internal/jsonscan"
 //	MaxMembers       the members of one JSON object, where a document is read
 //	                 whole into a tree (the legacy T1 codec); default: no bound
 //	Quality          the Brotli quality, 1–11, of the payloads an encoder
-//	                 compresses; negative (NoCompression): none, every
-//	                 payload is stored; zero or above 11: 5, the wire
-//	                 reference's
+//	                 compresses; zero or out of range: 5, the wire reference's
+//	CompressFrom     the document length in bytes from which an encoder
+//	                 compresses; shorter documents go stored; zero: 100, the
+//	                 wire reference's; negative: never
 //
-// Decoders accept any Brotli quality and stored payloads of any length, so
-// Quality is the sender's choice: quality 1 costs about a third of quality
-// 5's CPU on 1 KB chat documents for about 12 % more bytes, and stored
-// payloads cost no compression at all for about twice the bytes
-// (docs/benchmarks.md, "The OpenAI edges"); quality 5 gives the bytes the
-// reference vectors pin.
+// Decoders accept any Brotli quality, and stored payloads of any length, so
+// both are the sender's choice: quality 1 costs about a third of quality 5's
+// CPU on 1 KB chat documents for about 12 % more bytes, and a stored payload
+// no compression at all for about twice the bytes (docs/benchmarks.md, "The
+// OpenAI edges"); the defaults give the bytes the reference vectors pin.
 //
 // Every package of the module takes this one type, so a caller sets its
 // limits once and passes them on.
@@ -39,6 +39,3 @@ const (
 	DefaultMaxString       = jsonscan.DefaultMaxString
 	DefaultMaxArray        = jsonscan.DefaultMaxArray
 )
-
-// NoCompression, as Limits.Quality, stores every payload uncompressed.
-const NoCompression = jsonscan.NoCompression

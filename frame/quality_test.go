@@ -8,11 +8,11 @@ import (
 	"github.com/m2md/m2md/internal/testkit"
 )
 
-// Limits.Quality: zero and values above 11 are the reference's quality 5;
-// 1–11 are kept; any negative value is NoCompression.
+// Limits.Quality: zero and values out of range are the reference's quality
+// 5; 1–11 are kept.
 func TestQualityEffective(t *testing.T) {
 	for _, tc := range []struct{ set, want int }{
-		{0, 5}, {-1, NoCompression}, {-7, NoCompression}, {12, 5}, {1, 1}, {5, 5}, {11, 11},
+		{0, 5}, {-1, 5}, {12, 5}, {1, 1}, {5, 5}, {11, 11},
 	} {
 		if got := (Limits{Quality: tc.set}).Effective().Quality; got != tc.want {
 			t.Errorf("Quality %d: effective %d, want %d", tc.set, got, tc.want)
@@ -57,10 +57,16 @@ func TestQualityRoundTrip(t *testing.T) {
 	}
 }
 
-// NoCompression stores every payload as it is, COMPRESSED clear, whatever
-// its length; the frame is otherwise the reference's (header and CRC), and
-// decodes to the document.
-func TestNoCompression(t *testing.T) {
+// Limits.CompressFrom: documents shorter than it go stored, COMPRESSED
+// clear, the frame otherwise the reference's (headers and CRC) and
+// decoding to the document; longer ones compressed; zero is the
+// reference's 100 bytes, negative never.
+func TestCompressFrom(t *testing.T) {
+	for _, tc := range []struct{ set, want int }{{0, 100}, {4096, 4096}, {-1, -1}, {-9, -1}} {
+		if got := (Limits{CompressFrom: tc.set}).Effective().CompressFrom; got != tc.want {
+			t.Errorf("CompressFrom %d: effective %d, want %d", tc.set, got, tc.want)
+		}
+	}
 	n := 0
 	for _, f := range testkit.Corpus(t) {
 		if len(f.Data) < compressThreshold {
@@ -71,31 +77,40 @@ func TestNoCompression(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		fr, err := AppendEncode(nil, f.Data, Limits{Quality: NoCompression})
-		if err != nil {
-			t.Fatalf("%s: %v", f.Name, err)
-		}
-		var h, rh Header
-		if err := ReadHeader(fr, &h); err != nil {
-			t.Fatal(err)
-		}
+		var rh Header
 		if err := ReadHeader(ref, &rh); err != nil {
 			t.Fatal(err)
 		}
-		if h.Flags.Compressed() || h.Flags != rh.Flags&^FlagCompressed || h.CRC != rh.CRC {
-			t.Fatalf("%s: flags %#x crc %08x, want %#x and %08x", f.Name, uint32(h.Flags), h.CRC, uint32(rh.Flags&^FlagCompressed), rh.CRC)
-		}
-		// Headers alike but for the flags word; the payload the document.
-		at := PrefixLen + h.HeaderLen
-		if h.HeaderLen != rh.HeaderLen || !bytes.Equal(fr[:OffFlags], ref[:OffFlags]) || !bytes.Equal(fr[OffFlags+4:at], ref[OffFlags+4:at]) {
-			t.Fatalf("%s: header differs from the reference's beyond its flags", f.Name)
-		}
-		if !bytes.Equal(fr[at+8:], f.Data) {
-			t.Fatalf("%s: the payload is not the document as it is", f.Name)
-		}
-		got, err := AppendDecode(nil, fr, Limits{})
-		if err != nil || !bytes.Equal(got, f.Data) {
-			t.Fatalf("%s: decoded %d bytes, %v", f.Name, len(got), err)
+		for _, from := range []int{-1, len(f.Data), len(f.Data) + 1} {
+			fr, err := AppendEncode(nil, f.Data, Limits{CompressFrom: from})
+			if err != nil {
+				t.Fatalf("%s: %v", f.Name, err)
+			}
+			var h Header
+			if err := ReadHeader(fr, &h); err != nil {
+				t.Fatal(err)
+			}
+			if from == len(f.Data) {
+				if !bytes.Equal(fr, ref) {
+					t.Fatalf("%s, CompressFrom its length: not the reference's frame", f.Name)
+				}
+				continue
+			}
+			if h.Flags.Compressed() || h.Flags != rh.Flags&^FlagCompressed || h.CRC != rh.CRC {
+				t.Fatalf("%s, CompressFrom %d: flags %#x crc %08x, want %#x and %08x", f.Name, from, uint32(h.Flags), h.CRC, uint32(rh.Flags&^FlagCompressed), rh.CRC)
+			}
+			// Headers alike but for the flags word; the payload the document.
+			at := PrefixLen + h.HeaderLen
+			if h.HeaderLen != rh.HeaderLen || !bytes.Equal(fr[:OffFlags], ref[:OffFlags]) || !bytes.Equal(fr[OffFlags+4:at], ref[OffFlags+4:at]) {
+				t.Fatalf("%s: header differs from the reference's beyond its flags", f.Name)
+			}
+			if !bytes.Equal(fr[at+8:], f.Data) {
+				t.Fatalf("%s: the payload is not the document as it is", f.Name)
+			}
+			got, err := AppendDecode(nil, fr, Limits{})
+			if err != nil || !bytes.Equal(got, f.Data) {
+				t.Fatalf("%s: decoded %d bytes, %v", f.Name, len(got), err)
+			}
 		}
 	}
 	if n == 0 {
@@ -109,12 +124,15 @@ func TestNoCompression(t *testing.T) {
 func BenchmarkQuality(b *testing.B) {
 	for _, name := range []string{"req-chat-1k-01.json", "req-tools-4k-01.json", "req-multiturn-16k-01.json", "req-long-100k-01.json"} {
 		doc := testkit.CorpusFile(b, name)
-		for _, q := range []int{NoCompression, 1, 5} {
-			b.Run(fmt.Sprintf("%s/q%d", name, q), func(b *testing.B) {
+		for _, tc := range []struct {
+			name string
+			lim  Limits
+		}{{"stored", Limits{CompressFrom: -1}}, {"q1", Limits{Quality: 1}}, {"q5", Limits{Quality: 5}}} {
+			b.Run(fmt.Sprintf("%s/%s", name, tc.name), func(b *testing.B) {
 				var fr []byte
 				var err error
 				for b.Loop() {
-					if fr, err = AppendEncode(fr[:0], doc, Limits{Quality: q}); err != nil {
+					if fr, err = AppendEncode(fr[:0], doc, tc.lim); err != nil {
 						b.Fatal(err)
 					}
 				}

@@ -89,14 +89,14 @@ func benchEdgesBoth(b *testing.B, models []string) (ingressURL, upstreamURL, ing
 	b.Cleanup(u.Close)
 	agent = dialClient(b, d.url("quic"), client.Options{AgentID: "bench-upstream", Models: models, Handler: u,
 		Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(b), MaxConcurrentHandlers: 1024,
-		CompressionQuality: openai.CompressionQuality}) // as m2md upstream
+		CompressionQuality: openai.CompressionQuality, CompressFrom: openai.CompressFrom}) // as m2md upstream
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	serveIngress := func(suffix string, dial func(ctx context.Context, o client.Options) (*client.Client, error)) string {
 		in, err := ingress.New(ctx, ingress.Config{Models: d.Models,
 			Dial: func(ctx context.Context, id ingress.Identity) (*client.Client, error) {
 				return dial(ctx, client.Options{AgentID: id.AgentID + suffix, Security: frame.SecurityAEAD, TLSConfig: d.clientTLS(b),
-					CompressionQuality: openai.CompressionQuality}) // as m2md serve's endpoint
+					CompressionQuality: openai.CompressionQuality, CompressFrom: openai.CompressFrom}) // as m2md serve's endpoint
 			}})
 		if err != nil {
 			b.Fatal(err)

@@ -86,6 +86,7 @@ func startOpenAI(ctx context.Context, srv *daemon.Server, cfg daemon.Config, add
 				ConversationHistory: history,
 				ConversationBases:   -1,
 				CompressionQuality:  openai.CompressionQuality,
+				CompressFrom:        openai.CompressFrom,
 			})
 		},
 	})

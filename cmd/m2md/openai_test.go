@@ -121,7 +121,7 @@ func TestServeOpenAIConversationHistory(t *testing.T) {
 	}
 }
 
-// The endpoint sends its requests uncompressed (openai.CompressionQuality):
+// The endpoint sends short requests uncompressed (openai.CompressFrom):
 // the frame a 1,215-byte chat request becomes carries all of its bytes,
 // where the reference's Brotli would carry 694.
 func TestServeOpenAIStoresPayloads(t *testing.T) {

@@ -210,7 +210,7 @@ func (u *upstreamFlags) agentOptions(ctx context.Context, up *upstream.Upstream,
 	// A provider only: it keeps bases for the deltas it is sent, and no
 	// history of requests, which it never sends.
 	opt.ConversationBases, opt.ConversationHistory = conversationBudget(u.bases), -1
-	opt.CompressionQuality = openai.CompressionQuality
+	opt.CompressionQuality, opt.CompressFrom = openai.CompressionQuality, openai.CompressFrom
 	opt.Models = cfg.Models
 	if len(opt.Models) == 0 {
 		var err error

@@ -29,9 +29,12 @@ type Limits struct {
 	// Zero or negative: no bound but the input's size.
 	MaxMembers int
 	// Quality is the Brotli quality, 1–11, of the payloads the frame
-	// encoder compresses. Negative (NoCompression) stores them as they
-	// are; zero or above 11 means DefaultQuality.
+	// encoder compresses. Zero or out of range means DefaultQuality.
 	Quality int
+	// CompressFrom is the length in bytes from which the frame encoder
+	// compresses a document; shorter ones go stored. Zero means
+	// DefaultCompressFrom, the wire reference's rule; negative, never.
+	CompressFrom int
 }
 
 // Default limits from the wire reference §8.
@@ -46,15 +49,15 @@ const (
 	// payloads (§2.4).
 	DefaultQuality = 5
 
-	// NoCompression, as Quality, has the frame encoder store every
-	// payload uncompressed (COMPRESSED clear), whatever its length.
-	NoCompression = -1
+	// DefaultCompressFrom is the wire reference's: a document of 100
+	// bytes or more goes compressed (§3.9).
+	DefaultCompressFrom = 100
 )
 
 // Effective returns l with zero fields set to their defaults and every field
-// clamped to at most its default, and Quality set to NoCompression when it
-// is negative and to DefaultQuality when it is not a Brotli quality.
-// MaxMembers, which has no default, is returned as given.
+// clamped to at most its default, Quality set to DefaultQuality when it is
+// not one, and a negative CompressFrom as -1. MaxMembers, which has no
+// default, is returned as given.
 func (l Limits) Effective() Limits {
 	return Limits{
 		MaxMessage:      clampLimit(l.MaxMessage, DefaultMaxMessage),
@@ -64,19 +67,27 @@ func (l Limits) Effective() Limits {
 		MaxArray:        clampLimit(l.MaxArray, DefaultMaxArray),
 		MaxMembers:      l.MaxMembers,
 		Quality:         quality(l.Quality),
+		CompressFrom:    compressFrom(l.CompressFrom),
 	}
 }
 
 // quality returns q when it is a Brotli quality an encoder may be asked for,
-// NoCompression for any negative q, else the reference's.
+// else the reference's.
 func quality(q int) int {
-	switch {
-	case q < 0:
-		return NoCompression
-	case q < 1 || q > 11:
+	if q < 1 || q > 11 {
 		return DefaultQuality
 	}
 	return q
+}
+
+func compressFrom(n int) int {
+	switch {
+	case n == 0:
+		return DefaultCompressFrom
+	case n < 0:
+		return -1
+	}
+	return n
 }
 
 func clampLimit(v, def int) int {

@@ -402,7 +402,7 @@ func (in *Ingress) serveRequest(hw http.ResponseWriter, r *http.Request, ep endp
 		st, err = c.Stream(ctx, body, client.ResponseHeaders())
 	} else {
 		var fr []byte
-		if fr, err = frame.AppendEncodeSchema(nil, body, ep.schema, frame.Limits{Quality: openai.CompressionQuality}); err != nil {
+		if fr, err = frame.AppendEncodeSchema(nil, body, ep.schema, frame.Limits{Quality: openai.CompressionQuality, CompressFrom: openai.CompressFrom}); err != nil {
 			badFrame(w, err)
 			return
 		}
