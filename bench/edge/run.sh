@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # Measures the OpenAI edge as deployed, each part in a process of its own on
 # this machine: a mock OpenAI server that nginx answers from memory, nginx as a
-# reverse proxy in front of it (the baseline any gateway is held to), and
-# m2md serve's endpoint -> daemon -> m2md upstream -> the same mock.
+# reverse proxy in front of it (the baseline any gateway is held to), Go's own
+# reverse proxy (bench/edge/goproxy: the floor of any Go gateway), and m2md
+# two ways: the mesh, m2md serve's endpoint -> daemon -> m2md upstream -> the
+# mock, and the gateway in one process, m2md serve --upstream-base-url.
 #
 #   bench/edge/run.sh [path/to/m2md] [seconds per run]
 #
 # Needs nginx and wrk (Debian: apt-get install nginx-light wrk). Everything
-# listens on 127.0.0.1 (ports 8000, 8080, 4433, 9000, 9090, 9091, 9092, 8081)
+# listens on 127.0.0.1 (ports 8000-8002, 8080-8082, 4433, 9000, 9090-9094)
 # and is stopped on exit. The request is testdata/corpus/req-chat-1k-01.json
 # (1,215 bytes), the answer resp-chat-01.json (907 bytes); the streamed answer
 # is stream-chunk-01..10.json as SSE events and [DONE]. docs/benchmarks.md,
@@ -22,6 +24,8 @@ if [[ -z $m2md ]]; then
 	(cd "$repo" && go build -o "$m2md" ./cmd/m2md)
 fi
 m2md=$(realpath "$m2md")
+goproxy=$(mktemp -d)/goproxy
+(cd "$repo" && go build -o "$goproxy" ./bench/edge/goproxy)
 for tool in nginx wrk; do
 	command -v $tool >/dev/null || { echo "$0: needs $tool (Debian: apt-get install nginx-light wrk)" >&2; exit 2; }
 done
@@ -32,7 +36,7 @@ cleanup() {
 	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
 	[[ -f $dir/nginx.pid ]] && kill "$(cat "$dir/nginx.pid")" 2>/dev/null || true
 	wait 2>/dev/null || true
-	rm -rf "$dir"
+	rm -rf "$dir" "$(dirname "$goproxy")"
 }
 trap cleanup EXIT
 
@@ -89,6 +93,26 @@ for model in chat-1k stream-10; do
 	[[ $code == 200 ]] || { echo "$0: the mesh does not answer model $model (HTTP $code)" >&2; cat "$dir"/*.log >&2; exit 1; }
 done
 
+# The gateway in one process, twice (one upstream base URL each): its own
+# endpoint, no mesh listener.
+gateway() { # port admin-port base-url-path model
+	"$m2md" serve --log-level warn --quic-addr - --ws-addr - --openai-addr 127.0.0.1:$1 --admin-addr 127.0.0.1:$2 \
+		--upstream-base-url http://127.0.0.1:9000$3 --upstream-models $4 >"$dir/gateway-$1.log" 2>&1 &
+	pids+=($!)
+}
+gateway 8001 9093 /v1 chat-1k
+gateway 8002 9094 /stream/v1 stream-10
+"$goproxy" 127.0.0.1:8082 http://127.0.0.1:9000 >"$dir/goproxy.log" 2>&1 &
+pids+=($!)
+for u in 8001 8002 8082; do
+	for _ in $(seq 100); do
+		code=$(curl -s -o /dev/null -w '%{http_code}' -d '{"model":"chat-1k","messages":[{"role":"user","content":"hi"}]}' http://127.0.0.1:$u/v1/chat/completions || true)
+		[[ $code == 200 || $code == 404 ]] && break
+		sleep 0.1
+	done
+	[[ $code == 200 || $code == 404 ]] || { echo "$0: 127.0.0.1:$u does not answer (HTTP $code)" >&2; cat "$dir"/*.log >&2; exit 1; }
+done
+
 sed '0,/"model": *"[^"]*"/s//"model":"chat-1k"/' "$corpus/req-chat-1k-01.json" >"$dir/req.json"
 cat >"$dir/post.lua" <<EOF
 wrk.method = "POST"
@@ -98,11 +122,13 @@ EOF
 
 direct=http://127.0.0.1:9000/v1
 proxy=http://127.0.0.1:8081/v1
+goproxy=http://127.0.0.1:8082/v1
 mesh=http://127.0.0.1:8000/v1
+gateway=http://127.0.0.1:8001/v1
 echo "# $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $("$m2md" version 2>/dev/null | head -1)"
 
 echo "## maximum rate, wrk -t2 -c32 -d${secs}s (closed loop)"
-for u in $direct $proxy $mesh; do
+for u in $direct $proxy $goproxy $mesh $gateway; do
 	wrk -t2 -c32 -d1s -s "$dir/post.lua" "$u/chat/completions" >/dev/null
 	printf '%-28s ' "$u"
 	wrk -t2 -c32 -d"${secs}s" -s "$dir/post.lua" "$u/chat/completions" | awk '/Requests\/sec/{r=$2} /Non-2xx|Socket errors/{e=e" "$0} END{print r " req/s" (e==""?"":" ERRORS:" e)}'
@@ -110,19 +136,19 @@ done
 
 bench() { "$m2md" bench openai --file "$dir/req.json" --model "$@"; }
 echo "## maximum rate, m2md bench openai --connections 32, each beside the direct call"
-for u in $proxy $mesh; do
+for u in $proxy $goproxy $mesh $gateway; do
 	echo "### $u"
 	bench chat-1k --url "$u" --compare $direct --connections 32 --duration "${secs}s" --warmup 2s
 done
 for rate in 100 1000; do
 	echo "## latency at $rate req/s (open loop), each beside the direct call"
-	for u in $proxy $mesh; do
+	for u in $proxy $goproxy $mesh $gateway; do
 		echo "### $u"
 		bench chat-1k --url "$u" --compare $direct --rate $rate --duration "${secs}s" --warmup 2s
 	done
 done
 echo "## streamed, 10 chunks, time to the first chunk at 100 req/s, beside the direct call"
-for u in http://127.0.0.1:8081/stream/v1 $mesh; do
+for u in http://127.0.0.1:8081/stream/v1 http://127.0.0.1:8082/stream/v1 $mesh http://127.0.0.1:8002/v1; do
 	echo "### $u"
 	bench stream-10 --url "$u" --compare http://127.0.0.1:9000/stream/v1 --rate 100 --stream --duration "${secs}s" --warmup 2s
 done
