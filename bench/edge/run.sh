@@ -127,14 +127,32 @@ mesh=http://127.0.0.1:8000/v1
 gateway=http://127.0.0.1:8001/v1
 echo "# $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $("$m2md" version 2>/dev/null | head -1)"
 
+# A virtual machine's CPUs can be taken by its host: each measurement says
+# which share of the CPU time was stolen while it ran (/proc/stat), since a
+# run with much stolen time measures the host, not the paths.
+cpu() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }
+stolen() { # the snapshot cpu gave at the start
+	local t0 s0 t1 s1
+	read -r t0 s0 <<<"$1"
+	read -r t1 s1 < <(cpu)
+	awk -v t=$((t1 - t0)) -v s=$((s1 - s0)) 'BEGIN{printf "%.0f%% of CPU time stolen by the host\n", t ? 100 * s / t : 0}'
+}
+
 echo "## maximum rate, wrk -t2 -c32 -d${secs}s (closed loop)"
 for u in $direct $proxy $goproxy $mesh $gateway; do
 	wrk -t2 -c32 -d1s -s "$dir/post.lua" "$u/chat/completions" >/dev/null
 	printf '%-28s ' "$u"
-	wrk -t2 -c32 -d"${secs}s" -s "$dir/post.lua" "$u/chat/completions" | awk '/Requests\/sec/{r=$2} /Non-2xx|Socket errors/{e=e" "$0} END{print r " req/s" (e==""?"":" ERRORS:" e)}'
+	c=$(cpu)
+	wrk -t2 -c32 -d"${secs}s" -s "$dir/post.lua" "$u/chat/completions" | awk '/Requests\/sec/{r=$2} /Non-2xx|Socket errors/{e=e" "$0} END{printf "%s", r " req/s" (e==""?"":" ERRORS:" e)}'
+	echo ", $(stolen "$c")"
 done
 
-bench() { "$m2md" bench openai --file "$dir/req.json" --model "$@"; }
+bench() {
+	local c
+	c=$(cpu)
+	"$m2md" bench openai --file "$dir/req.json" --model "$@"
+	stolen "$c"
+}
 echo "## maximum rate, m2md bench openai --connections 32, each beside the direct call"
 for u in $proxy $goproxy $mesh $gateway; do
 	echo "### $u"
