@@ -291,14 +291,15 @@ func RunOpenAI(ctx context.Context, cfg OpenAIConfig) (*OpenAIReport, error) {
 	for _, t := range targets {
 		t.rec.setWindow(winStart, never, time.Hour)
 	}
-	for left := cfg.Duration; left > 0 && ctx.Err() == nil; left -= cfg.Slice {
-		d := left
+	for left := cfg.Duration; left > 0 && ctx.Err() == nil; {
+		d := left // one endpoint: all of it in one slice
 		if cfg.Compare != "" {
 			d = min(left, cfg.Slice)
 		}
 		for _, t := range targets {
 			t.measured += t.load(ctx, &cfg, bodies, &next, d)
 		}
+		left -= d
 	}
 	rep.Target = targets[0].result()
 	if len(targets) > 1 {

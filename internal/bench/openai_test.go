@@ -135,22 +135,26 @@ func TestOpenAIClosedLoop(t *testing.T) {
 }
 
 // TestOpenAIOpenLoop: at a fixed rate the measured window holds exactly
-// rate × duration requests, whatever the server does.
+// rate × duration requests, whatever the server does, and whether the
+// duration is shorter or longer than a slice (which only a comparison
+// takes turns by).
 func TestOpenAIOpenLoop(t *testing.T) {
 	leakcheck.Check(t, "github.com/m2md/m2md/internal/bench")
-	srv := newChatServer(t, nil)
-	cfg := quickOpenAI(srv.base())
-	cfg.Rate, cfg.Duration = 200, 500*time.Millisecond
-	rep := runOpenAI(t, cfg)
-	r := rep.Target
-	if r.Requests+r.Errors != 100 || r.Errors != 0 {
-		t.Fatalf("%d requests and %d errors (%v) measured, want 100 requests", r.Requests, r.Errors, r.ErrorsByReason)
-	}
-	if got := srv.count(); got != 100+10 {
-		t.Errorf("server received %d requests, want 110 (10 in the warm-up)", got)
-	}
-	if rep.Config.Mode != "open" || rep.Config.Rate != 200 || r.Latency.Count != 100 {
-		t.Errorf("report: %+v", rep)
+	for _, slice := range []time.Duration{0, 200 * time.Millisecond} {
+		srv := newChatServer(t, nil)
+		cfg := quickOpenAI(srv.base())
+		cfg.Rate, cfg.Duration, cfg.Slice = 200, 500*time.Millisecond, slice
+		rep := runOpenAI(t, cfg)
+		r := rep.Target
+		if r.Requests+r.Errors != 100 || r.Errors != 0 {
+			t.Fatalf("slice %v: %d requests and %d errors (%v) measured, want 100 requests", slice, r.Requests, r.Errors, r.ErrorsByReason)
+		}
+		if got := srv.count(); got != 100+10 {
+			t.Errorf("slice %v: server received %d requests, want 110 (10 in the warm-up)", slice, got)
+		}
+		if rep.Config.Mode != "open" || rep.Config.Rate != 200 || r.Latency.Count != 100 || r.DurationS > 0.6 {
+			t.Errorf("slice %v: report: %+v", slice, rep)
+		}
 	}
 }
 
