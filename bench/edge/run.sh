@@ -129,7 +129,8 @@ echo "# $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $("$m2md" version 
 
 # A virtual machine's CPUs can be taken by its host: each measurement says
 # which share of the CPU time was stolen while it ran (/proc/stat), since a
-# run with much stolen time measures the host, not the paths.
+# run with much stolen time measures the host, not the paths. m2md bench
+# says it on its "machine:" line; wrk's rows get it here.
 cpu() { awk '/^cpu /{print $2+$3+$4+$5+$6+$7+$8+$9, $9}' /proc/stat; }
 stolen() { # the snapshot cpu gave at the start
 	local t0 s0 t1 s1
@@ -147,12 +148,7 @@ for u in $direct $proxy $goproxy $mesh $gateway; do
 	echo ", $(stolen "$c")"
 done
 
-bench() {
-	local c
-	c=$(cpu)
-	"$m2md" bench openai --file "$dir/req.json" --model "$@"
-	stolen "$c"
-}
+bench() { "$m2md" bench openai --file "$dir/req.json" --model "$@"; }
 echo "## maximum rate, m2md bench openai --connections 32, each beside the direct call"
 for u in $proxy $goproxy $mesh $gateway; do
 	echo "### $u"

@@ -10,5 +10,5 @@ func processCPU() time.Duration { return 0 }
 // runDelay is not measured on this platform.
 func runDelay() time.Duration { return 0 }
 
-// machineIdle is not measured on this platform.
-func machineIdle() (time.Duration, bool) { return 0, false }
+// machineCPU is not measured on this platform.
+func machineCPU() (statCPU, bool) { return statCPU{}, false }

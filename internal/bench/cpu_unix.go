@@ -52,13 +52,12 @@ func runDelay() time.Duration {
 	return time.Duration(total)
 }
 
-// machineIdle is the time the machine's CPUs have spent idle, summed over
-// them (Linux /proc/stat: idle and iowait); ok is false where that is not
-// available.
-func machineIdle() (d time.Duration, ok bool) {
+// machineCPU is the machine's CPU time so far, summed over its CPUs (Linux
+// /proc/stat); ok is false where that is not available.
+func machineCPU() (c statCPU, ok bool) {
 	b, err := os.ReadFile("/proc/stat")
 	if err != nil {
-		return 0, false
+		return statCPU{}, false
 	}
-	return parseStatIdle(string(b))
+	return parseStat(string(b))
 }

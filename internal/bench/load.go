@@ -275,6 +275,7 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 		return nil, err
 	}
 	rep := &LoadReport{Config: runInfo(&cfg, ps), Machine: machine()}
+	cpu0, cpuOK := machineCPU()
 	rep.Config.Model = renamed
 	runs := []string{RunM2M}
 	if cfg.Baseline {
@@ -344,7 +345,7 @@ func RunLoad(ctx context.Context, cfg LoadConfig) (*LoadReport, error) {
 		rep.SingleNodeRatios = ratiosOf(results[RunM2M], rs)
 		rep.NodeCPURatio = nodeCPURatio(results[RunM2M], rs)
 	}
-	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.Machine.finish(cpu0, cpuOK)
 	rep.computeRatios(results[RunM2M], results[RunRelay])
 	if cfg.Repeat > 1 {
 		rep.Repetitions = repetitionsOf(results[RunM2M], results[RunRelay], results[RunNATS])

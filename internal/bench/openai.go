@@ -265,6 +265,7 @@ func RunOpenAI(ctx context.Context, cfg OpenAIConfig) (*OpenAIReport, error) {
 		}
 	}()
 	rep := &OpenAIReport{Config: openAIRunInfo(&cfg, bodies), Machine: machine()}
+	cpu0, cpuOK := machineCPU()
 
 	// Every slice ends, and every request in it within Timeout: this only
 	// bounds what nothing else would, such as a stuck pacer.
@@ -307,7 +308,7 @@ func RunOpenAI(ctx context.Context, cfg OpenAIConfig) (*OpenAIReport, error) {
 		rep.Compare = &c
 		rep.Ratios = openAIRatiosOf(&rep.Target, &c)
 	}
-	rep.Machine.LoadAvgEnd = loadAvg()
+	rep.Machine.finish(cpu0, cpuOK)
 	return rep, nil
 }
 

@@ -166,7 +166,7 @@ func (r *OpenAIReport) WriteTable(w io.Writer) error {
 	if c.SliceS > 0 {
 		fmt.Fprintf(w, ", in alternating slices of %s", secs(c.SliceS))
 	}
-	fmt.Fprintf(w, "\nmachine: %d CPUs, load %.2f at start, %.2f at end\n\n", r.Machine.CPUs, r.Machine.LoadAvg1, r.Machine.LoadAvgEnd)
+	fmt.Fprintf(w, "\nmachine: %d CPUs, load %.2f at start, %.2f at end%s\n\n", r.Machine.CPUs, r.Machine.LoadAvg1, r.Machine.LoadAvgEnd, r.Machine.stolen())
 
 	res := []*OpenAIResult{&r.Target}
 	head := []string{"", "target"}

@@ -335,7 +335,8 @@ func TestOpenAIJSON(t *testing.T) {
 			SliceS      float64 `json:"slice_s"`
 		} `json:"config"`
 		Machine struct {
-			CPUs int `json:"cpus"`
+			CPUs     int      `json:"cpus"`
+			StealPct *float64 `json:"steal_pct"`
 		} `json:"machine"`
 		Target, Compare struct {
 			URL            string  `json:"url"`
@@ -378,6 +379,17 @@ func TestOpenAIJSON(t *testing.T) {
 	}
 	if doc.Ratios.RequestsPerSec <= 0 || doc.Ratios.P50 <= 0 || doc.Ratios.AddedP50US == nil || doc.Ratios.FirstChunkP50 <= 0 {
 		t.Errorf("ratios %+v", doc.Ratios)
+	}
+	// Where /proc/stat tells it, the share of CPU time the host took,
+	// in the JSON and in the table.
+	if _, ok := machineCPU(); ok {
+		var table strings.Builder
+		if err := rep.WriteTable(&table); err != nil {
+			t.Fatal(err)
+		}
+		if s := doc.Machine.StealPct; s == nil || *s < 0 || *s > 100 || !strings.Contains(table.String(), "of the CPU time stolen by the host") {
+			t.Errorf("steal_pct %v; table:\n%s", s, table.String())
+		}
 	}
 	back, err := ReadOpenAIReport(bytes.NewReader(buf.Bytes()))
 	if err != nil {

@@ -57,29 +57,51 @@ func (s *ProcessStats) packed() bool {
 	return s != nil && s.Source == "process" && s.CPUWait >= 0.25 && s.IdleCPUs >= 0.25
 }
 
-// maxStatTicks bounds each counter parseStatIdle adds, so that the sum in
-// nanoseconds fits an int64.
-const maxStatTicks = (1<<63 - 1) / uint64(10*time.Millisecond) / 2
+// maxStatTicks bounds each counter parseStat adds, so that a sum of eight
+// in nanoseconds fits an int64.
+const maxStatTicks = (1<<63 - 1) / uint64(10*time.Millisecond) / 8
 
-// parseStatIdle reads the idle and iowait times of the "cpu" line of
-// /proc/stat, in USER_HZ ticks (1/100 s on Linux's every architecture).
-func parseStatIdle(stat string) (time.Duration, bool) {
+// statCPU is the machine's CPU time, summed over its CPUs: all of it, the
+// idle part (idle and iowait) and the part its host took (steal: a
+// virtual machine's CPU that was ready to run and did not).
+type statCPU struct{ total, idle, steal time.Duration }
+
+// parseStat reads the "cpu" line of /proc/stat: user nice system idle
+// iowait irq softirq steal, in USER_HZ ticks (1/100 s on Linux's every
+// architecture); kernels before 2.6.11 have no steal, which reads 0.
+func parseStat(stat string) (statCPU, bool) {
 	line, _, _ := strings.Cut(stat, "\n")
 	f := strings.Fields(line)
 	if len(f) < 6 || f[0] != "cpu" {
-		return 0, false
+		return statCPU{}, false
 	}
-	// The kernel's counters are unsigned; more than 2^62 ticks together
-	// would not fit a Duration, and no machine has run that long.
-	var ticks uint64
-	for _, v := range f[4:6] {
+	// The kernel's counters are unsigned; more than 2^60 ticks each would
+	// not fit a Duration together, and no machine has run that long.
+	var c statCPU
+	for i, v := range f[1:min(len(f), 9)] {
 		n, err := strconv.ParseUint(v, 10, 64)
 		if err != nil || n > maxStatTicks {
-			return 0, false
+			return statCPU{}, false
 		}
-		ticks += n
+		d := time.Duration(n) * 10 * time.Millisecond
+		c.total += d
+		switch i {
+		case 3, 4:
+			c.idle += d
+		case 7:
+			c.steal = d
+		}
 	}
-	return time.Duration(ticks) * 10 * time.Millisecond, true
+	return c, true
+}
+
+// stolenShare is the share of the machine's CPU time between two readings
+// that its host took, in percent.
+func stolenShare(from, to statCPU) float64 {
+	if to.total <= from.total {
+		return 0
+	}
+	return 100 * float64(to.steal-from.steal) / float64(to.total-from.total)
 }
 
 // usage is a point-in-time reading of the counters ProcessStats is the
@@ -101,9 +123,9 @@ type usage struct {
 func processUsage() usage {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	idle, idleOK := machineIdle()
+	stat, idleOK := machineCPU()
 	return usage{
-		idle:       idle,
+		idle:       stat.idle,
 		idleOK:     idleOK,
 		at:         time.Now(),
 		cpu:        processCPU(),

@@ -136,6 +136,29 @@ type Machine struct {
 	GoVersion  string  `json:"go_version"`
 	LoadAvg1   float64 `json:"load_avg_1m"`
 	LoadAvgEnd float64 `json:"load_avg_1m_end"`
+	// StealPct is the share of the machine's CPU time its host took
+	// during the run (a virtual machine's steal, /proc/stat): the run
+	// measured the host too when it is more than a few percent. Absent
+	// where it is not known.
+	StealPct *float64 `json:"steal_pct,omitempty"`
+}
+
+// finish records the machine at the run's end; start is machineCPU's
+// reading at its start.
+func (m *Machine) finish(start statCPU, startOK bool) {
+	m.LoadAvgEnd = loadAvg()
+	if now, ok := machineCPU(); ok && startOK {
+		pct := stolenShare(start, now)
+		m.StealPct = &pct
+	}
+}
+
+// stolen is ", N % of the CPU time stolen by the host" when that is known.
+func (m *Machine) stolen() string {
+	if m.StealPct == nil {
+		return ""
+	}
+	return fmt.Sprintf(", %.0f %% of the CPU time stolen by the host", *m.StealPct)
 }
 
 // LoadReport is the outcome of RunLoad. The M2M run's figures are at the
@@ -469,8 +492,8 @@ func (r *LoadReport) writeHeading(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\nm2md bench load: %s, security %s, %s, payload %s (%.0f B JSON, %.0f B frame), %s,\n",
 		c.Transport, c.Security, c.Algorithm, c.PayloadName, c.JSONBytes, c.FrameBytes, load)
-	fmt.Fprintf(w, "%d connections, %d providers, service time %s, %gs measured after %gs warm-up; %d CPUs, load %.2f → %.2f\n\n",
-		c.Connections, c.Providers, time.Duration(c.ServiceTimeUS*1e3), c.DurationS, c.WarmupS, r.Machine.CPUs, r.Machine.LoadAvg1, r.Machine.LoadAvgEnd)
+	fmt.Fprintf(w, "%d connections, %d providers, service time %s, %gs measured after %gs warm-up; %d CPUs, load %.2f → %.2f%s\n\n",
+		c.Connections, c.Providers, time.Duration(c.ServiceTimeUS*1e3), c.DurationS, c.WarmupS, r.Machine.CPUs, r.Machine.LoadAvg1, r.Machine.LoadAvgEnd, r.Machine.stolen())
 }
 
 // columns returns the runs the report holds, the M2M run first, and their
