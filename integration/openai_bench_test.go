@@ -106,7 +106,8 @@ func benchEdgesBoth(b *testing.B, models []string) (ingressURL, upstreamURL, ing
 		return srv.URL
 	}
 	ingressURL = serveIngress("", func(ctx context.Context, o client.Options) (*client.Client, error) {
-		return client.DialConn(ctx, d.Attach, o) // as serve does
+		o.Security = frame.SecurityNone // as serve does: attached, the daemon's --min-security
+		return client.DialConn(ctx, d.Attach, o)
 	})
 	ingressWSURL = serveIngress("-ws", func(ctx context.Context, o client.Options) (*client.Client, error) {
 		return client.Dial(ctx, d.url("ws"), o)

@@ -9,7 +9,6 @@ import (
 
 	"github.com/m2md/m2md/client"
 	"github.com/m2md/m2md/daemon"
-	"github.com/m2md/m2md/frame"
 	"github.com/m2md/m2md/openai/upstream"
 	"github.com/m2md/m2md/transport"
 )
@@ -76,8 +75,8 @@ func (o *serveOptions) newServedUpstream(ctx context.Context, cfg upstream.Confi
 	opt, err := o.upstream.agentOptions(ctx, up, cfg, client.Options{
 		Org:       o.upstreamOrg,
 		OrgSecret: o.cfg.OrgSecrets[o.upstreamOrg],
-		Security:  frame.SecurityAEAD, // the strongest mode: never below --min-security
-		Logger:    log,                // the client adds the agent
+		Security:  o.cfg.MinSecurity, // attached in process: as the endpoint's (startOpenAI)
+		Logger:    log,               // the client adds the agent
 	}, flags)
 	if err != nil {
 		up.Close()

@@ -12,6 +12,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"syscall"
@@ -222,6 +223,49 @@ func TestServeUpstreamInProcess(t *testing.T) {
 			t.Errorf("serve's log has %q:\n%s", bad, log)
 		}
 	}
+	checkAttachedModes(t, log, "none")
+}
+
+// checkAttachedModes: the sessions attached in process, the endpoint's
+// and the upstream agent's, use mode want (--min-security's).
+func checkAttachedModes(t *testing.T, log, want string) {
+	t.Helper()
+	established := regexp.MustCompile(`"transport":"inproc"[^\n]*"agent":"([^"]+)"[^\n]*"mode":"([a-z]+)"[^\n]*session established`)
+	agents := map[string]bool{}
+	for _, m := range established.FindAllStringSubmatch(log, -1) {
+		agents[m[1]] = true
+		if m[2] != want {
+			t.Errorf("attached agent %s uses mode %s, want %s", m[1], m[2], want)
+		}
+	}
+	if !agents["upstream-local"] || len(agents) < 2 {
+		t.Errorf("attached sessions %v, want the upstream agent's and the endpoint's:\n%s", agents, log)
+	}
+}
+
+// TestServeAttachedMinSecurity: with --min-security aead, the parts
+// attached in process use aead too, and serve as before.
+func TestServeAttachedMinSecurity(t *testing.T) {
+	m := startMockServer(t)
+	p, base, _ := startGateway(t, "--min-security", "aead", "--upstream-base-url", m.URL+"/v1", "--upstream-models", "m1")
+	p.waitOutput(`upstream agent attached in process`, 5*time.Second)
+	sdk := openai.NewClient(option.WithBaseURL(base), option.WithAPIKey("any"), option.WithMaxRetries(0))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	resp, err := sdk.Chat.Completions.New(ctx, chatOf("m1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.RawJSON() != mockAnswer {
+		t.Fatalf("answer differs from the server's:\n%s", resp.RawJSON())
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(20 * time.Second); code != exitOK {
+		t.Fatalf("serve exited %d\n%s", code, p.stderr.String())
+	}
+	checkAttachedModes(t, p.stderr.String(), "aead")
 }
 
 // waitRefused waits until addr refuses connections: a server shutting
