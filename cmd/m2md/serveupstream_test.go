@@ -128,6 +128,19 @@ func startGateway(t *testing.T, extra ...string) (p *proc, base, admin string) {
 	return p, "http://" + addr + "/v1/", admin
 }
 
+// askMock asks model a chat completion through sdk and fails t unless the
+// answer is the mock server's, byte for byte.
+func askMock(ctx context.Context, t *testing.T, sdk openai.Client, model string) {
+	t.Helper()
+	resp, err := sdk.Chat.Completions.New(ctx, chatOf(model))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.RawJSON() != mockAnswer {
+		t.Fatalf("answer differs from the server's:\n%s", resp.RawJSON())
+	}
+}
+
 func chatOf(model string) openai.ChatCompletionNewParams {
 	return openai.ChatCompletionNewParams{Model: model, Messages: []openai.ChatCompletionMessageParamUnion{openai.UserMessage("Say hello.")}}
 }
@@ -150,13 +163,7 @@ func TestServeUpstreamInProcess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 
-	resp, err := sdk.Chat.Completions.New(ctx, chatOf("m1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.RawJSON() != mockAnswer {
-		t.Fatalf("answer differs from the server's:\n%s", resp.RawJSON())
-	}
+	askMock(ctx, t, sdk, "m1")
 	body, auth, _ := m.last()
 	if !bytes.Equal(body, sent.get()) {
 		t.Fatalf("the server got\n%s\nthe SDK sent\n%s", body, sent.get())
@@ -252,13 +259,7 @@ func TestServeAttachedMinSecurity(t *testing.T) {
 	sdk := openai.NewClient(option.WithBaseURL(base), option.WithAPIKey("any"), option.WithMaxRetries(0))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	resp, err := sdk.Chat.Completions.New(ctx, chatOf("m1"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.RawJSON() != mockAnswer {
-		t.Fatalf("answer differs from the server's:\n%s", resp.RawJSON())
-	}
+	askMock(ctx, t, sdk, "m1")
 	if err := p.cmd.Process.Signal(syscall.SIGINT); err != nil {
 		t.Fatal(err)
 	}
