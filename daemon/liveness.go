@@ -78,14 +78,19 @@ func (se *session) checkBusy(now int64) {
 	switch {
 	case probe == 0 && now-se.lastRecv.Load() >= int64(cfg.BusyPingAfter):
 		se.probeMark.Store(se.bytesWritten())
+		se.probeReadMark.Store(se.bytesRead())
 		se.probeSent.Store(now)
 		se.sendControl(negotiate.AppendPing(nil, se.neg.ID, time.Now()), false)
 	case probe != 0 && now-probe >= int64(cfg.BusyPongTimeout):
-		if w := se.bytesWritten(); w-se.probeMark.Load() > probeProgress {
+		w, r := se.bytesWritten(), se.bytesRead()
+		if w-se.probeMark.Load() > probeProgress || r-se.probeReadMark.Load() > probeProgress {
 			// The agent is taking what the writer sends (a large delivery
-			// over a slow link, which the PING waits behind): alive. Its
-			// flow control gives no credit once it is gone, so this ends.
+			// over a slow link, which the PING waits behind), or sending
+			// a large message over a slow link, which its PONG waits
+			// behind: alive. Neither goes on once it is gone (flow
+			// control gives no credit, nothing arrives).
 			se.probeMark.Store(w)
+			se.probeReadMark.Store(r)
 			se.probeSent.Store(now)
 			return
 		}
@@ -110,7 +115,8 @@ func (se *session) unresponsive() {
 	go se.conn.Abort()
 }
 
-// probeProgress is how many bytes the connection must have taken since
-// the probe for a silent agent to count as alive: more than the PING
-// itself, which the kernel takes from a vanished peer's TCP connection too.
+// probeProgress is how many bytes the connection must have taken, or
+// brought, since the probe for a silent agent to count as alive: more than
+// the PING itself, which the kernel takes from a vanished peer's TCP
+// connection too.
 const probeProgress = 4 << 10

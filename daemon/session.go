@@ -89,14 +89,15 @@ type session struct {
 	stallArmed atomic.Bool
 	stallMark  atomic.Uint64
 	progress   transport.WriteProgress // nil if the connection does not report it
+	received   transport.ReadProgress  // nil if the connection does not report it
 	rates      sessionRates            // touched by the reader only
 	// lastRecv is when the last message arrived (Server.mono), probeSent
 	// when the liveness check PINGed the session, 0 if no probe is
 	// outstanding (liveness.go).
 	lastRecv, probeSent atomic.Int64
-	// probeMark is the connection's progress (bytesWritten) when the probe
-	// was sent or last renewed.
-	probeMark atomic.Uint64
+	// probeMark and probeReadMark are the connection's progress
+	// (bytesWritten, bytesRead) when the probe was sent or last renewed.
+	probeMark, probeReadMark atomic.Uint64
 	// lostReason is why the session's deliveries are failed over
 	// (failover.go) when it ends: a failoverReason; unset means its agent
 	// disconnected.
@@ -261,6 +262,7 @@ func (s *Server) newSession(conn transport.Conn, neg *negotiate.Session, log zer
 	se.stall = time.AfterFunc(time.Hour, se.writeStalled)
 	se.stall.Stop()
 	se.progress, _ = conn.(transport.WriteProgress)
+	se.received, _ = conn.(transport.ReadProgress)
 	se.timer = time.AfterFunc(time.Hour, se.timerFired)
 	se.timer.Stop() // armed once the session is registered
 	var err error

@@ -335,6 +335,13 @@ func (se *session) bytesWritten() uint64 {
 	return se.progress.BytesWritten()
 }
 
+func (se *session) bytesRead() uint64 {
+	if se.received == nil {
+		return 0
+	}
+	return se.received.BytesRead()
+}
+
 // writeStalled runs when a DATA write has been blocked for
 // SlowConsumerGrace. If the connection took bytes meanwhile, the peer is
 // reading, only slowly (a large message, or a flow-control window that

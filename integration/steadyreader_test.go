@@ -113,6 +113,52 @@ func TestSlowLinkNotClosed(t *testing.T) {
 	slowLinkDelivery(t, d, prov, req, size, rate, grace)
 }
 
+// TestSlowUplinkReplyNotClosed (docs/protocol.md §3.4): a provider
+// behind a slow uplink (1 MB/s to the daemon, through a throttling TCP
+// relay on loopback) holds a request and sends its 4 MB reply in about 4
+// s. The daemon PINGs it after BusyPingAfter of silence, and its PONG
+// waits behind the reply on the one WebSocket stream, past
+// BusyPongTimeout; the reply's bytes arriving all the while say the
+// provider is alive, so its session stays and the requester gets the
+// reply. Counting only whole messages as signs of life closed it mid-reply.
+func TestSlowUplinkReplyNotClosed(t *testing.T) {
+	t.Parallel()
+	const (
+		rate = 1 << 20 // bytes a second, provider to daemon
+		size = 4 << 20
+	)
+	d := startDaemon(t, func(c *daemon.Config) {
+		c.BusyPingAfter, c.BusyPongTimeout = 300*time.Millisecond, time.Second
+	})
+	relay := relayAtRates(t, d.WSAddr().String(), 0, rate)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := transport.DialWS(ctx, "ws://"+relay+daemon.DefaultWSPath, nil, transport.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	prov, err := handshakeRaw(t, d, conn, negotiate.ClientConfig{AgentID: "slow-uplink", Models: []string{"gpt-4o"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req := mustDialRaw(t, d, "ws", negotiate.ClientConfig{AgentID: "slow-uplink-req"})
+	req.mustSend(0, 0, 1, "", encode(t, corpus(t, "req-chat-tiny-07.json")))
+	dl := prov.recvDataAnswering(10 * time.Second)
+	start := time.Now()
+	prov.replyFrame(dl.ch, dl.hdr.RequestID, negotiate.FlagReply|negotiate.FlagEnd, paddedFrame(t, size))
+	r := req.recvDataAnswering(30 * time.Second)
+	took := time.Since(start)
+	if r.code != "" || !r.hdr.IsEnd() || len(r.frame) != size {
+		t.Fatalf("reply: code %q flags %v, %d bytes", r.code, r.hdr.Flags, len(r.frame))
+	}
+	if took < 2*time.Second {
+		t.Fatalf("the reply took %v: the uplink was not slow enough to outlast BusyPongTimeout", took)
+	}
+	if n := metric(t, d, "m2md_sessions_closed_total", "reason=timeout"); n != 0 {
+		t.Fatalf("%v sessions closed for an unanswered PING", n)
+	}
+}
+
 // slowLinkDelivery sends prov, behind a link of rate bytes a second, a
 // delivery of size bytes and checks that it arrives whole, slowly enough
 // to prove something (two graces), without the provider being closed as a
@@ -145,6 +191,12 @@ func slowLinkDelivery(t *testing.T, d *testDaemon, prov, req *rawAgent, size, ra
 // way unthrottled), and returns its address. Its socket towards target reads
 // little at a time, so that target's writes wait on the rate.
 func throttledRelay(t testing.TB, target string, rate int) string {
+	return relayAtRates(t, target, rate, 0)
+}
+
+// relayAtRates is throttledRelay with a rate each way, in bytes a second:
+// down from target, up to it; 0 leaves that way unthrottled.
+func relayAtRates(t testing.TB, target string, down, up int) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -160,39 +212,50 @@ func throttledRelay(t testing.TB, target string, rate int) string {
 			if err != nil {
 				return
 			}
-			up, err := net.Dial("tcp", target)
+			tc, err := net.Dial("tcp", target)
 			if err != nil {
 				c.Close()
 				return
 			}
-			_ = up.(*net.TCPConn).SetReadBuffer(16 << 10)
+			_ = tc.(*net.TCPConn).SetReadBuffer(16 << 10)
+			_ = c.(*net.TCPConn).SetReadBuffer(16 << 10)
 			wg.Add(2)
 			go func() {
 				defer wg.Done()
-				_, _ = io.Copy(up, c)
-				up.Close()
+				defer tc.Close()
+				copyAtRate(tc, c, up)
 			}()
 			go func() {
 				defer wg.Done()
 				defer c.Close()
-				const piece = 16 << 10
-				buf := make([]byte, piece)
-				next := time.Now()
-				for {
-					n, err := up.Read(buf)
-					if n > 0 {
-						if _, werr := c.Write(buf[:n]); werr != nil {
-							return
-						}
-						next = next.Add(time.Duration(n) * time.Second / time.Duration(rate))
-						time.Sleep(time.Until(next))
-					}
-					if err != nil {
-						return
-					}
-				}
+				copyAtRate(c, tc, down)
 			}()
 		}
 	}()
 	return ln.Addr().String()
+}
+
+// copyAtRate copies src to dst at rate bytes a second (0: at once) until
+// either fails.
+func copyAtRate(dst, src net.Conn, rate int) {
+	if rate == 0 {
+		_, _ = io.Copy(dst, src)
+		return
+	}
+	const piece = 16 << 10
+	buf := make([]byte, piece)
+	next := time.Now()
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+			next = next.Add(time.Duration(n) * time.Second / time.Duration(rate))
+			time.Sleep(time.Until(next))
+		}
+		if err != nil {
+			return
+		}
+	}
 }

@@ -399,3 +399,32 @@ func TestAbortDoesNotWaitForThePeer(t *testing.T) {
 		})
 	}
 }
+
+// The side that accepted a connection counts what it receives
+// (ReadProgress): at least every byte of every message, with the framing
+// on the network transports, exactly the messages in process. The
+// daemon's liveness check reads it to tell a peer sending a large message
+// slowly from one that is gone.
+func TestBytesRead(t *testing.T) {
+	for _, tr := range transports {
+		t.Run(tr.name, func(t *testing.T) {
+			p := tr.make(t, Config{}, Config{})
+			rp, ok := p.server.(ReadProgress)
+			if !ok {
+				t.Fatalf("%T does not report ReadProgress", p.server)
+			}
+			before := rp.BytesRead()
+			sent := 0
+			for i, n := range []int{1, 1000, 65535} {
+				mustSend(t, p.client, ControlChannel, pattern(n, byte(i)))
+				m := mustReceive(t, p.server)
+				m.Release()
+				sent += n
+				got := int(rp.BytesRead() - before)
+				if got < sent || (tr.name == "inproc" && got != sent) || got > sent+64*(i+1) {
+					t.Fatalf("after %d bytes of messages: BytesRead grew by %d", sent, got)
+				}
+			}
+		})
+	}
+}

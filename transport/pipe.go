@@ -34,6 +34,7 @@ type pipeConn struct {
 	queue     *recvQueue // what the peer sent, for Receive
 	readLimit atomic.Int64
 	written   atomic.Uint64
+	read      atomic.Uint64 // what the peer sent: BytesRead
 	done      chan struct{} // closed by Close or Abort
 	closeOnce sync.Once
 }
@@ -107,6 +108,7 @@ func (c *pipeConn) Send(ctx context.Context, ch ChannelID, msg []byte) error {
 		return ErrClosed
 	}
 	c.written.Add(uint64(len(msg)))
+	c.peer.read.Add(uint64(len(msg)))
 	return nil
 }
 
@@ -135,6 +137,10 @@ func (c *pipeConn) SetReadLimit(n int64) { c.readLimit.Store(clampReadLimit(n)) 
 // BytesWritten is the bytes the peer's receive side has taken
 // (transport.WriteProgress).
 func (c *pipeConn) BytesWritten() uint64 { return c.written.Load() }
+
+// BytesRead is the bytes the peer has sent this end, whole messages
+// (transport.ReadProgress).
+func (c *pipeConn) BytesRead() uint64 { return c.read.Load() }
 
 func (c *pipeConn) Transport() string { return "inproc" }
 

@@ -31,6 +31,7 @@ var errPeerFinished = errors.New("peer finished the control stream")
 type quicConn struct {
 	qc        *quic.Conn
 	written   atomic.Uint64 // BytesWritten
+	read      atomic.Uint64 // BytesRead
 	isClient  bool
 	cfg       Config
 	queue     *recvQueue
@@ -254,8 +255,9 @@ func (c *quicConn) readLoop(s *quicStream) {
 	// again from the moment it has budget for its body: waiting for budget
 	// is this side's doing, not the peer's.
 	started := func() { s.str.SetReadDeadline(time.Now().Add(c.cfg.MessageTimeout)) }
+	in := countingReader{s.str, &c.read}
 	for {
-		n, err := readPrefix(s.str, &hdr, limit, started)
+		n, err := readPrefix(in, &hdr, limit, started)
 		if err != nil {
 			c.streamFailed(s, err)
 			return
@@ -272,7 +274,7 @@ func (c *quicConn) readLoop(s *quicStream) {
 			return // closed or failed
 		}
 		started()
-		buf, err := readBody(s.str, n)
+		buf, err := readBody(in, n)
 		s.str.SetReadDeadline(time.Time{})
 		if err != nil {
 			c.queue.unreserve(n, pool)
@@ -464,6 +466,22 @@ func (c *quicConn) stream(ctx context.Context, ch ChannelID) (*quicStream, error
 // BytesWritten is the bytes the streams have handed to QUIC so far
 // (transport.WriteProgress).
 func (c *quicConn) BytesWritten() uint64 { return c.written.Load() }
+
+// BytesRead is the bytes the streams have read so far, a message's as
+// they arrive (transport.ReadProgress).
+func (c *quicConn) BytesRead() uint64 { return c.read.Load() }
+
+// countingReader counts what it reads into n.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Uint64
+}
+
+func (r countingReader) Read(p []byte) (int, error) {
+	n, err := r.r.Read(p)
+	r.n.Add(uint64(n))
+	return n, err
+}
 
 // takeDataTurn waits until s may hand a message to quic-go; took says
 // whether it holds the turn, which giveDataTurn gives back. Data messages

@@ -146,3 +146,11 @@ type Conn interface {
 type WriteProgress interface {
 	BytesWritten() uint64
 }
+
+// ReadProgress is implemented by this package's connections on the side
+// that accepted them (the daemon's): the bytes received so far, counted as
+// they arrive, so a large message still arriving moves it before it is
+// whole. A peer that sends slowly moves it; one that has gone does not.
+type ReadProgress interface {
+	BytesRead() uint64
+}

@@ -342,6 +342,16 @@ func (c *wsConn) BytesWritten() uint64 {
 	return c.nc.written.Load()
 }
 
+// BytesRead is the bytes read from the connection so far, a message's as
+// they arrive (transport.ReadProgress); 0 on a dialled connection, which
+// has no tap.
+func (c *wsConn) BytesRead() uint64 {
+	if c.tap == nil {
+		return 0
+	}
+	return c.tap.read.Load()
+}
+
 func (c *wsConn) Transport() string { return "ws" }
 
 func (c *wsConn) RemoteAddr() net.Addr { return c.remote }

@@ -44,6 +44,8 @@ type wsTap struct {
 	// oversized is the number (1-based, counting data messages) of the
 	// first message whose declared size exceeds the read limit; 0 if none.
 	oversized atomic.Uint64
+	// read is the bytes the library has read (transport.ReadProgress).
+	read atomic.Uint64
 }
 
 func (t *wsTap) Read(p []byte) (int, error) {
@@ -51,10 +53,12 @@ func (t *wsTap) Read(p []byte) (int, error) {
 		n := copy(p, t.pre)
 		t.pre = t.pre[n:]
 		t.scan(p[:n])
+		t.read.Add(uint64(n))
 		return n, nil
 	}
 	n, err := t.Conn.Read(p)
 	t.scan(p[:n])
+	t.read.Add(uint64(n))
 	return n, err
 }
 
