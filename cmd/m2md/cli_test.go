@@ -261,6 +261,14 @@ func TestCLIBenchLoadMostlyFailed(t *testing.T) {
 		code: exitBadInput, stdout: []string{"round trips/s"}, stderr: []string{"m2md bench: most requests failed", "rate_limited", "--messages-per-minute"}}.check(t)
 }
 
+// bench load's settings in conflict are refused in the words of their
+// flags (the library names its LoadConfig fields).
+func TestCLIBenchLoadConfigErrors(t *testing.T) {
+	cliCase{name: "compare", args: []string{"bench", "load", "--compare", "redis"}, code: exitBadInput, stderr: []string{`--compare must be nats or single-node, not "redis"`}}.check(t)
+	cliCase{name: "nats url", args: []string{"bench", "load", "--nats-url", "nats://127.0.0.1:4222"}, code: exitBadInput, stderr: []string{"--nats-url is the server for --compare nats; set --compare to nats"}}.check(t)
+	cliCase{name: "provider target", args: []string{"bench", "load", "--provider-target", "ws://127.0.0.1:2/m2m"}, code: exitBadInput, stderr: []string{"--provider-target needs --url"}}.check(t)
+}
+
 func TestCLIBenchChecksOutputsFirst(t *testing.T) {
 	missing := filepath.Join(t.TempDir(), "no", "such", "folder", "out.json")
 	start := time.Now()

@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/configerr"
 	"github.com/m2md/m2md/negotiate"
 	"github.com/m2md/m2md/tokennative"
 	"github.com/m2md/m2md/transport"
@@ -184,47 +184,55 @@ func (c *LoadConfig) withDefaults() (LoadConfig, error) {
 	if cfg.Algorithm == "" {
 		cfg.Algorithm = AlgorithmM2M
 	}
+	// Errors name the fields they are about, qualified (configerr), so
+	// that m2md bench load shows each as its flag.
+	const f = "bench.LoadConfig."
+	bad := func(field, format string, args ...any) (LoadConfig, error) {
+		return cfg, configerr.New(f+field, "bench: "+format, args...)
+	}
 	switch {
-	case cfg.Duration < 0 || cfg.Duration > MaxDuration || cfg.Warmup < 0 || cfg.Warmup > MaxDuration:
-		return cfg, fmt.Errorf("bench: duration and warm-up must be between 0 and %s", MaxDuration)
+	case cfg.Duration < 0 || cfg.Duration > MaxDuration:
+		return bad("Duration", f+"Duration must be between 0 and %s", MaxDuration)
+	case cfg.Warmup < 0 || cfg.Warmup > MaxDuration:
+		return bad("Warmup", f+"Warmup must be between 0 and %s", MaxDuration)
 	case cfg.Connections < 1 || cfg.Connections > 1000:
-		return cfg, errors.New("bench: connections must be 1 to 1000")
+		return bad("Connections", f+"Connections must be 1 to 1000")
 	case cfg.Providers < 1 || cfg.Providers > 1000:
-		return cfg, errors.New("bench: providers must be 1 to 1000")
+		return bad("Providers", f+"Providers must be 1 to 1000")
 	case cfg.Concurrency < 1 || cfg.Concurrency > 100_000:
-		return cfg, errors.New("bench: concurrency must be 1 to 100000")
+		return bad("Concurrency", f+"Concurrency must be 1 to 100000")
 	case cfg.MaxInFlight < 1 || cfg.MaxInFlight > 1_000_000:
-		return cfg, errors.New("bench: max in flight must be 1 to 1000000")
+		return bad("MaxInFlight", f+"MaxInFlight must be 1 to 1000000")
 	case cfg.Rate < 0 || cfg.Rate > 10_000_000:
-		return cfg, errors.New("bench: rate must be 0 (closed loop) to 10000000 per second")
+		return bad("Rate", f+"Rate must be 0 (closed loop) to 10000000 per second")
 	case cfg.Repeat < 1 || cfg.Repeat > 100:
-		return cfg, errors.New("bench: repeat must be 1 to 100")
+		return bad("Repeat", f+"Repeat must be 1 to 100")
 	case cfg.Compare != "" && cfg.Compare != CompareNATS && cfg.Compare != CompareSingleNode:
-		return cfg, fmt.Errorf("bench: --compare must be %s or %s, not %q", CompareNATS, CompareSingleNode, cfg.Compare)
+		return bad("Compare", f+"Compare must be %s or %s, not %q", CompareNATS, CompareSingleNode, cfg.Compare)
 	case cfg.Compare == CompareSingleNode && cfg.ProviderTarget == "":
-		return cfg, errors.New("bench: --compare single-node compares a --provider-target run with one on --url alone; give --provider-target")
+		return bad("Compare", f+"Compare %s compares a "+f+"ProviderTarget run with one on "+f+"Target alone; set "+f+"ProviderTarget", CompareSingleNode)
 	case cfg.NATSURL != "" && cfg.Compare != CompareNATS:
-		return cfg, errors.New("bench: --nats-url is the server for --compare nats; give --compare nats")
+		return bad("NATSURL", f+"NATSURL is the server for "+f+"Compare %s; set "+f+"Compare to %[1]s", CompareNATS)
 	case cfg.ProviderDaemonMetrics != "" && cfg.ProviderTarget == "":
-		return cfg, errors.New("bench: --provider-daemon-metrics is the metrics of the --provider-target daemon; give --provider-target")
+		return bad("ProviderDaemonMetrics", f+"ProviderDaemonMetrics is the metrics of the "+f+"ProviderTarget daemon; set "+f+"ProviderTarget")
 	case cfg.ProfileRun != RunM2M && cfg.ProfileRun != RunRelay && cfg.ProfileRun != RunEcho && cfg.ProfileRun != RunNATS:
-		return cfg, fmt.Errorf("bench: the profiled run must be %s, %s, %s or %s", RunM2M, RunRelay, RunEcho, RunNATS)
+		return bad("ProfileRun", f+"ProfileRun must be %s, %s, %s or %s", RunM2M, RunRelay, RunEcho, RunNATS)
 	case cfg.ProfileRun == RunRelay && !cfg.Baseline, cfg.ProfileRun == RunEcho && !cfg.Echo, cfg.ProfileRun == RunNATS && cfg.Compare != CompareNATS:
-		return cfg, fmt.Errorf("bench: cannot profile the %s run without running it", cfg.ProfileRun)
+		return bad("ProfileRun", "cannot profile the %s run ("+f+"ProfileRun) without running it", cfg.ProfileRun)
 	case cfg.ServiceTime < 0 || cfg.ServiceTime > time.Minute:
-		return cfg, errors.New("bench: service time must be 0 to 1 minute")
+		return bad("ServiceTime", f+"ServiceTime must be 0 to 1 minute")
 	case cfg.Timeout <= 0 || cfg.Timeout > 10*time.Minute:
-		return cfg, errors.New("bench: timeout must be above 0 and at most 10 minutes")
+		return bad("Timeout", f+"Timeout must be above 0 and at most 10 minutes")
 	case cfg.Security > frame.SecurityAEAD:
-		return cfg, errors.New("bench: security must be none, hmac or aead")
+		return bad("Security", f+"Security must be none, hmac or aead")
 	case cfg.Algorithm == AlgorithmTokenNative && cfg.Security != frame.SecurityNone:
-		return cfg, errors.New("bench: TokenNative frames cannot be protected; use security none")
+		return bad("Security", "TokenNative frames cannot be protected: "+f+"Security must be none")
 	case cfg.Transport != TransportQUIC && cfg.Transport != TransportWS && cfg.Transport != TransportWSS:
-		return cfg, fmt.Errorf("bench: transport must be quic, ws or wss, not %q", cfg.Transport)
+		return bad("Transport", f+"Transport must be quic, ws or wss, not %q", cfg.Transport)
 	case cfg.ProviderTarget != "" && cfg.Target == "":
-		return cfg, errors.New("bench: --provider-target needs --target: the requesters' daemon, another node of the provider daemon's cluster")
+		return bad("ProviderTarget", f+"ProviderTarget needs "+f+"Target: the requesters' daemon, another node of the provider daemon's cluster")
 	case cfg.DaemonMetrics != "" && cfg.Target == "":
-		return cfg, errors.New("bench: daemon metrics are read from a target daemon; the in-process daemon is measured directly")
+		return bad("DaemonMetrics", f+"DaemonMetrics are read from a target daemon ("+f+"Target); the in-process daemon is measured directly")
 	}
 	if cfg.Target != "" {
 		ep, err := parseTarget(cfg.Target, cfg.TLS)
@@ -240,7 +248,7 @@ func (c *LoadConfig) withDefaults() (LoadConfig, error) {
 	}
 	if cfg.ProviderTarget != "" {
 		if _, err := parseTarget(cfg.ProviderTarget, cfg.TLS); err != nil {
-			return cfg, fmt.Errorf("bench: --provider-target: %w", err)
+			return cfg, configerr.New("bench.LoadConfig.ProviderTarget", "bench: bench.LoadConfig.ProviderTarget: %w", err)
 		}
 	}
 	if len(cfg.Payloads) == 0 {

@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+	"errors"
+	"github.com/m2md/m2md/internal/configerr"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -114,23 +116,25 @@ func TestLoadEndToEnd(t *testing.T) {
 	}
 }
 
-// TestLoadConfigCompare: the comparisons' settings are refused, in the
-// words of their flags, when what they compare is missing.
+// TestLoadConfigCompare: the comparisons' settings are refused when what
+// they compare is missing, with a configerr.Error naming the field at
+// fault (m2md bench load shows it as its flag).
 func TestLoadConfigCompare(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		cfg  LoadConfig
-		want string // "" when valid
+		name        string
+		cfg         LoadConfig
+		field, want string // "" when valid
 	}{
-		{"single-node without provider target", LoadConfig{Target: "ws://127.0.0.1:1/m2m", Compare: CompareSingleNode}, "give --provider-target"},
-		{"provider metrics without provider target", LoadConfig{Target: "ws://127.0.0.1:1/m2m", ProviderDaemonMetrics: "http://127.0.0.1:2/metrics"}, "--provider-daemon-metrics"},
-		{"unknown comparison", LoadConfig{Compare: "redis"}, "--compare must be nats or single-node"},
-		{"nats url without the comparison", LoadConfig{NATSURL: "nats://127.0.0.1:4222"}, "give --compare nats"},
-		{"nats url of another scheme", LoadConfig{Compare: CompareNATS, NATSURL: "ws://127.0.0.1:4222"}, "not a nats:// or tls:// URL"},
-		{"nats url without a host", LoadConfig{Compare: CompareNATS, NATSURL: "nats://"}, "not a nats:// or tls:// URL"},
-		{"both servers of their own", LoadConfig{Target: "ws://127.0.0.1:1/m2m", Compare: CompareNATS, NATSURL: "tls://127.0.0.1:4222"}, ""},
+		{"single-node without provider target", LoadConfig{Target: "ws://127.0.0.1:1/m2m", Compare: CompareSingleNode}, "Compare", "set bench.LoadConfig.ProviderTarget"},
+		{"provider metrics without provider target", LoadConfig{Target: "ws://127.0.0.1:1/m2m", ProviderDaemonMetrics: "http://127.0.0.1:2/metrics"}, "ProviderDaemonMetrics", "set bench.LoadConfig.ProviderTarget"},
+		{"unknown comparison", LoadConfig{Compare: "redis"}, "Compare", "bench.LoadConfig.Compare must be nats or single-node"},
+		{"nats url without the comparison", LoadConfig{NATSURL: "nats://127.0.0.1:4222"}, "NATSURL", "for bench.LoadConfig.Compare nats"},
+		{"provider target without target", LoadConfig{ProviderTarget: "ws://127.0.0.1:2/m2m"}, "ProviderTarget", "needs bench.LoadConfig.Target"},
+		{"nats url of another scheme", LoadConfig{Compare: CompareNATS, NATSURL: "ws://127.0.0.1:4222"}, "", "not a nats:// or tls:// URL"},
+		{"nats url without a host", LoadConfig{Compare: CompareNATS, NATSURL: "nats://"}, "", "not a nats:// or tls:// URL"},
+		{"both servers of their own", LoadConfig{Target: "ws://127.0.0.1:1/m2m", Compare: CompareNATS, NATSURL: "tls://127.0.0.1:4222"}, "", ""},
 		{"cross-node with single-node", LoadConfig{Target: "ws://127.0.0.1:1/m2m", ProviderTarget: "ws://127.0.0.1:2/m2m", Compare: CompareSingleNode,
-			DaemonMetrics: "http://127.0.0.1:3/metrics", ProviderDaemonMetrics: "http://127.0.0.1:4/metrics"}, ""},
+			DaemonMetrics: "http://127.0.0.1:3/metrics", ProviderDaemonMetrics: "http://127.0.0.1:4/metrics"}, "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.cfg.withDefaults()
@@ -139,6 +143,10 @@ func TestLoadConfigCompare(t *testing.T) {
 				t.Fatalf("refused: %v", err)
 			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 				t.Fatalf("error %v, want one that says %q", err, tc.want)
+			}
+			var ce *configerr.Error
+			if tc.field != "" && (!errors.As(err, &ce) || ce.Field != "bench.LoadConfig."+tc.field) {
+				t.Fatalf("error %v names field %v, want bench.LoadConfig.%s", err, ce, tc.field)
 			}
 		})
 	}
