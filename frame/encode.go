@@ -10,11 +10,6 @@ import (
 	"github.com/m2md/m2md/internal/jsonscan"
 )
 
-// compressThreshold is the reference's JSON length from which a frame's
-// payload is Brotli-compressed (FlagCompressed), whether or not that makes
-// it smaller; Limits.CompressFrom moves it.
-const compressThreshold = jsonscan.DefaultCompressFrom
-
 // maxField is the longest model or id a header's length byte can describe.
 const maxField = 255
 

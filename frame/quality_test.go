@@ -5,8 +5,14 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/m2md/m2md/internal/jsonscan"
 	"github.com/m2md/m2md/internal/testkit"
 )
+
+// compressThreshold is the reference's JSON length from which a frame's
+// payload is Brotli-compressed (FlagCompressed), whether or not that makes
+// it smaller: Limits.CompressFrom's default.
+const compressThreshold = jsonscan.DefaultCompressFrom
 
 // Limits.Quality: zero and values out of range are the reference's quality
 // 5; 1–11 are kept.
