@@ -55,8 +55,8 @@ func TestConfigZeroIsDefault(t *testing.T) {
 
 // TestConfigNegativeAndOutOfRange: a negative number is an error (a
 // ConfigError naming the field), except where it means unlimited;
-// negotiate's ranges are checked once, by negotiate, and reported as
-// ErrConfig.
+// negotiate's ranges are checked once, by negotiate, and reported as a
+// ConfigError naming the daemon's field, not negotiate's.
 func TestConfigNegativeAndOutOfRange(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -82,11 +82,13 @@ func TestConfigNegativeAndOutOfRange(t *testing.T) {
 		{"unknown feature disabled", Config{DisableFeatures: []negotiate.Feature{"nope"}}, false, "daemon.Config.DisableFeatures"},
 		{"cluster setting", Config{Cluster: cluster.Config{Listen: "127.0.0.1:0", Inbox: -1}}, false, "cluster.Config.Inbox"},
 		{"unlimited handshakes", Config{MaxHandshakes: -1, MaxHandshakesPerIP: -1}, true, ""},
-		{"max payload -1", Config{MaxPayload: -1}, false, ""},
-		{"max payload 32 MiB", Config{MaxPayload: 32 << 20}, false, ""},
-		{"max payload 100 B", Config{MaxPayload: 100}, false, ""},
-		{"session timeout 10s", Config{SessionTimeout: 10 * time.Second}, false, ""},
-		{"ping beyond session timeout", Config{SessionTimeout: time.Minute, PingInterval: 2 * time.Minute}, false, ""},
+		{"max payload -1", Config{MaxPayload: -1}, false, "daemon.Config.MaxPayload"},
+		{"max payload 32 MiB", Config{MaxPayload: 32 << 20}, false, "daemon.Config.MaxPayload"},
+		{"max payload 100 B", Config{MaxPayload: 100}, false, "daemon.Config.MaxPayload"},
+		{"session timeout 10s", Config{SessionTimeout: 10 * time.Second}, false, "daemon.Config.SessionTimeout"},
+		{"ping beyond session timeout", Config{SessionTimeout: time.Minute, PingInterval: 2 * time.Minute}, false, "daemon.Config.PingInterval"},
+		{"pong beyond ping interval", Config{PingInterval: 5 * time.Second, PongTimeout: 6 * time.Second}, false, "daemon.Config.PongTimeout"},
+		{"negative replay cache", Config{ReplayCacheSize: -1}, false, "daemon.Config.ReplayCacheSize"},
 		{"unlimited per-IP limits", Config{MaxSessionsPerIP: -1, NewSessionsPerMinute: -1}, true, ""},
 		{"unlimited session rates", Config{MessagesPerMinute: -1, BytesPerSecond: -1}, true, ""},
 		{"short session timeout takes a shorter ping", Config{SessionTimeout: time.Minute}, true, ""},

@@ -100,8 +100,15 @@ func New(cfg Config) (*Server, error) {
 		PongTimeout:     cfg.PongTimeout,
 	})
 	if errors.Is(err, negotiate.ErrConfig) {
-		// The operator set it on the daemon: say so once, not twice.
-		return nil, fmt.Errorf("%w: %s", ErrConfig, strings.TrimPrefix(err.Error(), negotiate.ErrConfig.Error()+": "))
+		// The operator set it on the daemon: say so once, not twice, and
+		// name the daemon's fields, which carry negotiate's names.
+		fields := strings.NewReplacer("negotiate.ServerConfig.", "daemon.Config.")
+		msg := fields.Replace(strings.TrimPrefix(err.Error(), negotiate.ErrConfig.Error()+": "))
+		var ce *configerr.Error
+		if errors.As(err, &ce) {
+			return nil, configerr.New(fields.Replace(ce.Field), "%w: %s", ErrConfig, msg)
+		}
+		return nil, fmt.Errorf("%w: %s", ErrConfig, msg)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("daemon: %w", err)

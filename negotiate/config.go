@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/configerr"
 	"github.com/m2md/m2md/security"
 )
 
@@ -126,6 +127,18 @@ func effectiveCodecs(algs []Algorithm, encs, defaultEncs []Encoding) ([]Algorith
 	return algs, encs, nil
 }
 
+// The ServerConfig fields its errors name (configerr): the daemon, which
+// fills ServerConfig from its own Config, names its fields instead.
+const (
+	fieldMaxPayload      = "negotiate.ServerConfig.MaxPayload"
+	fieldMinSecurity     = "negotiate.ServerConfig.MinSecurity"
+	fieldOrgSecrets      = "negotiate.ServerConfig.OrgSecrets"
+	fieldReplayCacheSize = "negotiate.ServerConfig.ReplayCacheSize"
+	fieldSessionTimeout  = "negotiate.ServerConfig.SessionTimeout"
+	fieldPingInterval    = "negotiate.ServerConfig.PingInterval"
+	fieldPongTimeout     = "negotiate.ServerConfig.PongTimeout"
+)
+
 // effective returns c with defaults filled in, or an ErrConfig error.
 func (c ServerConfig) effective() (ServerConfig, error) {
 	if c.AgentID == "" {
@@ -142,17 +155,17 @@ func (c ServerConfig) effective() (ServerConfig, error) {
 	case c.MaxPayload == 0:
 		c.MaxPayload = MaxPayloadLimit
 	case c.MaxPayload < MinPayloadLimit || c.MaxPayload > MaxPayloadLimit:
-		return c, fmt.Errorf("%w: max payload %d is outside %d..%d", ErrConfig, c.MaxPayload, MinPayloadLimit, MaxPayloadLimit)
+		return c, configerr.New(fieldMaxPayload, "%w: %s %d is outside %d..%d", ErrConfig, fieldMaxPayload, c.MaxPayload, MinPayloadLimit, MaxPayloadLimit)
 	}
 	if !validMode(c.MinSecurity) {
-		return c, fmt.Errorf("%w: MinSecurity %d", ErrConfig, c.MinSecurity)
+		return c, configerr.New(fieldMinSecurity, "%w: %s: unknown mode %d", ErrConfig, fieldMinSecurity, c.MinSecurity)
 	}
 	for org, secret := range c.OrgSecrets {
 		if security.ValidateID(org) != nil {
-			return c, fmt.Errorf("%w: org %q is not 1-128 characters of [A-Za-z0-9_-]", ErrConfig, org)
+			return c, configerr.New(fieldOrgSecrets, "%w: %s: org %q is not 1-128 characters of [A-Za-z0-9_-]", ErrConfig, fieldOrgSecrets, org)
 		}
 		if len(secret) < 16 {
-			return c, fmt.Errorf("%w: the master secret of org %q has %d bytes, at least 16 needed", ErrConfig, org, len(secret))
+			return c, configerr.New(fieldOrgSecrets, "%w: %s: the master secret of org %q has %d bytes, at least 16 needed", ErrConfig, fieldOrgSecrets, org, len(secret))
 		}
 	}
 	if c.SessionTimeout, c.PingInterval, c.PongTimeout, err = effectiveTimers(c.SessionTimeout, c.PingInterval, c.PongTimeout); err != nil {
@@ -162,7 +175,7 @@ func (c ServerConfig) effective() (ServerConfig, error) {
 	case c.ReplayCacheSize == 0:
 		c.ReplayCacheSize = DefaultReplayCacheSize
 	case c.ReplayCacheSize < 0:
-		return c, fmt.Errorf("%w: negative ReplayCacheSize", ErrConfig)
+		return c, configerr.New(fieldReplayCacheSize, "%w: %s is %d; it must be positive (0 means the default, %d)", ErrConfig, fieldReplayCacheSize, c.ReplayCacheSize, DefaultReplayCacheSize)
 	}
 	if err := checkFeatures("Features", c.Features); err != nil {
 		return c, err
@@ -188,19 +201,19 @@ func effectiveTimers(session, ping, pong time.Duration) (time.Duration, time.Dur
 		session = DefaultSessionTimeout
 	}
 	if session < minSessionTimeout || session > maxSessionTimeout {
-		return 0, 0, 0, fmt.Errorf("%w: session timeout %v is outside %v..%v", ErrConfig, session, shortDur(minSessionTimeout), shortDur(maxSessionTimeout))
+		return 0, 0, 0, configerr.New(fieldSessionTimeout, "%w: %s %v is outside %v..%v", ErrConfig, fieldSessionTimeout, shortDur(session), shortDur(minSessionTimeout), shortDur(maxSessionTimeout))
 	}
 	if ping == 0 {
 		ping = min(DefaultPingInterval, session)
 	}
 	if ping < minTimer || ping > session {
-		return 0, 0, 0, fmt.Errorf("%w: ping interval %v is outside %v..%v (the session timeout)", ErrConfig, ping, minTimer, shortDur(session))
+		return 0, 0, 0, configerr.New(fieldPingInterval, "%w: %s %v is outside %v..%v (%s)", ErrConfig, fieldPingInterval, shortDur(ping), minTimer, shortDur(session), fieldSessionTimeout)
 	}
 	if pong == 0 {
 		pong = min(DefaultPongTimeout, ping)
 	}
 	if pong < minTimer || pong > ping {
-		return 0, 0, 0, fmt.Errorf("%w: pong timeout %v is outside %v..%v (the ping interval)", ErrConfig, pong, minTimer, shortDur(ping))
+		return 0, 0, 0, configerr.New(fieldPongTimeout, "%w: %s %v is outside %v..%v (%s)", ErrConfig, fieldPongTimeout, shortDur(pong), minTimer, shortDur(ping), fieldPingInterval)
 	}
 	return session, ping, pong, nil
 }

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/m2md/m2md/frame"
+	"github.com/m2md/m2md/internal/testkit"
 	"github.com/m2md/m2md/security"
 )
 
@@ -678,29 +679,39 @@ func TestAcceptConcurrent(t *testing.T) {
 }
 
 func TestConfigValidation(t *testing.T) {
+	// field: the ServerConfig field the error names (configerr), so that
+	// the daemon can name its own and the command its flag; "" for the
+	// settings the daemon never passes on from its Config.
 	for _, tc := range []struct {
-		name string
-		cfg  ServerConfig
+		name, field string
+		cfg         ServerConfig
 	}{
-		{"session timeout 59 s", ServerConfig{SessionTimeout: 59 * time.Second}},
-		{"session timeout 61 min", ServerConfig{SessionTimeout: 61 * time.Minute}},
-		{"negative session timeout", ServerConfig{SessionTimeout: -time.Second}},
-		{"ping above session", ServerConfig{SessionTimeout: time.Minute, PingInterval: 2 * time.Minute}},
-		{"ping below 1 s", ServerConfig{PingInterval: time.Millisecond}},
-		{"pong above ping", ServerConfig{PingInterval: 5 * time.Second, PongTimeout: 6 * time.Second}},
-		{"max payload 17 MiB", ServerConfig{MaxPayload: 17 << 20}},
-		{"max payload 100", ServerConfig{MaxPayload: 100}},
-		{"unknown algorithm", ServerConfig{Algorithms: []Algorithm{"brotli"}}},
-		{"unknown encoding", ServerConfig{Encodings: []Encoding{"Heuristic"}}},
-		{"bad mode", ServerConfig{MinSecurity: 7}},
-		{"bad org", ServerConfig{OrgSecrets: map[string]security.Secret{"a b": testMaster}}},
-		{"short secret", ServerConfig{OrgSecrets: map[string]security.Secret{"acme": seq(0, 15)}}},
-		{"bad agent id", ServerConfig{AgentID: "m2m d"}},
-		{"negative cache", ServerConfig{ReplayCacheSize: -1}},
+		{"session timeout 59 s", "SessionTimeout", ServerConfig{SessionTimeout: 59 * time.Second}},
+		{"session timeout 61 min", "SessionTimeout", ServerConfig{SessionTimeout: 61 * time.Minute}},
+		{"negative session timeout", "SessionTimeout", ServerConfig{SessionTimeout: -time.Second}},
+		{"ping above session", "PingInterval", ServerConfig{SessionTimeout: time.Minute, PingInterval: 2 * time.Minute}},
+		{"ping below 1 s", "PingInterval", ServerConfig{PingInterval: time.Millisecond}},
+		{"pong above ping", "PongTimeout", ServerConfig{PingInterval: 5 * time.Second, PongTimeout: 6 * time.Second}},
+		{"max payload 17 MiB", "MaxPayload", ServerConfig{MaxPayload: 17 << 20}},
+		{"max payload 100", "MaxPayload", ServerConfig{MaxPayload: 100}},
+		{"unknown algorithm", "", ServerConfig{Algorithms: []Algorithm{"brotli"}}},
+		{"unknown encoding", "", ServerConfig{Encodings: []Encoding{"Heuristic"}}},
+		{"bad mode", "MinSecurity", ServerConfig{MinSecurity: 7}},
+		{"bad org", "OrgSecrets", ServerConfig{OrgSecrets: map[string]security.Secret{"a b": testMaster}}},
+		{"short secret", "OrgSecrets", ServerConfig{OrgSecrets: map[string]security.Secret{"acme": seq(0, 15)}}},
+		{"bad agent id", "", ServerConfig{AgentID: "m2m d"}},
+		{"negative cache", "ReplayCacheSize", ServerConfig{ReplayCacheSize: -1}},
 	} {
-		if _, err := NewServer(tc.cfg); !errors.Is(err, ErrConfig) {
+		_, err := NewServer(tc.cfg)
+		if !errors.Is(err, ErrConfig) {
 			t.Errorf("%s: %v", tc.name, err)
+			continue
 		}
+		if tc.field == "" {
+			continue
+		}
+		field := "negotiate.ServerConfig." + tc.field
+		testkit.WantConfigError(t, err, field, field)
 	}
 	for _, tc := range []struct {
 		cfg                 ServerConfig

@@ -31,6 +31,9 @@ type Server struct {
 }
 
 // NewServer validates cfg, fills in its defaults and copies the org secrets.
+// A value out of range is an ErrConfig error; where one field is at fault
+// it is a configerr.Error naming it ("negotiate.ServerConfig.PingInterval"),
+// which the daemon renames to its own Config's field.
 func NewServer(cfg ServerConfig) (*Server, error) {
 	eff, err := cfg.effective()
 	if err != nil {

@@ -192,9 +192,11 @@ func TestCLIDecompressStrict(t *testing.T) {
 
 func TestCLIServeUsage(t *testing.T) {
 	for _, tc := range []cliCase{
-		{name: "session timeout out of range", args: []string{"serve", "--session-timeout", "10s", "--quic-addr", "-", "--ws-addr", "-", "--admin-addr", "-", "--cert-dir", t.TempDir()}, code: exitUsage, stderr: []string{"session timeout 10s is outside 1m..1h"}, notStderr: []string{"negotiate"}},
+		{name: "session timeout out of range", args: []string{"serve", "--session-timeout", "10s", "--quic-addr", "-", "--ws-addr", "-", "--admin-addr", "-", "--cert-dir", t.TempDir()}, code: exitUsage, stderr: []string{"--session-timeout 10s is outside 1m..1h"}, notStderr: []string{"negotiate", "Config"}},
+		{name: "ping interval above the session timeout", args: []string{"serve", "--ping-interval", "2h", "--quic-addr", "-", "--ws-addr", "-", "--admin-addr", "-", "--cert-dir", t.TempDir()}, code: exitUsage, stderr: []string{"--ping-interval 2h is outside 1s..5m (--session-timeout)"}, notStderr: []string{"negotiate", "Config"}},
+		{name: "pong timeout below 1s", args: []string{"serve", "--pong-timeout", "1ms", "--quic-addr", "-", "--ws-addr", "-", "--admin-addr", "-", "--cert-dir", t.TempDir()}, code: exitUsage, stderr: []string{"--pong-timeout 1ms is outside 1s..1m (--ping-interval)"}, notStderr: []string{"negotiate", "Config"}},
 		{name: "max payload too big", args: []string{"serve", "--max-payload", "17MiB"}, code: exitUsage, stderr: []string{"--max-payload", "16MiB"}},
-		{name: "bytes per second with a unit", args: []string{"serve", "--bytes-per-second", "10MB", "--session-timeout", "1s", "--quic-addr", "-", "--ws-addr", "-", "--admin-addr", "-", "--cert-dir", t.TempDir()}, code: exitUsage, stderr: []string{"session timeout"}, notStderr: []string{"bytes-per-second"}},
+		{name: "bytes per second with a unit", args: []string{"serve", "--bytes-per-second", "10MB", "--session-timeout", "1s", "--quic-addr", "-", "--ws-addr", "-", "--admin-addr", "-", "--cert-dir", t.TempDir()}, code: exitUsage, stderr: []string{"--session-timeout"}, notStderr: []string{"bytes-per-second"}},
 		{name: "max payload garbage", args: []string{"serve", "--max-payload", "lots"}, code: exitUsage, stderr: []string{"like 65536, 64KiB or 16MiB"}},
 		{name: "bad min security", args: []string{"serve", "--min-security", "max"}, code: exitUsage, stderr: []string{"--min-security must be none, hmac or aead"}},
 		{name: "port without host", args: []string{"serve", "--quic-addr", "4433", "--cert-dir", t.TempDir()}, code: exitUsage, stderr: []string{`--quic-addr "4433": want host:port, such as 127.0.0.1:4433`}},
