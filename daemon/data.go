@@ -96,11 +96,16 @@ func (se *session) forwardRequest(ch transport.ChannelID, dh *negotiate.DataHead
 	if len(dh.Trace) > 0 {
 		trace = srv.traceDelivery(d, dh.Trace, h.Model, se.agent, start)
 	}
-	d.Provider.Value().takeRequest(d, se.origin(), fr, format, trace, start)
 	if mayFailover(dh, &req, format) {
-		// After the delivery: one that failed has ended, and keeps nothing.
+		// Before the delivery: once handed over, the provider may be lost
+		// (its session torn down, its node's agent_gone arriving on the
+		// cluster's goroutine) before this reader gets further, and a
+		// request kept only then would end with agent_gone instead of
+		// failing over. A delivery that fails in takeRequest is aborted,
+		// which drops the copy.
 		srv.keepForFailover(d, fr, format, h.Model, dh.Trace, start)
 	}
+	d.Provider.Value().takeRequest(d, se.origin(), fr, format, trace, start)
 }
 
 // countDeltaRoute counts a routed request that named a base.
