@@ -71,6 +71,11 @@ type requester struct {
 	mu    sync.Mutex
 	slots []callSlot
 	free  []int
+	// ended is the reason failAll gave, once the connection is over: a
+	// request started after it fails with the same reason. Sent, it would
+	// wait for a reply that cannot come; refused by the closed connection,
+	// it would count as connection_lost after the daemon's CLOSE.
+	ended string
 	bufs  sync.Pool
 
 	ctx     context.Context // ends at stop
@@ -175,13 +180,13 @@ const noChannel = ^transport.ChannelID(0)
 // (QUIC), else on one it acquires. It reports whether the request is in
 // flight; if not, its failure has been recorded.
 func (r *requester) send(intended int64, payload int, done chan<- string, pre transport.ChannelID) bool {
-	id, ok := r.acquire(intended, payload, done)
-	if !ok {
+	id, reason := r.acquire(intended, payload, done)
+	if reason != "" {
 		if pre != noChannel {
 			r.conn.ReleaseChannel(pre)
 		}
-		r.rec.failure(intended, "generator_in_flight_limit")
-		r.wake(callSlot{done: done}, "generator_in_flight_limit")
+		r.rec.failure(intended, reason)
+		r.wake(callSlot{done: done}, reason)
 		return false
 	}
 	var ch transport.ChannelID
@@ -241,12 +246,16 @@ func (r *requester) send(intended int64, payload int, done chan<- string, pre tr
 	return true
 }
 
-func (r *requester) acquire(intended int64, payload int, done chan<- string) (uint64, bool) {
+// acquire takes a slot for a request, or returns why there is none.
+func (r *requester) acquire(intended int64, payload int, done chan<- string) (uint64, string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	if r.ended != "" {
+		return 0, r.ended
+	}
 	n := len(r.free)
 	if n == 0 {
-		return 0, false
+		return 0, "generator_in_flight_limit"
 	}
 	idx := r.free[n-1]
 	r.free = r.free[:n-1]
@@ -259,7 +268,7 @@ func (r *requester) acquire(intended int64, payload int, done chan<- string) (ui
 	s.hasCh = false
 	s.out = 0
 	s.done = done
-	return s.gen<<slotBits | uint64(idx+1), true
+	return s.gen<<slotBits | uint64(idx+1), ""
 }
 
 func (r *requester) setOut(id uint64, n int) {
@@ -429,10 +438,14 @@ func (r *requester) sweep() {
 	}
 }
 
-// failAll ends every request in flight with reason.
+// failAll ends every request in flight, and every later one, with reason
+// (the first reason given stays).
 func (r *requester) failAll(reason string) {
 	var ids []uint64
 	r.mu.Lock()
+	if r.ended == "" {
+		r.ended = reason
+	}
 	for i := range r.slots {
 		if s := &r.slots[i]; s.busy {
 			ids = append(ids, s.gen<<slotBits|uint64(i+1))

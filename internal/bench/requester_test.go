@@ -169,3 +169,33 @@ func TestClosedLoopNextRequestsInOneBatch(t *testing.T) {
 }
 
 func (c *heldEcho) Abort() { c.Close() }
+
+// TestRequestAfterCloseFailsAsClosed: once the reader has ended the
+// requests in flight because the daemon sent CLOSE, and closed the
+// connection, a worker's next request (woken by a reply read before the
+// CLOSE) fails as session_closed too, not as connection_lost: the
+// generator closed that connection itself.
+func TestRequestAfterCloseFailsAsClosed(t *testing.T) {
+	conn := newHeldEcho()
+	clk := newClock()
+	rec := newRecorder(clk)
+	rec.setWindow(0, int64(time.Hour), time.Second)
+	ps := []prepared{{name: "p", frame: []byte("payload")}}
+	r := newRequester(conn, &tagWire{conn: conn}, nil, ps, rec, clk, 2, 10*time.Second)
+	done := make(chan string, 1)
+	// What readLoop does on CLOSE.
+	r.failAll(reasonSessionClosed)
+	conn.Close()
+	if r.send(clk.now(), 0, done, noChannel) {
+		t.Fatal("a request went out after the session was closed")
+	}
+	if reason := <-done; reason != reasonSessionClosed {
+		t.Errorf("the request after CLOSE failed with %q, want %q", reason, reasonSessionClosed)
+	}
+	if res := rec.result(); res.ErrorsByReason[reasonSessionClosed] != 1 || res.Errors != 1 {
+		t.Errorf("errors %d %v, want one %s", res.Errors, res.ErrorsByReason, reasonSessionClosed)
+	}
+	if n := r.inFlight(); n != 0 {
+		t.Errorf("%d requests in flight after the session closed", n)
+	}
+}
