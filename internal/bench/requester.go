@@ -25,6 +25,10 @@ type wire interface {
 	matches(body []byte, p *prepared) bool
 	// close ends the connection.
 	close()
+	// closedByTarget reports whether the target ended the session (the
+	// daemon's CLOSE), so that a send the closed connection refuses is
+	// not taken for a connection that failed.
+	closedByTarget() bool
 }
 
 type replyInfo struct {
@@ -237,7 +241,12 @@ func (r *requester) send(intended int64, payload int, done chan<- string, pre tr
 	}
 	if err != nil {
 		reason := "send_failed"
-		if errors.Is(err, transport.ErrClosed) {
+		switch {
+		case errors.Is(err, transport.ErrClosed) && r.w.closedByTarget():
+			// The daemon sent CLOSE and, acknowledged, ended the
+			// connection before the reader got to failAll.
+			reason = reasonSessionClosed
+		case errors.Is(err, transport.ErrClosed):
 			reason = reasonConnectionLost
 		}
 		r.finish(id, reason, false)

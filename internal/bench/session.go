@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/m2md/m2md/frame"
@@ -32,6 +33,9 @@ type m2mSession struct {
 	sendMu sync.Mutex
 	ctrlMu sync.Mutex
 	closed bool
+	// byDaemon: the daemon sent CLOSE. Set before the acknowledgement
+	// goes, after which the daemon ends the connection.
+	byDaemon atomic.Bool
 }
 
 // dialM2M connects to ep and completes the handshake.
@@ -123,6 +127,7 @@ func (s *m2mSession) control(data []byte) error {
 		if cm.Close != nil && cm.Close.Reason != "" {
 			reason = cm.Close.Reason
 		}
+		s.byDaemon.Store(true)
 		s.ctrlMu.Lock()
 		already := s.closed
 		s.closed = true

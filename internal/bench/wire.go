@@ -99,6 +99,8 @@ func (w *m2mWire) matches(body []byte, p *prepared) bool {
 
 func (w *m2mWire) close() { w.s.close() }
 
+func (w *m2mWire) closedByTarget() bool { return w.s.byDaemon.Load() }
+
 // tagWire is the framing of the bare relay and the echo target: an 8-byte
 // tag, then the payload, which nobody reads.
 type tagWire struct {
@@ -128,3 +130,6 @@ func (w *tagWire) reply(data []byte, _ transport.ChannelID) (replyInfo, error) {
 func (w *tagWire) matches(body []byte, p *prepared) bool { return bytes.Equal(body, p.frame) }
 
 func (w *tagWire) close() { w.conn.Close() }
+
+// closedByTarget: the relay and the echo target have no session to close.
+func (w *tagWire) closedByTarget() bool { return false }
