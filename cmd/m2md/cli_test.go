@@ -256,10 +256,18 @@ func TestCLIDemoRequesterFailures(t *testing.T) {
 
 // TestCLIBenchLoadMostlyFailed: a run where the daemon refuses most
 // requests exits 1 and names the limit to change.
+//
+// The daemon answers ten refusals with rate_limited (a second's worth of
+// error replies) and closes the session at the next, which ends the at
+// most --concurrency requests then in flight: 10 rate_limited against at
+// most 4 session_closed, if all are measured. The warm-up is 1ns, not
+// 0s (which means the default 2 s): even 1 ms held up to half of the
+// rate_limited errors on a fast run, and let the close's failures
+// outnumber those measured.
 func TestCLIBenchLoadMostlyFailed(t *testing.T) {
 	d := startTestDaemon(t, func(c *daemon.Config) { c.MessagesPerMinute = 2 })
 	url := "ws://" + d.WSAddr().String() + "/m2m"
-	cliCase{name: "rate limited", args: []string{"bench", "load", "--url", url, "--duration", "1s", "--warmup", "1ms", "--connections", "1", "--providers", "1", "--concurrency", "4"},
+	cliCase{name: "rate limited", args: []string{"bench", "load", "--url", url, "--duration", "1s", "--warmup", "1ns", "--connections", "1", "--providers", "1", "--concurrency", "4"},
 		code: exitBadInput, stdout: []string{"round trips/s"}, stderr: []string{"m2md bench: most requests failed", "rate_limited", "--messages-per-minute"}}.check(t)
 }
 
