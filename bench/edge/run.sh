@@ -4,12 +4,14 @@
 # reverse proxy in front of it (the baseline any gateway is held to), Go's own
 # reverse proxy (bench/edge/goproxy: the floor of any Go gateway), and m2md
 # two ways: the mesh, m2md serve's endpoint -> daemon -> m2md upstream -> the
-# mock, and the gateway in one process, m2md serve --upstream-base-url.
+# mock, and the gateway in one process, m2md serve --upstream-base-url, also
+# with GOMAXPROCS=1 (the Go runtime on one CPU: what it saves in latency at
+# low rates and costs in throughput).
 #
 #   bench/edge/run.sh [path/to/m2md] [seconds per run]
 #
 # Needs nginx and wrk (Debian: apt-get install nginx-light wrk). Everything
-# listens on 127.0.0.1 (ports 8000-8002, 8080-8082, 4433, 9000, 9090-9094)
+# listens on 127.0.0.1 (ports 8000-8004, 8080-8082, 4433, 9000, 9090-9096)
 # and is stopped on exit. The request is testdata/corpus/req-chat-1k-01.json
 # (1,215 bytes), the answer resp-chat-01.json (907 bytes); the streamed answer
 # is stream-chunk-01..10.json as SSE events and [DONE]. docs/benchmarks.md,
@@ -94,17 +96,19 @@ for model in chat-1k stream-10; do
 done
 
 # The gateway in one process, twice (one upstream base URL each): its own
-# endpoint, no mesh listener.
-gateway() { # port admin-port base-url-path model
-	"$m2md" serve --log-level warn --quic-addr - --ws-addr - --openai-addr 127.0.0.1:$1 --admin-addr 127.0.0.1:$2 \
+# endpoint, no mesh listener; and the same two on one CPU (GOMAXPROCS=1).
+gateway() { # port admin-port base-url-path model [GOMAXPROCS]
+	env ${5:+GOMAXPROCS=$5} "$m2md" serve --log-level warn --quic-addr - --ws-addr - --openai-addr 127.0.0.1:$1 --admin-addr 127.0.0.1:$2 \
 		--upstream-base-url http://127.0.0.1:9000$3 --upstream-models $4 >"$dir/gateway-$1.log" 2>&1 &
 	pids+=($!)
 }
 gateway 8001 9093 /v1 chat-1k
 gateway 8002 9094 /stream/v1 stream-10
+gateway 8003 9095 /v1 chat-1k 1
+gateway 8004 9096 /stream/v1 stream-10 1
 "$goproxy" 127.0.0.1:8082 http://127.0.0.1:9000 >"$dir/goproxy.log" 2>&1 &
 pids+=($!)
-for u in 8001 8002 8082; do
+for u in 8001 8002 8003 8004 8082; do
 	for _ in $(seq 100); do
 		code=$(curl -s -o /dev/null -w '%{http_code}' -d '{"model":"chat-1k","messages":[{"role":"user","content":"hi"}]}' http://127.0.0.1:$u/v1/chat/completions || true)
 		[[ $code == 200 || $code == 404 ]] && break
@@ -125,6 +129,7 @@ proxy=http://127.0.0.1:8081/v1
 goproxy=http://127.0.0.1:8082/v1
 mesh=http://127.0.0.1:8000/v1
 gateway=http://127.0.0.1:8001/v1
+gateway1=http://127.0.0.1:8003/v1
 echo "# $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $("$m2md" version 2>/dev/null | head -1)"
 
 # A virtual machine's CPUs can be taken by its host: each measurement says
@@ -140,7 +145,7 @@ stolen() { # the snapshot cpu gave at the start
 }
 
 echo "## maximum rate, wrk -t2 -c32 -d${secs}s (closed loop)"
-for u in $direct $proxy $goproxy $mesh $gateway; do
+for u in $direct $proxy $goproxy $mesh $gateway $gateway1; do
 	wrk -t2 -c32 -d1s -s "$dir/post.lua" "$u/chat/completions" >/dev/null
 	printf '%-28s ' "$u"
 	c=$(cpu)
@@ -150,19 +155,19 @@ done
 
 bench() { "$m2md" bench openai --file "$dir/req.json" --model "$@"; }
 echo "## maximum rate, m2md bench openai --connections 32, each beside the direct call"
-for u in $proxy $goproxy $mesh $gateway; do
+for u in $proxy $goproxy $mesh $gateway $gateway1; do
 	echo "### $u"
 	bench chat-1k --url "$u" --compare $direct --connections 32 --duration "${secs}s" --warmup 2s
 done
 for rate in 100 1000; do
 	echo "## latency at $rate req/s (open loop), each beside the direct call"
-	for u in $proxy $goproxy $mesh $gateway; do
+	for u in $proxy $goproxy $mesh $gateway $gateway1; do
 		echo "### $u"
 		bench chat-1k --url "$u" --compare $direct --rate $rate --duration "${secs}s" --warmup 2s
 	done
 done
 echo "## streamed, 10 chunks, time to the first chunk at 100 req/s, beside the direct call"
-for u in http://127.0.0.1:8081/stream/v1 http://127.0.0.1:8082/stream/v1 $mesh http://127.0.0.1:8002/v1; do
+for u in http://127.0.0.1:8081/stream/v1 http://127.0.0.1:8082/stream/v1 $mesh http://127.0.0.1:8002/v1 http://127.0.0.1:8004/v1; do
 	echo "### $u"
 	bench stream-10 --url "$u" --compare http://127.0.0.1:9000/stream/v1 --rate 100 --stream --duration "${secs}s" --warmup 2s
 done
