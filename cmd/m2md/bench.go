@@ -83,7 +83,7 @@ func (o *loadOptions) settings() settings {
 		{"bench.LoadConfig.DaemonMetrics", "daemon-metrics", strVar(&cfg.DaemonMetrics, ""), "the daemon's Prometheus `URL` (http://127.0.0.1:9090/metrics): report its own CPU and allocations"},
 		{"bench.LoadConfig.ProviderDaemonMetrics", "provider-daemon-metrics", strVar(&cfg.ProviderDaemonMetrics, ""), "the --provider-target daemon's Prometheus `URL`: report that node's CPU too, and with --compare single-node\nthe cross/single ratio with a machine per node"},
 		{"bench.LoadConfig.Duration", "duration", durationVar(&cfg.Duration, bench.DefaultDuration), "measured time"},
-		{"bench.LoadConfig.Warmup", "warmup", durationVar(&cfg.Warmup, bench.DefaultWarmup), "load before measuring, not measured"},
+		{"bench.LoadConfig.Warmup", "warmup", durationVar(&cfg.Warmup, bench.DefaultWarmup), "load before measuring, not measured (0: none)"},
 		{"bench.LoadConfig.Connections", "connections", intVar(&cfg.Connections, bench.DefaultConnections), "requester connections"},
 		{"bench.LoadConfig.Providers", "providers", intVar(&cfg.Providers, bench.DefaultProviders), "echo provider agents"},
 		{"bench.LoadConfig.Concurrency", "concurrency", intVar(&cfg.Concurrency, bench.DefaultConcurrency), "closed loop: requests in flight over all connections"},
@@ -130,8 +130,11 @@ func runBenchLoad(args []string, stdout, stderr io.Writer) error {
 	defer closeProfiles()
 	cfg := o.cfg
 	cfg.CommandLine = "m2md bench load " + strings.Join(args, " ")
-	if bar := newBar(stderr, loadRuns(cfg)*(cfg.Warmup+cfg.Duration).Milliseconds(), "load"); bar != nil {
-		per := cfg.Warmup + cfg.Duration
+	if cfg.Warmup == 0 {
+		cfg.Warmup = -1 // asked for: the library's 0 is its default
+	}
+	if bar := newBar(stderr, loadRuns(cfg)*(max(cfg.Warmup, 0)+cfg.Duration).Milliseconds(), "load"); bar != nil {
+		per := max(cfg.Warmup, 0) + cfg.Duration
 		cfg.Progress = func(p bench.Progress) {
 			_ = bar.Set64(int64(p.RunIndex-1)*per.Milliseconds() + p.Elapsed.Milliseconds())
 			bar.Describe(fmt.Sprintf("%-5s %-7s %9.0f rt/s  %d errors", p.Run, p.Phase, p.RoundTripsPerSec, p.Errors))

@@ -41,7 +41,7 @@ func runBenchOpenAI(args []string, stdout, stderr io.Writer) error {
 	fs.Float64Var(&cfg.Rate, "rate", 0, "open loop: `requests` per second on a fixed schedule, latency from each one's intended time (0: closed loop)")
 	fs.IntVar(&cfg.MaxInFlight, "max-in-flight", bench.DefaultMaxInFlight, "open loop: the most `requests` waiting for answers; beyond it sending waits, and the wait counts")
 	fs.DurationVar(&cfg.Duration, "duration", bench.DefaultDuration, "measured `time` per endpoint")
-	fs.DurationVar(&cfg.Warmup, "warmup", bench.DefaultWarmup, "`time` sent but not measured, per endpoint, first")
+	fs.DurationVar(&cfg.Warmup, "warmup", bench.DefaultWarmup, "`time` sent but not measured, per endpoint, first (0: none)")
 	fs.DurationVar(&cfg.Slice, "slice", bench.DefaultSlice, "with --compare: each endpoint's `turn`")
 	fs.DurationVar(&cfg.Timeout, "timeout", bench.DefaultOpenAITimeout, "give up on a request without its full answer after this")
 	fs.Int64Var(&cfg.MaxResponseBytes, "max-response-bytes", bench.DefaultMaxResponseBytes, "the largest answer `bytes` accepted")
@@ -50,6 +50,9 @@ func runBenchOpenAI(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	// Zero in the library means the default; here it was asked for.
+	if cfg.Warmup == 0 {
+		cfg.Warmup = -1 // none
+	}
 	switch {
 	case cfg.Connections < 1:
 		return usagef("--connections must be at least 1")

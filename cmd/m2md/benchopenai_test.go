@@ -85,13 +85,13 @@ func TestBenchOpenAI(t *testing.T) {
 	}
 
 	// --json - writes the report, and only it, to stdout; --file sends
-	// each line's request.
+	// each line's request; --warmup 0 is none (the library's 0 is 2 s).
 	reqs := filepath.Join(t.TempDir(), "reqs.jsonl")
 	if err := os.WriteFile(reqs, []byte("{\"model\":\"x\",\"messages\":[{\"role\":\"user\",\"content\":\"a\"}]}\n\n{\"model\":\"y\",\"messages\":[]}\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	a.want = ""
-	code, stdout, stderr = benchCLI(t, "openai", "--url", sa.URL+"/v1", "--file", reqs, "--rate", "50", "--duration", "200ms", "--warmup", "20ms", "--json", "-")
+	code, stdout, stderr = benchCLI(t, "openai", "--url", sa.URL+"/v1", "--file", reqs, "--rate", "50", "--duration", "200ms", "--warmup", "0", "--json", "-")
 	if code != exitOK {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -99,7 +99,7 @@ func TestBenchOpenAI(t *testing.T) {
 	if err := json.Unmarshal([]byte(stdout), &doc); err != nil {
 		t.Fatalf("stdout is no JSON report: %v\n%s", err, stdout)
 	}
-	if c := doc["config"].(map[string]any); c["mode"] != "open" || c["requests"] != 2.0 {
+	if c := doc["config"].(map[string]any); c["mode"] != "open" || c["requests"] != 2.0 || c["warmup_s"] != 0.0 {
 		t.Errorf("config %v", c)
 	}
 }

@@ -70,7 +70,7 @@ type LoadConfig struct {
 	Transport string
 
 	Duration    time.Duration // measured time; default 10 s
-	Warmup      time.Duration // sent but not measured, before; default 2 s
+	Warmup      time.Duration // sent but not measured, before; 0: 2 s, negative: none
 	Connections int           // requester connections; default 4
 	Providers   int           // echo provider agents; default 4
 	// Concurrency is the closed loop's requests in flight, over all
@@ -164,8 +164,11 @@ func (c *LoadConfig) withDefaults() (LoadConfig, error) {
 	if cfg.Duration == 0 {
 		cfg.Duration = DefaultDuration
 	}
-	if cfg.Warmup == 0 {
+	switch {
+	case cfg.Warmup == 0:
 		cfg.Warmup = DefaultWarmup
+	case cfg.Warmup < 0:
+		cfg.Warmup = 0 // none
 	}
 	set(&cfg.Connections, DefaultConnections)
 	set(&cfg.Providers, DefaultProviders)
@@ -193,8 +196,8 @@ func (c *LoadConfig) withDefaults() (LoadConfig, error) {
 	switch {
 	case cfg.Duration < 0 || cfg.Duration > MaxDuration:
 		return bad("Duration", f+"Duration must be between 0 and %s", MaxDuration)
-	case cfg.Warmup < 0 || cfg.Warmup > MaxDuration:
-		return bad("Warmup", f+"Warmup must be between 0 and %s", MaxDuration)
+	case cfg.Warmup > MaxDuration:
+		return bad("Warmup", f+"Warmup must be at most %s", MaxDuration)
 	case cfg.Connections < 1 || cfg.Connections > 1000:
 		return bad("Connections", f+"Connections must be 1 to 1000")
 	case cfg.Providers < 1 || cfg.Providers > 1000:

@@ -81,7 +81,7 @@ type OpenAIConfig struct {
 	MaxInFlight int
 
 	Duration time.Duration // measured time per endpoint; default 10 s
-	Warmup   time.Duration // sent but not measured, per endpoint; default 2 s
+	Warmup   time.Duration // sent but not measured, per endpoint; 0: 2 s, negative: none
 	// Slice is each endpoint's turn with Compare; default 1 s. Without
 	// Compare the measurement is one slice.
 	Slice time.Duration
@@ -109,6 +109,7 @@ func (c *OpenAIConfig) withDefaults() (OpenAIConfig, error) {
 	}
 	def(&cfg.Duration, DefaultDuration)
 	def(&cfg.Warmup, DefaultWarmup)
+	cfg.Warmup = max(cfg.Warmup, 0) // negative: none
 	def(&cfg.Slice, DefaultSlice)
 	def(&cfg.Timeout, DefaultOpenAITimeout)
 	if cfg.Connections == 0 {
@@ -126,8 +127,8 @@ func (c *OpenAIConfig) withDefaults() (OpenAIConfig, error) {
 	switch {
 	case cfg.Duration < 0 || cfg.Duration > MaxDuration:
 		return bad("Duration", "must be between 0 and %s", MaxDuration)
-	case cfg.Warmup < 0 || cfg.Warmup > MaxDuration:
-		return bad("Warmup", "must be between 0 and %s", MaxDuration)
+	case cfg.Warmup > MaxDuration:
+		return bad("Warmup", "must be at most %s", MaxDuration)
 	case cfg.Slice < 10*time.Millisecond || cfg.Slice > MaxDuration:
 		return bad("Slice", "must be between 10ms and %s", MaxDuration)
 	case cfg.Connections < 1 || cfg.Connections > 10_000:
