@@ -171,3 +171,8 @@ for u in http://127.0.0.1:8081/stream/v1 http://127.0.0.1:8082/stream/v1 $mesh h
 	echo "### $u"
 	bench stream-10 --url "$u" --compare http://127.0.0.1:9000/stream/v1 --rate 100 --stream --duration "${secs}s" --warmup 2s
 done
+echo "## the gateway on one CPU (GOMAXPROCS=1) beside the gateway on two, paired"
+for rate in 100 1000; do
+	echo "### $rate req/s"
+	bench chat-1k --url $gateway1 --compare $gateway --rate $rate --duration "${secs}s" --warmup 2s
+done
