@@ -672,14 +672,7 @@ func (s *setup) drive(ctx context.Context, cfg *LoadConfig, clk clock, ps []prep
 		runPaced(cfg.Rate, func(precise bool) {
 			p := newPacer(precise)
 			defer p.stop()
-			openLoop(ctx, clk, p, begin, winEnd, cfg.Rate, func(ctx context.Context) error {
-				select {
-				case sem <- struct{}{}:
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}, func(intended int64) {
+			openLoop(ctx, clk, p, begin, winEnd, cfg.Rate, slotOf(sem), func(intended int64) {
 				r := s.requesters[(k.Add(1)-1)%uint64(len(s.requesters))]
 				r.jobs <- job{intended: intended, payload: payload()}
 			})

@@ -371,14 +371,7 @@ func (t *openAITarget) load(ctx context.Context, cfg *OpenAIConfig, bodies [][]b
 		runPaced(cfg.Rate, func(precise bool) {
 			p := newPacer(precise)
 			defer p.stop()
-			openLoop(ctx, t.clk, p, start, stop, cfg.Rate, func(ctx context.Context) error {
-				select {
-				case sem <- struct{}{}:
-					return nil
-				case <-ctx.Done():
-					return ctx.Err()
-				}
-			}, func(intended int64) {
+			openLoop(ctx, t.clk, p, start, stop, cfg.Rate, slotOf(sem), func(intended int64) {
 				b := body()
 				wg.Go(func() {
 					defer func() { <-sem }()

@@ -11,6 +11,20 @@ func intendedTime(start int64, k int64, rate float64) int64 {
 	return start + int64(float64(k)*1e9/rate)
 }
 
+// slotOf is openLoop's acquire for the requests in flight bounded by
+// sem's capacity: it takes a slot (the request's sender gives it back) or
+// returns when ctx ends.
+func slotOf(sem chan struct{}) func(context.Context) error {
+	return func(ctx context.Context) error {
+		select {
+		case sem <- struct{}{}:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // openLoop sends requests at a fixed rate, as wrk2 does: request k is due
 // at intendedTime(start, k, rate) whatever happened to the earlier ones.
 // For each due request it waits for room (acquire; the number of requests
