@@ -134,8 +134,9 @@ func heapInUse() uint64 {
 // 16 MiB under the default limits:
 // each body's buffer doubles as its bytes arrive, taking each growth from
 // the body budget (64 MiB) before reading more; the growths that do not
-// fit are answered 503 with Retry-After part-way through their bodies, so
-// about four are read while the others are refused, and the endpoint holds
+// fit are answered 503 with Retry-After part-way through their bodies, and
+// give back what they held as they are refused, so four are read while
+// the other four are refused, and the endpoint holds
 // at most the budget (plus 8 MiB of slack for the rest of the process)
 // while they stall.
 func TestOpenAIStalledUploadsBounded(t *testing.T) {

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/m2md/m2md/openai"
@@ -18,56 +17,56 @@ import (
 type budget struct {
 	max   int64
 	share int64
-	used  atomic.Int64
 
-	mu  sync.Mutex // guards per
-	per map[netip.Addr]int64
+	mu   sync.Mutex // guards used and per
+	used int64
+	per  map[netip.Addr]int64 // only while share > 0
 }
 
-// take takes n bytes for client, or fails with errClientShare or
-// errBodyBudget.
-func (b *budget) take(client netip.Addr, n int64) error {
-	if b.share > 0 {
-		b.mu.Lock()
-		held := b.per[client]
-		if held+n > b.share {
-			b.mu.Unlock()
-			return errClientShare
-		}
-		if b.per == nil {
-			b.per = map[netip.Addr]int64{}
-		}
-		b.per[client] = held + n
-		b.mu.Unlock()
+// take takes more bytes for a body of client that already holds held.
+// When they do not fit it fails with errClientShare or errBodyBudget and
+// gives the held bytes back in the same step: a refused body makes room
+// at once for the bodies growing beside it, rather than after its answer
+// is written, while other bodies see the budget still full and are refused
+// too. Uploads that outgrow the budget together are thus refused only
+// until the rest fit, and as many complete as it holds.
+func (b *budget) take(client netip.Addr, held, more int64) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var err error
+	switch {
+	case b.share > 0 && b.per[client]+more > b.share:
+		err = errClientShare
+	case b.max > 0 && b.used+more > b.max:
+		err = errBodyBudget
+	default:
+		b.add(client, more)
+		return nil
 	}
-	for {
-		u := b.used.Load()
-		if b.max > 0 && u+n > b.max {
-			b.giveClient(client, n)
-			return errBodyBudget
-		}
-		if b.used.CompareAndSwap(u, u+n) {
-			return nil
-		}
-	}
+	b.add(client, -held)
+	return err
 }
 
 func (b *budget) give(client netip.Addr, n int64) {
-	b.used.Add(-n)
-	b.giveClient(client, n)
+	b.mu.Lock()
+	b.add(client, -n)
+	b.mu.Unlock()
 }
 
-func (b *budget) giveClient(client netip.Addr, n int64) {
+// add counts n more bytes (fewer, when negative) for client; b.mu held.
+func (b *budget) add(client netip.Addr, n int64) {
+	b.used += n
 	if b.share <= 0 || n == 0 {
 		return
 	}
-	b.mu.Lock()
-	if left := b.per[client] - n; left > 0 {
+	if left := b.per[client] + n; left > 0 {
+		if b.per == nil {
+			b.per = map[netip.Addr]int64{}
+		}
 		b.per[client] = left
 	} else {
 		delete(b.per, client) // the map holds only clients reading bodies
 	}
-	b.mu.Unlock()
 }
 
 // bodyShare is a client's share of a body budget of total bytes: half of
@@ -193,7 +192,11 @@ func (bd *body) grow(limit int64) error {
 	next := max(int64(firstBodyBuffer), 2*int64(cap(bd.b)))
 	next = min(next, limit)
 	more := next - int64(cap(bd.b))
-	if err := bd.owner.take(bd.client, more); err != nil {
+	if err := bd.owner.take(bd.client, bd.held, more); err != nil {
+		// Given back with the refusal; the buffer goes too, so that
+		// while the answer is written it is not memory the budget no
+		// longer counts.
+		bd.held, bd.b = 0, nil
 		return err
 	}
 	bd.held += more
